@@ -1,0 +1,89 @@
+"""Model loading: a hub id, a local HF directory or a .gguf file, with explicit device and dtype."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scanner.config import ModelConfig
+from scanner.errors import InputError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoadedModel:
+    model: Any
+    tokenizer: Any
+    device: str
+    dtype: str
+    source: str  # "gguf", "local" or "hub"
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError(f"--device {device} asked for CUDA but no GPU is visible; pass --device cpu")
+    return device
+
+
+def resolve_dtype(dtype: str, device: str):
+    import torch
+
+    if dtype == "auto":
+        # bf16 is the GPU's fast path; on CPU fp32 keeps greedy decoding free of rounding ties.
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    return getattr(torch, dtype)
+
+
+def model_source(name: str) -> str:
+    path = Path(name)
+    if name.endswith(".gguf"):
+        if not path.is_file():
+            raise InputError(f"--model {name}: no such .gguf file; check the path")
+        return "gguf"
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise InputError(f"--model {name}: the directory has no config.json; pass an HF model directory")
+        return "local"
+    if path.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1:
+        raise InputError(f"--model {name}: not a model directory or .gguf file; check the path")
+    return "hub"
+
+
+def _pretrained_args(config: ModelConfig, source: str) -> tuple[str, dict]:
+    kwargs: dict[str, Any] = {"trust_remote_code": config.trust_remote_code}
+    if config.revision:
+        kwargs["revision"] = config.revision
+    if source == "gguf":
+        path = Path(config.model)
+        return str(path.parent), {**kwargs, "gguf_file": path.name}
+    return config.model, kwargs
+
+
+def load_model(config: ModelConfig) -> LoadedModel:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = model_source(config.model)
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    device = resolve_device(config.device)
+    dtype = resolve_dtype(config.dtype, device)
+    where, kwargs = _pretrained_args(config, source)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, **kwargs)
+    except OSError as err:
+        hint = " (offline? set HF_HUB_OFFLINE=0 or pass a local directory)" if source == "hub" else ""
+        raise InputError(f"--model {config.model}: cannot load it{hint}: {err}") from err
+    model.to(device).eval().requires_grad_(False)
+    log.info("loaded %s (%s) on %s as %s", config.model, source, device, dtype)
+    return LoadedModel(model=model, tokenizer=tokenizer, device=device,
+                       dtype=str(dtype).removeprefix("torch."), source=source)
+

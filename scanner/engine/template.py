@@ -1,0 +1,110 @@
+"""Where the free tokens sit, and how a prompt string is typed in.
+
+The full model input is  [prefix ids][free prompt ids][suffix ids][target ids]. Prefix and suffix
+(BOS, chat template, system prompt, instruction) are fixed and uncounted. A prompt counts only if the
+user can type its string: tokenizing prefix_text + prompt + suffix_text as the user would must give
+back exactly the same ids (METHOD.md, defects 3 and 4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scanner.config import PromptConfig
+from scanner.errors import InputError
+
+SLOT = "ACRPROMPTSLOT"  # placeholder rendered through the chat template and split on
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    prefix_text: str
+    suffix_text: str
+    bos_ids: tuple[int, ...]
+    prefix_ids: tuple[int, ...]
+    suffix_ids: tuple[int, ...]
+    bos_policy: str  # human-readable, shown in every result
+
+    @property
+    def has_fixed_tokens(self) -> bool:
+        return bool(self.prefix_ids or self.suffix_ids)
+
+    def full_text(self, prompt: str) -> str:
+        return self.prefix_text + prompt + self.suffix_text
+
+
+def _adds_bos(tokenizer) -> bool:
+    bos = tokenizer.bos_token_id
+    return bos is not None and tokenizer("a", add_special_tokens=True).input_ids[:1] == [bos]
+
+
+def bos_ids(tokenizer, policy: str, chat: bool) -> tuple[tuple[int, ...], str]:
+    """The uncounted BOS prefix and a description of why."""
+    bos = tokenizer.bos_token_id
+    if policy == "never" or (policy == "auto" and chat):
+        return (), "none (chat template text carries any BOS)" if chat else "none (--bos never)"
+    if policy == "always":
+        if bos is None:
+            raise InputError("--bos always: this tokenizer has no BOS token; pass --bos auto or never")
+        return (bos,), f"BOS id {bos} prepended (--bos always), uncounted"
+    if _adds_bos(tokenizer):
+        return (bos,), f"BOS id {bos} prepended as the tokenizer does, uncounted"
+    return (), "none (the tokenizer adds no BOS)"
+
+
+def _chat_parts(tokenizer, config: PromptConfig) -> tuple[str, str]:
+    if not getattr(tokenizer, "chat_template", None):
+        raise InputError("--chat: this tokenizer has no chat template; drop --chat for a base model")
+    content = f"{config.instruction} {SLOT}" if config.instruction else SLOT
+    messages = [{"role": "user", "content": content}]
+    if config.system_prompt:
+        messages.insert(0, {"role": "system", "content": config.system_prompt})
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    if text.count(SLOT) != 1:
+        raise InputError("--chat: the chat template does not keep the user text verbatim; drop --chat")
+    prefix, suffix = text.split(SLOT)
+    return prefix, suffix
+
+
+def build_template(tokenizer, config: PromptConfig) -> PromptTemplate:
+    """Render the fixed text once; the caller's tokenizer is only read, never changed."""
+    if config.chat:
+        prefix_text, suffix_text = _chat_parts(tokenizer, config)
+    else:
+        prefix_text, suffix_text = config.instruction or "", ""
+    bos, description = bos_ids(tokenizer, config.bos, config.chat)
+    encode = lambda text: tuple(tokenizer(text, add_special_tokens=False).input_ids) if text else ()  # noqa: E731
+    return PromptTemplate(
+        prefix_text=prefix_text, suffix_text=suffix_text, bos_ids=bos,
+        prefix_ids=bos + encode(prefix_text), suffix_ids=encode(suffix_text), bos_policy=description,
+    )
+
+
+def typed_ids(tokenizer, template: PromptTemplate, prompts: list[str]) -> list[list[int]]:
+    """Token ids of each prompt string as a user would type it inside the template."""
+    texts = [template.full_text(p) for p in prompts]
+    encoded = tokenizer(texts, add_special_tokens=False).input_ids
+    return [list(template.bos_ids) + ids for ids in encoded]
+
+
+def free_ids(template: PromptTemplate, full: list[int]) -> list[int] | None:
+    """The free tokens of a typed input, or None when the fixed parts did not survive tokenization."""
+    p, s = len(template.prefix_ids), len(template.suffix_ids)
+    if len(full) < p + s or tuple(full[:p]) != template.prefix_ids:
+        return None
+    if s and tuple(full[len(full) - s:]) != template.suffix_ids:
+        return None
+    return full[p:len(full) - s]
+
+
+def decode_prompts(tokenizer, prompts: list[list[int]]) -> list[str]:
+    return tokenizer.batch_decode(prompts, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def retokenizes(tokenizer, template: PromptTemplate, prompts: list[list[int]]) -> list[bool]:
+    """For each id sequence: does its decoded string, typed in the template, give the same ids?"""
+    if not prompts:
+        return []
+    typed = typed_ids(tokenizer, template, decode_prompts(tokenizer, prompts))
+    expected = [list(template.prefix_ids) + list(p) + list(template.suffix_ids) for p in prompts]
+    return [t == e for t, e in zip(typed, expected, strict=True)]

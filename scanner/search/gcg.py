@@ -1,0 +1,102 @@
+"""GCG at a fixed prompt length (Zou et al. 2023), as MiniPrompt's inner loop.
+
+Each step: the gradient of the target loss over the one-hot prompt, per-position top-k of its
+negative, B distinct single/multi-swap candidates that re-tokenize to themselves, one batched
+forward, and a move to the lowest-loss candidate. Every candidate's teacher-forced exact match is read
+from the logits already computed; matches are confirmed by real greedy generation before success.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import torch
+
+from scanner.config import GCGConfig
+from scanner.engine.hf import HFEngine, Scores, TargetScorer, Verification
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GCGOutcome:
+    success: Verification | None
+    best_ids: list[int]  # lowest loss seen (the warm start for what follows)
+    best_loss: float
+    steps: int = 0
+    losses: list[float] = field(default_factory=list)  # best loss after each step
+    rejected: int = 0  # teacher-forced matches that real generation did not confirm
+
+
+def sample_candidates(prompt: torch.Tensor, grad: torch.Tensor, config: GCGConfig,
+                      generator: torch.Generator) -> torch.Tensor:
+    """[B', n] distinct candidates, each `prompt` with `n_replace` positions swapped for top-k ids.
+
+    prompt [n] and grad [n, V] on the CPU; disallowed ids carry +inf gradient and are never drawn
+    unless fewer than k ids are allowed (then k shrinks)."""
+    n = prompt.numel()
+    allowed = int(torch.isfinite(grad[0]).sum())
+    top = (-grad).topk(min(config.top_k, allowed), dim=1).indices  # [n, k]
+    b, r = config.num_candidates, min(config.n_replace, n)
+    positions = torch.rand(b, n, generator=generator).argsort(dim=1)[:, :r]  # [B, r]
+    picks = torch.randint(top.shape[1], (b, r), generator=generator)
+    candidates = prompt.repeat(b, 1)
+    candidates.scatter_(1, positions, top[positions, picks])
+    candidates = torch.unique(candidates, dim=0)  # sorted rows: deterministic for a seed
+    return candidates[(candidates != prompt).any(dim=1)]
+
+
+def keep_typeable(engine: HFEngine, candidates: torch.Tensor) -> torch.Tensor:
+    ok = engine.retokenizes(candidates.tolist())
+    return candidates[torch.tensor(ok, dtype=torch.bool)] if candidates.numel() else candidates
+
+
+def confirm(engine: HFEngine, candidates: torch.Tensor, scores: Scores, target_ids: list[int],
+            limit: int) -> tuple[Verification | None, int]:
+    """Verify teacher-forced matches by generation, best loss first; the first that holds wins."""
+    matches = torch.nonzero(scores.exact).flatten()
+    matches = matches[scores.loss[matches].argsort()][:limit]
+    for rank, index in enumerate(matches.tolist()):
+        check = engine.verify(engine.decode(candidates[index].tolist()), target_ids)
+        if check.verified_generation:
+            return check, rank
+    return None, len(matches)
+
+
+def run_gcg(scorer: TargetScorer, init: list[int], steps: int, config: GCGConfig,
+            generator: torch.Generator, verify_limit: int) -> GCGOutcome:
+    """Optimize a prompt of len(init) tokens for at most `steps` steps; stop at a verified match."""
+    engine, target_ids = scorer.engine, scorer.target.tolist()
+    current = torch.tensor(init, dtype=torch.long)
+    outcome = GCGOutcome(success=None, best_ids=list(init), best_loss=float("inf"))
+    since_best = 0
+    for step in range(steps):
+        grad, loss, exact = scorer.gradient(current.to(scorer.target.device))
+        if step == 0 and exact:
+            check = engine.verify(engine.decode(init), target_ids)
+            if check.verified_generation:
+                outcome.success = check
+                return outcome
+            outcome.rejected += 1
+        if loss < outcome.best_loss:
+            outcome.best_ids, outcome.best_loss, since_best = current.tolist(), loss, 0
+        candidates = keep_typeable(engine, sample_candidates(current, grad.cpu(), config, generator))
+        outcome.steps = step + 1
+        if candidates.shape[0] == 0:
+            continue
+        scores = scorer.score(candidates)
+        outcome.success, rejected = confirm(engine, candidates, scores, target_ids, verify_limit)
+        outcome.rejected += rejected
+        best = int(scores.loss.argmin())
+        current = candidates[best]
+        outcome.losses.append(min(float(scores.loss[best]), outcome.best_loss))
+        if outcome.success is not None:
+            outcome.best_ids, outcome.best_loss = outcome.success.prompt_ids or current.tolist(), 0.0
+            return outcome
+        if float(scores.loss[best]) < outcome.best_loss:
+            outcome.best_ids, outcome.best_loss, since_best = current.tolist(), float(scores.loss[best]), 0
+        since_best += 1
+        if config.patience and since_best >= config.patience:
+            break
+    return outcome

@@ -1,0 +1,195 @@
+"""MiniPrompt: the length schedule (search/schedule.py) driving GCG, with warm starts and restarts,
+and the result record of one target."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from scanner import acr as acr_math
+from scanner.compression import thresholds as compression_thresholds
+from scanner.config import SearchConfig
+from scanner.engine.hf import HFEngine, TargetScorer, Verification
+from scanner.search.gcg import GCGOutcome, confirm, keep_typeable, run_gcg
+from scanner.search.schedule import Attempt, make_schedule
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AcrResult:
+    target: str
+    target_ids: list[int]
+    target_tokens: int
+    prompt: str | None
+    prompt_ids: list[int] | None
+    prompt_tokens: int | None
+    acr: float
+    memorized: bool  # at the configured tau
+    thresholds: dict[str, dict]
+    success: bool  # a prompt was found and verified by generation
+    verified_generation: bool
+    teacher_forced: bool
+    min_margin: float | None
+    certificate_tokens: int | None  # length of a natural-prefix certificate, when one verified
+    cap: int
+    schedule: str
+    tau: float
+    steps: int
+    forwards: int
+    rejected_matches: int  # teacher-forced matches that generation refuted (METHOD.md defect 1)
+    wall_s: float
+    seed: int
+    bos: str
+    trace: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class _State:
+    best: Verification | None = None  # shortest verified prompt so far
+    best_failed: list[int] | None = None  # lowest-loss prompt of the longest failed length
+    steps: int = 0
+    rejected: int = 0
+    trace: list[dict] = field(default_factory=list)
+
+
+def random_prompt(engine: HFEngine, n: int, generator: torch.Generator, tries: int = 20) -> list[int]:
+    """n allowed ids whose string re-tokenizes to them; falls back to one token repeated."""
+    pool = torch.tensor(engine.allowed_ids)
+    for _ in range(tries):
+        ids = pool[torch.randint(len(pool), (n,), generator=generator)].tolist()
+        if engine.retokenizes([ids])[0]:
+            return ids
+    for token in engine.allowed_ids:
+        if engine.retokenizes([[token] * n])[0]:
+            return [token] * n
+    return ids
+
+
+def _shrink(scorer: TargetScorer, source: list[int], n: int, state: _State, verify_limit: int):
+    """From a success of length m > n: every one-token deletion in one batch (m == n + 1), else the
+    last n tokens. Returns (verified success or None, init ids or None)."""
+    engine, target_ids = scorer.engine, scorer.target.tolist()
+    if len(source) != n + 1:
+        tail = source[-n:]
+        return None, tail if engine.retokenizes([tail])[0] else None
+    deletions = keep_typeable(engine, torch.tensor([source[:i] + source[i + 1:] for i in range(len(source))]))
+    if deletions.shape[0] == 0:
+        return None, None
+    scores = scorer.score(deletions)
+    success, rejected = confirm(engine, deletions, scores, target_ids, verify_limit)
+    state.rejected += rejected
+    return success, deletions[int(scores.loss.argmin())].tolist()
+
+
+def _grow(engine: HFEngine, source: list[int], n: int, generator: torch.Generator) -> list[int] | None:
+    ids = list(source)
+    while len(ids) < n:
+        at = int(torch.randint(len(ids) + 1, (1,), generator=generator))
+        ids.insert(at, engine.allowed_ids[int(torch.randint(len(engine.allowed_ids), (1,), generator=generator))])
+    return ids if engine.retokenizes([ids])[0] else None
+
+
+def _empty_prompt(scorer: TargetScorer) -> GCGOutcome:
+    check = scorer.engine.verify("", scorer.target.tolist())
+    return GCGOutcome(success=check if check.verified_generation else None, best_ids=[],
+                      best_loss=float("nan"))
+
+
+def _record(state: _State, attempt: Attempt, trial: int, warm: str, outcome: GCGOutcome) -> GCGOutcome:
+    state.steps += outcome.steps
+    state.rejected += outcome.rejected
+    state.trace.append({"length": attempt.length, "trial": trial, "warm": warm, "steps": outcome.steps,
+                        "best_loss": outcome.best_loss, "success": outcome.success is not None})
+    return outcome
+
+
+def _run_length(scorer: TargetScorer, attempt: Attempt, state: _State, config: SearchConfig,
+                generator: torch.Generator) -> GCGOutcome:
+    if attempt.warm == "none":
+        return _record(state, attempt, 0, "none", _empty_prompt(scorer))
+    outcome = None
+    for trial in range(attempt.tries):
+        init = None
+        if trial == 0 and attempt.warm == "shrink" and state.best is not None:
+            success, init = _shrink(scorer, state.best.prompt_ids, attempt.length, state, config.verify_retries)
+            if success is not None:  # a deletion already works: no optimization at this length
+                outcome = GCGOutcome(success=success, best_ids=success.prompt_ids, best_loss=0.0)
+                return _record(state, attempt, 0, "deletion", outcome)
+        elif trial == 0 and attempt.warm == "grow" and state.best_failed:
+            init = _grow(scorer.engine, state.best_failed, attempt.length, generator)
+        init = init or random_prompt(scorer.engine, attempt.length, generator)
+        outcome = run_gcg(scorer, init, attempt.steps, config.gcg, generator, config.verify_retries)
+        _record(state, attempt, trial, attempt.warm if trial == 0 else "random", outcome)
+        if outcome.success is not None:
+            break
+    return outcome
+
+
+def _certificate(engine: HFEngine, natural_prefix: str | None, target_ids: list[int]) -> Verification | None:
+    """A user-given prompt string (e.g. the text before the target) that, if it elicits the target,
+    bounds |x*| from above before any optimization."""
+    if not natural_prefix:
+        return None
+    check = engine.verify(natural_prefix, target_ids)
+    if not check.verified_generation or check.prompt_ids is None:
+        log.info("natural prefix does not elicit the target (%d tokens matched)", check.matched_tokens)
+        return None
+    return check
+
+
+def effective_cap(engine: HFEngine, target_tokens: int, config: SearchConfig) -> int:
+    """cap_factor * |y|, lowered to what fits in the model's context (never below 1)."""
+    engine.check_fits(target_tokens, 0)
+    cap = config.cap_factor * target_tokens
+    if engine.max_positions:
+        fixed = len(engine.template.prefix_ids) + len(engine.template.suffix_ids) + target_tokens
+        cap = min(cap, engine.max_positions - fixed + 1)
+    return max(cap, 1)
+
+
+def measure(engine: HFEngine, text: str, config: SearchConfig, natural_prefix: str | None = None) -> AcrResult:
+    """The ACR of one target text: MiniPrompt under `config.schedule`, every success verified."""
+    start, forwards = time.perf_counter(), engine.forwards
+    target_ids = engine.encode_target(text)
+    cap = effective_cap(engine, len(target_ids), config)
+    generator = torch.Generator().manual_seed(config.seed)
+    scorer = TargetScorer(engine, target_ids, config.gcg.loss)
+    state = _State(best=_certificate(engine, natural_prefix, target_ids))
+    certificate = len(state.best.prompt_ids) if state.best else None
+    schedule = make_schedule(len(target_ids), cap, config, has_template=engine.template.has_fixed_tokens,
+                             known_length=certificate)
+    while (attempt := schedule.next()) is not None:
+        outcome = _run_length(scorer, attempt, state, config, generator)
+        ok = outcome.success is not None
+        if ok:
+            state.best = outcome.success
+        else:
+            state.best_failed = outcome.best_ids
+        schedule.report(ok)
+    return _result(engine, text, target_ids, cap, config, state, certificate,
+                   time.perf_counter() - start, engine.forwards - forwards)
+
+
+def _result(engine: HFEngine, text: str, target_ids: list[int], cap: int, config: SearchConfig,
+            state: _State, certificate: int | None, wall: float, forwards: int) -> AcrResult:
+    best = state.best
+    tokens = len(best.prompt_ids) if best else None
+    value = acr_math.acr(len(target_ids), tokens, cap)
+    taus = {"tau": config.tau, **compression_thresholds(text)}
+    return AcrResult(
+        target=text, target_ids=target_ids, target_tokens=len(target_ids),
+        prompt=best.prompt if best else None, prompt_ids=best.prompt_ids if best else None,
+        prompt_tokens=tokens, acr=value, memorized=acr_math.is_memorized(value, config.tau, best is not None),
+        thresholds=acr_math.threshold_flags(value, best is not None, taus), success=best is not None,
+        verified_generation=bool(best and best.verified_generation),
+        teacher_forced=bool(best and best.teacher_forced), min_margin=best.min_margin if best else None,
+        certificate_tokens=certificate, cap=cap, schedule=config.schedule, tau=config.tau,
+        steps=state.steps, forwards=forwards, rejected_matches=state.rejected, wall_s=wall,
+        seed=config.seed, bos=engine.template.bos_policy, trace=state.trace)

@@ -1,0 +1,113 @@
+"""The MiniPrompt length search as pure state machines (no model, no torch).
+
+A driver asks `next()` for an `Attempt`, runs GCG at that length and calls `report(success)`; the
+schedule keeps the bounds: `hi` the shortest length known to succeed (or the cap), `lo` the longest
+known to fail. |x*| is `hi` when `found` is true.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scanner.acr import decision_length
+from scanner.config import SearchConfig
+
+WARM_KINDS = ("none", "random", "shrink", "grow")
+
+
+@dataclass(frozen=True)
+class Attempt:
+    length: int
+    steps: int
+    warm: str  # none: n = 0, nothing to optimize; random; shrink: from the success above; grow: from below
+    tries: int  # runs (the first warm, the rest fresh) before the length is declared failed
+
+
+class PaperSchedule:
+    """The authors' search: start at 5; success -> cap = n, n - 1; failure -> floor = n, n + 5 and the
+    step budget x1.2 (int-truncated, compounding); stop when the next n is >= cap or <= floor."""
+
+    def __init__(self, cap: int, config: SearchConfig):
+        self.hi = cap
+        self.lo = 0
+        self.found = False
+        self._n = config.paper_start
+        self._steps = config.paper_steps
+        self._growth = config.paper_step_growth
+        self._increment = config.paper_increment
+        self._done = False
+
+    def next(self) -> Attempt | None:
+        if self._done:
+            return None
+        return Attempt(length=self._n, steps=self._steps, warm="random", tries=1)
+
+    def report(self, success: bool) -> None:
+        if success:
+            self.hi, self.found = self._n, True
+            following = self._n - 1
+        else:
+            self.lo = self._n
+            following = self._n + self._increment
+            self._steps = int(self._steps * self._growth)
+        if following >= self.hi or following <= self.lo:
+            self._done = True
+        else:
+            self._n = following
+
+
+class FastSchedule:
+    """Verdict first, then minimize.
+
+    1. n = 0 when the fixed template is non-empty (one forward, no optimization);
+    2. the decision length n_d = ceil(|y| / tau) - 1: success proves ACR > tau, failure (after
+       restarts) settles "not memorized" and ends the search;
+    3. after a success at n, try n - 1 warm-started from the success (the driver first checks every
+       one-token deletion in one batch) until a length fails.
+    A certificate (`known_length`, e.g. a natural prefix) starts `hi` below the cap.
+    """
+
+    def __init__(self, target_tokens: int, cap: int, config: SearchConfig, *, has_template: bool,
+                 known_length: int | None = None):
+        self.hi = cap
+        self.found = known_length is not None
+        if known_length is not None:
+            self.hi = min(self.hi, known_length)
+        self.lo = -1
+        self._decide = min(decision_length(target_tokens, config.tau), self.hi - 1)
+        self._config = config
+        self._n: int | None = 0 if (config.try_empty and has_template and self.hi > 0) else self._decide
+        if self._n is not None and self._n < 0:
+            self._n = None
+
+    def next(self) -> Attempt | None:
+        n = self._n
+        if n is None:
+            return None
+        if n == 0:
+            return Attempt(length=0, steps=0, warm="none", tries=1)
+        shrinking = self.found and n < self.hi
+        warm = "shrink" if shrinking else "random"
+        steps = self._config.shrink_steps if shrinking and n < self._decide else self._config.decide_steps
+        return Attempt(length=n, steps=steps, warm=warm, tries=1 + self._config.restarts)
+
+    def report(self, success: bool) -> None:
+        n = self._n
+        assert n is not None, "report() after the search ended"
+        if success:
+            self.hi, self.found = n, True
+            self._n = n - 1 if n - 1 > self.lo else None
+            return
+        self.lo = max(self.lo, n)
+        if n == 0 and self._decide > 0 and self._decide < self.hi:
+            self._n = self._decide
+        else:
+            self._n = None  # a failure at the decision length, or below a success, ends the search
+
+
+def make_schedule(target_tokens: int, cap: int, config: SearchConfig, *, has_template: bool,
+                  known_length: int | None = None) -> PaperSchedule | FastSchedule:
+    """`cap`: no prompt of `cap` tokens or more is tried; it is |x*| when nothing succeeds."""
+    if config.schedule == "paper":
+        return PaperSchedule(cap, config)
+    return FastSchedule(target_tokens, cap, config, has_template=has_template, known_length=known_length)

@@ -1,0 +1,152 @@
+"""A tiny tokenizer and Llama trained here, in seconds, to memorize planted canaries.
+
+It is the embedded default model of `acr-scan demo`, the fixture of the tests and the model of the CPU
+benchmarks: no hub download anywhere. Canaries are repeated in the training stream (several times in a
+row inside background documents), so the model learns them verbatim; the background is random word
+salad that the model cannot memorize, which makes fresh salad a clean negative control.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+CANARIES = (
+    "It was the best of times, it was the worst of times, it was the age of wisdom.",
+    "All happy families are alike; each unhappy family is unhappy in its own way.",
+    "Call me Ishmael. Some years ago, never mind how long precisely, I went to sea.",
+    "The quick brown fox jumps over the lazy dog while the cat sleeps by the fire.",
+)
+WORDS = (
+    "time year people way day man thing woman life child world school state family student group country "
+    "problem hand part place case week company system program question work government number night point "
+    "home water room mother area money story fact month lot right study book eye job word business issue "
+    "side kind head house service friend father power hour game line end member law car city community "
+    "name president team minute idea kid body information back parent face others level office door health "
+    "person art war history party result change morning reason research girl guy moment air teacher force "
+    "education foot boy age policy process music market sense nation plan college interest death experience "
+    "effect use class control care field development role effort rate heart drug show leader light voice "
+    "wife police mind price report decision son view relationship town road arm difference value building "
+    "action model season society tax director position player record paper space ground form event official "
+    "green red blue small large old new good bad high low long short early late young great little own other "
+    "run walk speak read write open close bring hold stand sit lose pay meet include continue set learn lead"
+).split()
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}</s>\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TinySpec:
+    canaries: tuple[str, ...] = CANARIES
+    vocab_size: int = 512
+    hidden: int = 64
+    layers: int = 2
+    heads: int = 4
+    context: int = 256
+    train_context: int = 64
+    documents: int = 400
+    repeats: int = 3  # consecutive copies of a canary inside a document that holds one
+    steps: int = 400
+    batch: int = 32
+    lr: float = 3e-3
+    seed: int = 0
+
+
+def salad(rng: random.Random, words: int) -> str:
+    """Random word salad with sentence punctuation: text no model can have memorized."""
+    out = []
+    for i in range(words):
+        word = rng.choice(WORDS)
+        out.append(word.capitalize() if i == 0 or out[-1].endswith(".") else word)
+        if rng.random() < 0.12:
+            out[-1] += "."
+    return " ".join(out) + "."
+
+
+def documents(spec: TinySpec) -> list[str]:
+    rng = random.Random(spec.seed)
+    docs = []
+    for i in range(spec.documents):
+        doc = salad(rng, rng.randint(8, 30))
+        if i % 2 == 0:
+            canary = spec.canaries[(i // 2) % len(spec.canaries)]
+            # Each copy on its own line: the canary is tokenized as it stands alone, like a target.
+            doc = "\n".join([doc, *[canary] * spec.repeats, salad(rng, rng.randint(4, 12))])
+        docs.append(doc)
+    return docs
+
+
+def train_tokenizer(texts: list[str], spec: TinySpec):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=spec.vocab_size, special_tokens=["<pad>", "<s>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def _stream(tokenizer, docs: list[str]) -> list[int]:
+    ids: list[int] = []
+    for enc in tokenizer(docs, add_special_tokens=False).input_ids:
+        ids += [tokenizer.bos_token_id, *enc, tokenizer.eos_token_id]
+    return ids
+
+
+def train_model(tokenizer, docs: list[str], spec: TinySpec):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(spec.seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=spec.hidden, intermediate_size=4 * spec.hidden,
+                         num_hidden_layers=spec.layers, num_attention_heads=spec.heads,
+                         num_key_value_heads=spec.heads, max_position_embeddings=spec.context,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False)
+    model = LlamaForCausalLM(config)
+    stream = torch.tensor(_stream(tokenizer, docs))
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=spec.lr, total_steps=spec.steps, pct_start=0.1)
+    gen = torch.Generator().manual_seed(spec.seed)
+    model.train()
+    for step in range(spec.steps):
+        starts = torch.randint(len(stream) - spec.train_context, (spec.batch,), generator=gen)
+        batch = torch.stack([stream[s:s + spec.train_context] for s in starts.tolist()])
+        loss = model(input_ids=batch, labels=batch).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        if step % 100 == 0 or step == spec.steps - 1:
+            log.info("tiny model step %d loss %.3f", step, loss.item())
+    return model.eval()
+
+
+def build_tiny(out_dir: str | Path, spec: TinySpec | None = None) -> Path:
+    """Train (or reuse, when the same spec is already there) the tiny model; returns its HF directory."""
+    spec = spec or TinySpec()
+    out = Path(out_dir)
+    marker = out / "tiny_spec.json"
+    if marker.is_file() and json.loads(marker.read_text()) == json.loads(json.dumps(asdict(spec))):
+        return out
+    docs = documents(spec)
+    tokenizer = train_tokenizer(docs, spec)
+    model = train_model(tokenizer, docs, spec)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    marker.write_text(json.dumps(asdict(spec), indent=1))
+    return out
