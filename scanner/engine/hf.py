@@ -43,7 +43,7 @@ class HFEngine:
         self.model, self.tokenizer = loaded.model, loaded.tokenizer
         self.device, self.dtype = loaded.device, loaded.dtype
         self.prompt_config = prompt
-        self.template: PromptTemplate = build_template(self.tokenizer, prompt)
+        self.template: PromptTemplate = build_template(self.tokenizer, prompt, loaded.adds_bos)
         rows = self.model.get_input_embeddings().weight.shape[0]
         self.allowed_ids = allowed_token_ids(self.tokenizer, rows, prompt.allow_non_ascii)
         if not self.allowed_ids:

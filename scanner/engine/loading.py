@@ -20,6 +20,7 @@ class LoadedModel:
     device: str
     dtype: str
     source: str  # "gguf", "local" or "hub"
+    adds_bos: bool | None = None  # the file's own BOS flag where the loaded tokenizer forgets it (GGUF)
 
 
 def resolve_device(device: str) -> str:
@@ -84,6 +85,15 @@ def load_model(config: ModelConfig) -> LoadedModel:
         raise InputError(f"--model {config.model}: cannot load it{hint}: {err}") from err
     model.to(device).eval().requires_grad_(False)
     log.info("loaded %s (%s) on %s as %s", config.model, source, device, dtype)
-    return LoadedModel(model=model, tokenizer=tokenizer, device=device,
-                       dtype=str(dtype).removeprefix("torch."), source=source)
+    return LoadedModel(model=model, tokenizer=tokenizer, device=device, dtype=str(dtype).removeprefix("torch."),
+                       source=source, adds_bos=gguf_adds_bos(config.model) if source == "gguf" else None)
+
+
+def gguf_adds_bos(path: str) -> bool | None:
+    """tokenizer.ggml.add_bos_token of a GGUF file: transformers (5.19) drops it when it builds the
+    tokenizer, so a GGUF model would silently lose the BOS its runtime (llama.cpp) always adds."""
+    from gguf import GGUFReader
+
+    field = GGUFReader(path).fields.get("tokenizer.ggml.add_bos_token")
+    return None if field is None else bool(field.parts[field.data[0]][0])
 

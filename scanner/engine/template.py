@@ -38,8 +38,9 @@ def _adds_bos(tokenizer) -> bool:
     return bos is not None and tokenizer("a", add_special_tokens=True).input_ids[:1] == [bos]
 
 
-def bos_ids(tokenizer, policy: str, chat: bool) -> tuple[tuple[int, ...], str]:
-    """The uncounted BOS prefix and a description of why."""
+def bos_ids(tokenizer, policy: str, chat: bool, file_adds_bos: bool | None = None) -> tuple[tuple[int, ...], str]:
+    """The uncounted BOS prefix and a description of why. `file_adds_bos`: the model file's own flag
+    (GGUF), which wins over a tokenizer that lost it in conversion."""
     bos = tokenizer.bos_token_id
     if policy == "never" or (policy == "auto" and chat):
         return (), "none (chat template text carries any BOS)" if chat else "none (--bos never)"
@@ -47,7 +48,9 @@ def bos_ids(tokenizer, policy: str, chat: bool) -> tuple[tuple[int, ...], str]:
         if bos is None:
             raise InputError("--bos always: this tokenizer has no BOS token; pass --bos auto or never")
         return (bos,), f"BOS id {bos} prepended (--bos always), uncounted"
-    if _adds_bos(tokenizer):
+    if file_adds_bos and bos is not None:
+        return (bos,), f"BOS id {bos} prepended as the model file asks (add_bos_token), uncounted"
+    if _adds_bos(tokenizer) and file_adds_bos is not False:
         return (bos,), f"BOS id {bos} prepended as the tokenizer does, uncounted"
     return (), "none (the tokenizer adds no BOS)"
 
@@ -66,13 +69,13 @@ def _chat_parts(tokenizer, config: PromptConfig) -> tuple[str, str]:
     return prefix, suffix
 
 
-def build_template(tokenizer, config: PromptConfig) -> PromptTemplate:
+def build_template(tokenizer, config: PromptConfig, file_adds_bos: bool | None = None) -> PromptTemplate:
     """Render the fixed text once; the caller's tokenizer is only read, never changed."""
     if config.chat:
         prefix_text, suffix_text = _chat_parts(tokenizer, config)
     else:
         prefix_text, suffix_text = config.instruction or "", ""
-    bos, description = bos_ids(tokenizer, config.bos, config.chat)
+    bos, description = bos_ids(tokenizer, config.bos, config.chat, file_adds_bos)
     encode = lambda text: tuple(tokenizer(text, add_special_tokens=False).input_ids) if text else ()  # noqa: E731
     return PromptTemplate(
         prefix_text=prefix_text, suffix_text=suffix_text, bos_ids=bos,

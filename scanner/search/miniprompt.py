@@ -98,8 +98,8 @@ def _grow(engine: HFEngine, source: list[int], n: int, generator: torch.Generato
 
 def _empty_prompt(scorer: TargetScorer) -> GCGOutcome:
     check = scorer.engine.verify("", scorer.target.tolist())
-    return GCGOutcome(success=check if check.verified_generation else None, best_ids=[],
-                      best_loss=float("nan"))
+    loss = float(scorer.score(torch.empty(1, 0, dtype=torch.long)).loss[0])
+    return GCGOutcome(success=check if check.verified_generation else None, best_ids=[], best_loss=loss)
 
 
 def _record(state: _State, attempt: Attempt, trial: int, warm: str, outcome: GCGOutcome) -> GCGOutcome:

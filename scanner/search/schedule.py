@@ -73,12 +73,12 @@ class FastSchedule:
         self.found = known_length is not None
         if known_length is not None:
             self.hi = min(self.hi, known_length)
-        self.lo = -1
+        # Without a fixed template an empty input cannot be typed: length 0 counts as failed.
+        self.lo = -1 if has_template else 0
         self._decide = min(decision_length(target_tokens, config.tau), self.hi - 1)
         self._config = config
-        self._n: int | None = 0 if (config.try_empty and has_template and self.hi > 0) else self._decide
-        if self._n is not None and self._n < 0:
-            self._n = None
+        first = 0 if (config.try_empty and has_template and self.hi > 0) else self._decide
+        self._n: int | None = first if first > self.lo else None
 
     def next(self) -> Attempt | None:
         n = self._n

@@ -1,0 +1,167 @@
+"""The `acr-scan` command line. Thin: options -> configs -> one library call -> output."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from scanner.config import LOSSES, SCHEDULES, GCGConfig, ModelConfig, PromptConfig, SearchConfig
+from scanner.errors import InputError
+
+log = logging.getLogger(__name__)
+
+
+def model_options(f):
+    for option in reversed([
+        click.option("--model", "model", required=True, help="HF hub id, local HF directory or .gguf file."),
+        click.option("--revision", default=None, help="Hub revision (branch, tag or commit)."),
+        click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N."),
+        click.option("--dtype", default="auto", show_default=True, help="auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16."),
+        click.option("--threads", type=int, default=None, help="CPU threads for torch."),
+        click.option("--trust-remote-code", is_flag=True, help="Allow the model repository's own code to run."),
+        click.option("--chat", is_flag=True, help="Put the free tokens in the user turn of the chat template."),
+        click.option("--system-prompt", default=None, help="Fixed system prompt (uncounted); needs --chat."),
+        click.option("--instruction", default=None, help="Fixed text before the free tokens (uncounted)."),
+        click.option("--bos", default="auto", show_default=True, type=click.Choice(["auto", "always", "never"])),
+        click.option("--allow-non-ascii", is_flag=True, help="Admit non-ASCII prompt tokens and targets."),
+    ]):
+        f = option(f)
+    return f
+
+
+def search_options(f):
+    for option in reversed([
+        click.option("--schedule", default="fast", show_default=True, type=click.Choice(SCHEDULES),
+                     help="fast: verdict first, warm starts; paper: the authors' exact search."),
+        click.option("--tau", type=float, default=1.0, show_default=True, help="Memorization threshold on ACR."),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--cap-factor", type=int, default=5, show_default=True, help="Longest prompt tried: this x target tokens."),
+        click.option("--steps", type=int, default=None, help="GCG steps per attempt (fast: at the decision length; paper: at the first length)."),
+        click.option("--top-k", type=int, default=None, help="GCG top-k per position."),
+        click.option("--candidates", type=int, default=None, help="GCG candidates per step."),
+        click.option("--loss", type=click.Choice(LOSSES), default=None, help="GCG target loss."),
+        click.option("--restarts", type=int, default=None, help="Fresh restarts before a length fails (fast)."),
+    ]):
+        f = option(f)
+    return f
+
+
+def model_config(o: dict) -> ModelConfig:
+    return ModelConfig(model=o["model"], revision=o["revision"], device=o["device"], dtype=o["dtype"],
+                       threads=o["threads"], trust_remote_code=o["trust_remote_code"])
+
+
+def prompt_config(o: dict) -> PromptConfig:
+    return PromptConfig(chat=o["chat"], system_prompt=o["system_prompt"], instruction=o["instruction"],
+                        bos=o["bos"], allow_non_ascii=o["allow_non_ascii"])
+
+
+def search_config(o: dict) -> SearchConfig:
+    base = SearchConfig.paper() if o["schedule"] == "paper" else SearchConfig()
+    gcg = {k: v for k, v in (("top_k", o["top_k"]), ("num_candidates", o["candidates"]), ("loss", o["loss"]))
+           if v is not None}
+    steps = {"paper_steps": o["steps"]} if o["schedule"] == "paper" else {"decide_steps": o["steps"]}
+    fields = {"tau": o["tau"], "seed": o["seed"], "cap_factor": o["cap_factor"],
+              "gcg": GCGConfig(**{**base.gcg.__dict__, **gcg})}
+    fields.update({k: v for k, v in steps.items() if v is not None})
+    if o["restarts"] is not None:
+        fields["restarts"] = o["restarts"]
+    return SearchConfig(**{**base.__dict__, **fields})
+
+
+def read_targets(texts: tuple[str, ...], file: str | None) -> list[dict]:
+    targets = [{"text": t} for t in texts]
+    if file:
+        path = Path(file)
+        if not path.is_file():
+            raise InputError(f"--file {file}: no such file")
+        if path.suffix == ".jsonl":
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if line.strip():
+                    row = json.loads(line)
+                    if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+                        raise InputError(f"--file {file} line {number}: expected an object with a 'text' string")
+                    targets.append(row)
+        else:
+            targets += [{"text": line} for line in path.read_text().splitlines() if line.strip()]
+    if not targets:
+        raise InputError("no target text; pass TEXT arguments or --file")
+    return targets
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", count=True, help="-v for progress, -vv for debug logs.")
+@click.version_option(package_name="acr-scanner")
+def cli(verbose: int) -> None:
+    """Measure LLM memorization with the Adversarial Compression Ratio."""
+    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@cli.command("acr")
+@model_options
+@search_options
+@click.option("--natural-prefix", default=None, help="A prompt string known to precede the text (a certificate).")
+@click.option("--file", "file", default=None, help=".txt (a target per line) or .jsonl ({'text': ...}).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per target.")
+@click.argument("texts", nargs=-1)
+def acr_command(texts, file, as_json, natural_prefix, **options) -> None:
+    """ACR of each TEXT (or of each line of --file) against --model."""
+    from scanner.measure import measure_many
+
+    targets = read_targets(texts, file)
+    if natural_prefix is not None:
+        for t in targets:
+            t.setdefault("natural_prefix", natural_prefix)
+    configs = model_config(options), prompt_config(options), search_config(options)
+    emit_records(measure_many(*configs, targets), as_json)
+
+
+def emit_records(records, as_json: bool) -> None:
+    """Stream results as they come: JSON lines, or a table with a summary at the end."""
+    from scanner import table
+
+    done = []
+    for record in records:
+        if as_json:
+            click.echo(json.dumps(record))
+        else:
+            if not done:
+                click.echo(table.header(record))
+            click.echo(table.row(record, len(done) + 1))
+        done.append(record)
+    if not as_json:
+        click.echo(table.summary(done))
+
+
+@cli.command("demo")
+@click.option("--workdir", default=None, help="Where the tiny model is trained (default: a cache folder).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per target.")
+def demo_command(workdir, seed, as_json) -> None:
+    """The embedded default: train a tiny model that memorized planted passages, measure them and unseen text."""
+    from scanner.demo import run_demo
+
+    run_demo(workdir=workdir, seed=seed, as_json=as_json, echo=click.echo)
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        sys.exit(1)
+    except click.ClickException as err:
+        err.show()
+        sys.exit(2)
+    except InputError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(2)
+    except Exception:
+        log.exception("internal error")
+        click.echo("internal error (see the traceback above); please report it", err=True)
+        sys.exit(1)
+    sys.exit(0)

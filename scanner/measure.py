@@ -1,0 +1,51 @@
+"""Library entry point of `acr-scan acr`: load once, validate every target, then measure each."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+from scanner import __version__
+from scanner.config import ModelConfig, PromptConfig, SearchConfig
+from scanner.engine.hf import HFEngine
+from scanner.engine.loading import load_model
+from scanner.errors import InputError
+from scanner.search.miniprompt import effective_cap, measure
+
+log = logging.getLogger(__name__)
+
+
+def build_engine(model: ModelConfig, prompt: PromptConfig) -> HFEngine:
+    return HFEngine(load_model(model), prompt)
+
+
+def validate_targets(engine: HFEngine, targets: list[dict]) -> None:
+    """Every target is checked before the first search, so a bad one costs no finished work."""
+    for number, target in enumerate(targets, 1):
+        try:
+            ids = engine.encode_target(target["text"])
+            effective_cap(engine, len(ids), _any_config())
+        except InputError as err:
+            raise InputError(f"target {number} ({target['text'][:40]!r}): {err}") from err
+
+
+def _any_config() -> SearchConfig:
+    return SearchConfig()
+
+
+def record(engine: HFEngine, result, model: ModelConfig) -> dict:
+    out = result.to_dict()
+    out.update(model=model.model, revision=model.revision, device=engine.device, dtype=engine.dtype,
+               verify_engine="hf", package_version=__version__)
+    return out
+
+
+def measure_many(model: ModelConfig, prompt: PromptConfig, search: SearchConfig,
+                 targets: list[dict], engine: HFEngine | None = None) -> Iterator[dict]:
+    engine = engine or build_engine(model, prompt)
+    validate_targets(engine, targets)
+    for target in targets:
+        result = measure(engine, target["text"], search, natural_prefix=target.get("natural_prefix"))
+        log.info("ACR %.2f (%s tokens -> %s) for %r", result.acr, result.target_tokens,
+                 result.prompt_tokens, target["text"][:40])
+        yield record(engine, result, model)
