@@ -109,7 +109,9 @@ def _stream(tokenizer, docs: list[str]) -> list[int]:
 def train_model(tokenizer, docs: list[str], spec: TinySpec):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()
     torch.manual_seed(spec.seed)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=spec.hidden, intermediate_size=4 * spec.hidden,
                          num_hidden_layers=spec.layers, num_attention_heads=spec.heads,

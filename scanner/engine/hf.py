@@ -91,7 +91,7 @@ class HFEngine:
         if not ids:
             return Verification(prompt, [], [], False, False, float("-inf"), 0)
         generated = self._generate(ids, len(target_ids))
-        matched = next((i for i, (a, b) in enumerate(zip(generated, target_ids)) if a != b),
+        matched = next((i for i, (a, b) in enumerate(zip(generated, target_ids, strict=False)) if a != b),
                        min(len(generated), len(target_ids)))
         margins = self._teacher_forced_margins(ids, target_ids)
         return Verification(

@@ -70,7 +70,9 @@ def _pretrained_args(config: ModelConfig, source: str) -> tuple[str, dict]:
 def load_model(config: ModelConfig) -> LoadedModel:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # progress belongs to the driver, not to every model load
     source = model_source(config.model)
     if config.threads:
         torch.set_num_threads(config.threads)

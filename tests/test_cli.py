@@ -1,0 +1,63 @@
+"""The command line as a user runs it: a real subprocess, real exit codes."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from scanner.tiny import CANARIES
+
+FAST = ["--steps", "60", "--candidates", "64", "--top-k", "64", "--restarts", "0"]
+
+
+def run(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "scanner", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_acr_json_has_the_documented_fields(tiny_dir):
+    out = run("acr", "--model", str(tiny_dir), "--json", "--seed", "3", *FAST, CANARIES[3])
+    assert out.returncode == 0, out.stderr
+    record = json.loads(out.stdout.strip().splitlines()[-1])
+    for key in ("target", "target_tokens", "prompt", "prompt_tokens", "acr", "memorized", "thresholds",
+                "verified_generation", "teacher_forced", "min_margin", "schedule", "steps", "wall_s", "model",
+                "seed", "bos", "trace"):
+        assert key in record, key
+    assert record["memorized"] and record["verified_generation"] and record["seed"] == 3
+    assert record["thresholds"]["tau"] == {"tau": 1.0, "memorized": True}
+
+
+def test_acr_table_and_file_input(tiny_dir, tmp_path):
+    targets = tmp_path / "t.jsonl"
+    targets.write_text(json.dumps({"text": CANARIES[1]}) + "\n")
+    out = run("acr", "--model", str(tiny_dir), "--file", str(targets), *FAST)
+    assert out.returncode == 0, out.stderr
+    assert "ACR" in out.stdout and "1 targets: average ACR" in out.stdout
+    assert "BOS id 1 prepended" in out.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "/no/such/dir", "hello"], "--model /no/such/dir"),
+    (["--model", "{tiny}", "   "], "target text is empty"),
+    (["--model", "{tiny}", "caf\u00e9 au lait"], "--allow-non-ascii"),
+    (["--model", "{tiny}", "word " * 400], "positions but the model has 256"),
+    (["--model", "{tiny}", "--schedule", "slow", "hello"], "'slow' is not one of"),
+    (["--model", "{tiny}"], "no target text"),
+])
+def test_bad_input_exits_2_with_a_message_that_names_the_fix(tiny_dir, args, message):
+    out = run("acr", *[a.replace("{tiny}", str(tiny_dir)) for a in args])
+    assert out.returncode == 2, (out.returncode, out.stderr)
+    assert message in out.stderr
+
+
+def test_a_bad_target_among_good_ones_fails_before_any_search(tiny_dir):
+    out = run("acr", "--model", str(tiny_dir), "--json", *FAST, CANARIES[0], "caf\u00e9")
+    assert out.returncode == 2 and "target 2" in out.stderr and out.stdout == ""
+
+
+def test_demo_runs_the_embedded_default(tiny_dir):
+    out = run("demo", "--workdir", str(tiny_dir), timeout=600)  # the session's tiny model is the demo's
+    assert out.returncode == 0, out.stderr
+    assert "canary: 4/4 memorized" in out.stdout
+    assert "unseen text: 0/2 memorized" in out.stdout and "random string: 0/1 memorized" in out.stdout
