@@ -106,7 +106,7 @@ def _stream(tokenizer, docs: list[str]) -> list[int]:
     return ids
 
 
-def train_model(tokenizer, docs: list[str], spec: TinySpec):
+def train_model(tokenizer, docs: list[str], spec: TinySpec, device: str = "cpu"):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
     from transformers.utils import logging as hf_logging
@@ -118,14 +118,14 @@ def train_model(tokenizer, docs: list[str], spec: TinySpec):
                          num_key_value_heads=spec.heads, max_position_embeddings=spec.context,
                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                          pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False)
-    model = LlamaForCausalLM(config)
-    stream = torch.tensor(_stream(tokenizer, docs))
+    model = LlamaForCausalLM(config).to(device)
+    stream = torch.tensor(_stream(tokenizer, docs), device=device)
     opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=spec.lr, total_steps=spec.steps, pct_start=0.1)
     gen = torch.Generator().manual_seed(spec.seed)
     model.train()
     for step in range(spec.steps):
-        starts = torch.randint(len(stream) - spec.train_context, (spec.batch,), generator=gen)
+        starts = torch.randint(len(stream) - spec.train_context, (spec.batch,), generator=gen)  # CPU rng
         batch = torch.stack([stream[s:s + spec.train_context] for s in starts.tolist()])
         loss = model(input_ids=batch, labels=batch).loss
         opt.zero_grad(set_to_none=True)
@@ -134,10 +134,10 @@ def train_model(tokenizer, docs: list[str], spec: TinySpec):
         sched.step()
         if step % 100 == 0 or step == spec.steps - 1:
             log.info("tiny model step %d loss %.3f", step, loss.item())
-    return model.eval()
+    return model.eval().cpu()
 
 
-def build_tiny(out_dir: str | Path, spec: TinySpec | None = None) -> Path:
+def build_tiny(out_dir: str | Path, spec: TinySpec | None = None, device: str = "cpu") -> Path:
     """Train (or reuse, when the same spec is already there) the tiny model; returns its HF directory."""
     spec = spec or TinySpec()
     out = Path(out_dir)
@@ -146,7 +146,7 @@ def build_tiny(out_dir: str | Path, spec: TinySpec | None = None) -> Path:
         return out
     docs = documents(spec)
     tokenizer = train_tokenizer(docs, spec)
-    model = train_model(tokenizer, docs, spec)
+    model = train_model(tokenizer, docs, spec, device)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)

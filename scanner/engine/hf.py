@@ -40,14 +40,26 @@ class HFEngine:
     """A loaded model, its template and prompt vocabulary. Shared by every target it measures."""
 
     def __init__(self, loaded: LoadedModel, prompt: PromptConfig):
+        template = build_template(loaded.tokenizer, prompt, loaded.adds_bos)
+        rows = loaded.model.get_input_embeddings().weight.shape[0]
+        allowed = allowed_token_ids(loaded.tokenizer, rows, prompt.allow_non_ascii)
+        if not allowed:
+            raise InputError("the prompt vocabulary is empty; pass --allow-non-ascii")
+        self._setup(loaded, prompt, template, allowed)
+
+    @classmethod
+    def bare(cls, loaded: LoadedModel, template: PromptTemplate, allowed_ids: list[int]) -> HFEngine:
+        """An engine without tokenizer work, for benchmarks on random-weight models of real shapes."""
+        engine = cls.__new__(cls)
+        engine._setup(loaded, PromptConfig(), template, allowed_ids)
+        return engine
+
+    def _setup(self, loaded: LoadedModel, prompt: PromptConfig, template: PromptTemplate,
+               allowed_ids: list[int]) -> None:
         self.model, self.tokenizer = loaded.model, loaded.tokenizer
         self.device, self.dtype = loaded.device, loaded.dtype
-        self.prompt_config = prompt
-        self.template: PromptTemplate = build_template(self.tokenizer, prompt, loaded.adds_bos)
+        self.prompt_config, self.template, self.allowed_ids = prompt, template, allowed_ids
         rows = self.model.get_input_embeddings().weight.shape[0]
-        self.allowed_ids = allowed_token_ids(self.tokenizer, rows, prompt.allow_non_ascii)
-        if not self.allowed_ids:
-            raise InputError("the prompt vocabulary is empty; pass --allow-non-ascii")
         self.allowed_mask = torch.zeros(rows, dtype=torch.bool, device=self.device)
         self.allowed_mask[self.allowed_ids] = True
         self.max_positions = _max_positions(self.model)
