@@ -110,7 +110,7 @@ def bench_shape(shape: str, args, dtype: torch.dtype) -> dict:
 
     def ours():
         g, _, _ = scorer.gradient(prompt.to(args.device))
-        sample_candidates(prompt, g.cpu(), config, gen)
+        sample_candidates(prompt, g, config, gen)  # top-k on the device, as run_gcg does
         return scorer.score(candidates).loss
 
     def plain():
@@ -125,7 +125,6 @@ def bench_shape(shape: str, args, dtype: torch.dtype) -> dict:
     peak_ours = torch.cuda.max_memory_allocated() / 2**30 if args.device.startswith("cuda") else None
     t_plain = timed(plain, args.steps, args.device)
     flops = useful_flops(model, candidates.shape[0], 1 + args.free + args.target, args.target)
-    del model, engine, scorer
     return {"shape": shape, "candidates": int(candidates.shape[0]), "free": args.free, "target": args.target,
             "s_per_step_ours": t_ours, "s_per_step_plain_hf": t_plain, "speedup": t_plain / t_ours,
             "tflops_ours": flops / t_ours / 1e12, "tflops_plain_hf": flops / t_plain / 1e12,

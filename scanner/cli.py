@@ -45,6 +45,8 @@ def search_options(f):
         click.option("--candidates", type=int, default=None, help="GCG candidates per step."),
         click.option("--loss", type=click.Choice(LOSSES), default=None, help="GCG target loss."),
         click.option("--restarts", type=int, default=None, help="Fresh restarts before a length fails (fast)."),
+        click.option("--bound-unmemorized", is_flag=True,
+                     help="fast: after 'not memorized', search longer prompts for a real ACR below tau."),
     ]):
         f = option(f)
     return f
@@ -70,6 +72,7 @@ def search_config(o: dict) -> SearchConfig:
     fields.update({k: v for k, v in steps.items() if v is not None})
     if o["restarts"] is not None:
         fields["restarts"] = o["restarts"]
+    fields["bound_unmemorized"] = o["bound_unmemorized"]
     return SearchConfig(**{**base.__dict__, **fields})
 
 

@@ -91,6 +91,9 @@ class SearchConfig:
     shrink_steps: int = 200  # per attempt while minimizing a memorized target
     restarts: int = 1  # extra attempts (fresh random prompt) before a length is declared failed
     verify_retries: int = 4  # teacher-forced matches that fail generation before a step moves on
+    # After "not memorized", keep searching longer prompts (up to the cap, inserting tokens into the
+    # best prompt so far) so the text gets a real ACR instead of the failure convention |y| / cap.
+    bound_unmemorized: bool = False
 
     def __post_init__(self) -> None:
         require(self.schedule in SCHEDULES, f"unknown schedule '{self.schedule}'; choose one of {', '.join(SCHEDULES)}")

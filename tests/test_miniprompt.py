@@ -92,3 +92,15 @@ def test_chat_mode_counts_only_the_free_tokens(loaded, fast_config):
     assert result.success and result.verified_generation
     full = typed_ids(chat.tokenizer, chat.template, [result.prompt])[0]
     assert len(full) == len(chat.template.prefix_ids) + result.prompt_tokens + len(chat.template.suffix_ids)
+
+
+def test_bounding_unmemorized_text_reports_a_real_acr_below_tau(engine, fast_config):
+    config = SearchConfig(**{**fast_config.__dict__, "bound_unmemorized": True, "decide_steps": 60,
+                             "restarts": 0})
+    result = measure(engine, "Green law price.", config)
+    assert not result.memorized
+    grows = [t for t in result.trace if t["warm"] == "grow"]
+    assert grows, result.trace  # longer lengths were tried from the best failed prompt
+    if result.success:  # a prompt at least as long as the text: a real ACR, <= tau, verified
+        assert result.verified_generation and result.prompt_tokens >= result.target_tokens
+        assert result.acr == result.target_tokens / result.prompt_tokens <= 1.0

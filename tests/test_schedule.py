@@ -87,3 +87,18 @@ def test_a_certificate_bounds_the_search(y, certificate):
     tried = drive(schedule, lambda n: False)
     assert schedule.found and schedule.hi == min(certificate, 5 * y)
     assert all(a.length < schedule.hi for a in tried)
+
+
+@settings(max_examples=300)
+@given(st.integers(1, 80), st.integers(1, 400))
+def test_bounding_unmemorized_text_finds_the_boundary_up_to_the_cap(y, k):
+    cap = 5 * y
+    schedule = FastSchedule(y, cap, SearchConfig(bound_unmemorized=True), has_template=False)
+    tried = drive(schedule, lambda n: n >= k)
+    lengths = [a.length for a in tried]
+    assert len(lengths) == len(set(lengths)) and all(0 < n < cap for n in lengths)
+    assert schedule.found == (k < cap)
+    if k < cap:
+        assert schedule.hi == k
+    grows = [a for a in tried[1:] if a.length > decision_length(y, 1.0)]  # after a failed prompt exists
+    assert all(a.warm in ("grow", "shrink") for a in grows)

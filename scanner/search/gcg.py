@@ -33,11 +33,12 @@ def sample_candidates(prompt: torch.Tensor, grad: torch.Tensor, config: GCGConfi
                       generator: torch.Generator) -> torch.Tensor:
     """[B', n] distinct candidates, each `prompt` with `n_replace` positions swapped for top-k ids.
 
-    prompt [n] and grad [n, V] on the CPU; disallowed ids carry +inf gradient and are never drawn
-    unless fewer than k ids are allowed (then k shrinks)."""
+    prompt [n] on the CPU, grad [n, V] on any device: top-k runs where the gradient is and only the
+    [n, k] ids cross to the CPU, whose generator keeps runs reproducible. Disallowed ids carry +inf
+    gradient and are never drawn unless fewer than k ids are allowed (then k shrinks)."""
     n = prompt.numel()
     allowed = int(torch.isfinite(grad[0]).sum())
-    top = (-grad).topk(min(config.top_k, allowed), dim=1).indices  # [n, k]
+    top = (-grad).topk(min(config.top_k, allowed), dim=1).indices.cpu()  # [n, k]
     b, r = config.num_candidates, min(config.n_replace, n)
     positions = torch.rand(b, n, generator=generator).argsort(dim=1)[:, :r]  # [B, r]
     picks = torch.randint(top.shape[1], (b, r), generator=generator)
@@ -81,7 +82,7 @@ def run_gcg(scorer: TargetScorer, init: list[int], steps: int, config: GCGConfig
             outcome.rejected += 1
         if loss < outcome.best_loss:
             outcome.best_ids, outcome.best_loss, since_best = current.tolist(), loss, 0
-        candidates = keep_typeable(engine, sample_candidates(current, grad.cpu(), config, generator))
+        candidates = keep_typeable(engine, sample_candidates(current, grad, config, generator))
         outcome.steps = step + 1
         if candidates.shape[0] == 0:
             continue

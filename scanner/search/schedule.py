@@ -63,7 +63,10 @@ class FastSchedule:
     2. the decision length n_d = ceil(|y| / tau) - 1: success proves ACR > tau, failure (after
        restarts) settles "not memorized" and ends the search;
     3. after a success at n, try n - 1 warm-started from the success (the driver first checks every
-       one-token deletion in one batch) until a length fails.
+       one-token deletion in one batch) until a length fails;
+    4. with `bound_unmemorized`, a failure at the decision length grows the prompt instead (by at least
+       `paper_increment` or half, warm-started by inserting tokens into the best failed prompt) until
+       a length succeeds or the cap is reached, then shrinks back as in 3.
     A certificate (`known_length`, e.g. a natural prefix) starts `hi` below the cap.
     """
 
@@ -78,6 +81,8 @@ class FastSchedule:
         self._decide = min(decision_length(target_tokens, config.tau), self.hi - 1)
         self._config = config
         first = 0 if (config.try_empty and has_template and self.hi > 0) else self._decide
+        if first <= self.lo and config.bound_unmemorized and self.lo + 1 < self.hi:
+            first = self.lo + 1  # nothing short enough to prove memorization: go straight to bounding
         self._n: int | None = first if first > self.lo else None
 
     def next(self) -> Attempt | None:
@@ -87,7 +92,7 @@ class FastSchedule:
         if n == 0:
             return Attempt(length=0, steps=0, warm="none", tries=1)
         shrinking = self.found and n < self.hi
-        warm = "shrink" if shrinking else "random"
+        warm = "shrink" if shrinking else ("grow" if n > self.lo >= 1 else "random")  # grow: a failed prompt below
         steps = self._config.shrink_steps if shrinking and n < self._decide else self._config.decide_steps
         return Attempt(length=n, steps=steps, warm=warm, tries=1 + self._config.restarts)
 
@@ -101,6 +106,8 @@ class FastSchedule:
         self.lo = max(self.lo, n)
         if n == 0 and self._decide > 0 and self._decide < self.hi:
             self._n = self._decide
+        elif self._config.bound_unmemorized and not self.found and n + 1 < self.hi:
+            self._n = min(self.hi - 1, n + max(self._config.paper_increment, -(-n // 2)))
         else:
             self._n = None  # a failure at the decision length, or below a success, ends the search
 
