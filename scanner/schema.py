@@ -1,0 +1,197 @@
+"""The only definition of the Arrow schemas: what a corpus must hold and the results table (one row per span).
+
+Every field carries its description in the field metadata under b"doc", so the Parquet files document
+themselves and `schemas/` (serialized schema + Markdown) is generated from here, never edited by hand.
+Regenerate with `python -m scanner.schema schemas/`; a test fails when the committed copy drifts.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = "1"
+DOC_KEY = b"doc"
+STATUSES = ("memorized", "not_memorized", "screened_out", "skipped", "failed")
+
+# What `stages/read.py` accepts. Documented here rather than enforced as a schema because the column
+# names are options (--text-column, --id-column) and any other columns may be present.
+CORPUS_REQUIRED = {
+    "text": "The document text: a string column (string, large_string or string_view; null rows become "
+            "skipped spans). Named by --text-column, default 'text'. Binary columns must be cast first.",
+    "id": "Optional document id, string or integer, unique unless --allow-duplicate-ids. Named by "
+          "--id-column; by default 'id', else 'doc_id', else '<file>:<row>' is used.",
+}
+TEXT_TYPES = (pa.string(), pa.large_string(), pa.string_view())
+
+
+def _field(name: str, type_: pa.DataType, doc: str, nullable: bool = False) -> pa.Field:
+    return pa.field(name, type_, nullable=nullable, metadata={DOC_KEY: doc.encode()})
+
+
+def _threshold_type() -> pa.DataType:
+    entry = pa.struct([
+        _field("name", pa.string(), "Threshold name, e.g. 'tau' for the main one or a compressor ('gzip')."),
+        _field("tau", pa.float64(), "The threshold value τ for this span."),
+        _field("memorized", pa.bool_(), "ACR > τ with a verified prompt (failures are never memorized)."),
+    ])
+    return pa.list_(pa.field("item", entry, nullable=False,
+                             metadata={DOC_KEY: b"One named threshold and the verdict at it."}))
+
+
+def _span_fields() -> list[pa.Field]:
+    return [
+        _field("doc_id", pa.string(), "Document id: the corpus id column as a string, or '<file>:<row>' "
+               "when the corpus has none."),
+        _field("span_id", pa.string(), "Stable span id: the first 16 hex digits of sha256 over (doc_id, "
+               "token_start, token count, tokenizer id); the same across runs of one corpus and tokenizer."),
+        _field("char_start", pa.int64(), "Start of the span in the document text, in characters "
+               "(Python string index), inclusive."),
+        _field("char_end", pa.int64(), "End of the span in the document text, in characters, exclusive."),
+        _field("token_start", pa.int64(), "Start of the span in the document's token ids (the whole "
+               "document tokenized once, without special tokens), inclusive."),
+        _field("token_end", pa.int64(), "End of the span in the document's token ids, exclusive."),
+        _field("text", pa.string(), "The span exactly as it stands in the document: "
+               "text[char_start:char_end]. Empty for a skipped null or empty document."),
+        _field("target_tokens", pa.int32(), "Number of target token ids, |y| (token_end - token_start); "
+               "0 for a skipped row."),
+        _field("status", pa.string(), "One of memorized, not_memorized, screened_out (ruled out by the "
+               "cheap screen, no search ran), skipped (not a valid target, see reason) or failed (an "
+               "error, see reason; retried on resume)."),
+        _field("reason", pa.string(), "Why the span was skipped or failed, e.g. 'too short: 5 tokens < "
+               "32' or the error; null otherwise.", nullable=True),
+    ]
+
+
+def _verdict_fields() -> list[pa.Field]:
+    return [
+        _field("acr", pa.float64(), "Adversarial Compression Ratio |y| / |x*|; |y| / cap when the search "
+               "found no verified prompt; null when no search ran (screened out, skipped, failed).",
+               nullable=True),
+        _field("memorized", pa.bool_(), "ACR > tau with a prompt verified by greedy generation."),
+        _field("prompt", pa.string(), "The shortest prompt string found (free tokens only, without the "
+               "fixed template); typed in, it elicits the span. Null when none was found.", nullable=True),
+        _field("prompt_ids", pa.list_(_field("item", pa.int32(), "A prompt token id.")), "Token ids of the prompt (the string re-tokenized); "
+               "null when no prompt was found.", nullable=True),
+        _field("prompt_tokens", pa.int32(), "|x*|: the number of prompt tokens counted by ACR; 0 means "
+               "the fixed template alone elicits the span. Null when no prompt was found.", nullable=True),
+        _field("tau", pa.float64(), "The main threshold τ that decides `memorized` (the paper uses 1)."),
+        _field("thresholds", _threshold_type(), "The verdict at every configured threshold, the main "
+               "one and data-dependent ones (compression ratios); empty when none applies."),
+    ]
+
+
+def _screen_fields() -> list[pa.Field]:
+    return [
+        _field("greedy_match_rate", pa.float64(), "Teacher-forced screen: the share of target positions "
+               "where the model's argmax is the target token, given the preceding document context. "
+               "Null when the screen did not run.", nullable=True),
+        _field("mean_nll", pa.float64(), "Teacher-forced screen: mean negative log-likelihood (nats per "
+               "token) of the target given the preceding context. Null when the screen did not run.",
+               nullable=True),
+        _field("discoverable", pa.bool_(), "Discoverable memorization (Carlini et al. 2023): the "
+               "preceding context greedily yields the whole span. Null when the span has no preceding "
+               "context or the screen did not run.", nullable=True),
+        _field("certificate_tokens", pa.int32(), "Length of the shortest preceding document context "
+               "found that greedily elicits the span (an upper bound on |x*|); null when none does.",
+               nullable=True),
+        _field("certificate_prompt", pa.string(), "That preceding context as a string; null when none.",
+               nullable=True),
+    ]
+
+
+def _verify_fields() -> list[pa.Field]:
+    return [
+        _field("verified_generation", pa.bool_(), "Greedy generation from the prompt string, in the "
+               "verify engine, reproduced the span; false when nothing was verified."),
+        _field("teacher_forced", pa.bool_(), "The teacher-forced argmax matched the target at every "
+               "position given the prompt; null when no prompt was checked.", nullable=True),
+        _field("verify_engine", pa.string(), "The engine that ran the greedy generation check, e.g. "
+               "'hf' or 'vllm'; null when nothing was verified.", nullable=True),
+        _field("min_margin", pa.float64(), "Smallest logit margin (target logit minus the best other "
+               "logit) over the target positions given the prompt; negative means a position was wrong. "
+               "Null when no prompt was checked.", nullable=True),
+    ]
+
+
+def _cost_fields() -> list[pa.Field]:
+    return [
+        _field("steps", pa.int64(), "GCG steps spent on this span (0 when no search ran)."),
+        _field("forwards", pa.int64(), "Sequences passed through the model for this span: screen, "
+               "candidates, gradients and verification."),
+        _field("screen_s", pa.float64(), "Wall-clock seconds of the screen for this span (its share of "
+               "a batched pass)."),
+        _field("search_s", pa.float64(), "Wall-clock seconds of the search and verification."),
+        _field("shard", pa.int32(), "The shard of the run plan that produced this row."),
+    ]
+
+
+def results_schema() -> pa.Schema:
+    """One row per span. Column names are a public interface: add columns, never rename or retype."""
+    fields = _span_fields() + _verdict_fields() + _screen_fields() + _verify_fields() + _cost_fields()
+    return pa.schema(fields, metadata={b"name": b"acr-scanner results", b"version": SCHEMA_VERSION.encode()})
+
+
+def _children(field: pa.Field) -> list[pa.Field]:
+    type_ = field.type
+    if pa.types.is_list(type_) or pa.types.is_large_list(type_):
+        return [type_.value_field]
+    if pa.types.is_struct(type_):
+        return [type_.field(i) for i in range(type_.num_fields)]
+    return []
+
+
+def walk_fields(schema: pa.Schema):
+    """Every field with its dotted path, nested ones included (list items and struct members)."""
+    stack = [(field.name, field) for field in reversed(schema)]
+    while stack:
+        path, field = stack.pop()
+        yield path, field
+        stack.extend((f"{path}.{child.name}", child) for child in reversed(_children(field)))
+
+
+def describe(field: pa.Field) -> str:
+    return (field.metadata or {}).get(DOC_KEY, b"").decode()
+
+
+def _cell(text: str) -> str:
+    # A bare pipe would end the Markdown cell early.
+    return text.replace("|", "\\|")
+
+
+def schema_doc(schema: pa.Schema) -> str:
+    """A Markdown table of every field (nested ones by dotted path): field, type, nullable, description."""
+    lines = ["| field | type | nullable | description |", "|---|---|---|---|"]
+    for path, field in walk_fields(schema):
+        nullable = "yes" if field.nullable else "no"
+        lines.append(f"| `{path}` | `{_cell(str(field.type))}` | {nullable} | {_cell(describe(field))} |")
+    return "\n".join(lines) + "\n"
+
+
+def _results_markdown() -> str:
+    statuses = ", ".join(f"`{s}`" for s in STATUSES)
+    return (f"# Results schema (version {SCHEMA_VERSION})\n\n"
+            "Generated by `python -m scanner.schema schemas/` from `scanner/schema.py`; do not edit.\n"
+            f"One row per span. `status` is one of {statuses}.\n\n" + schema_doc(results_schema())
+            + "\n## Corpus input\n\n" + "".join(f"- `{k}`: {v}\n" for k, v in CORPUS_REQUIRED.items()))
+
+
+def write_schemas(folder: str | Path) -> list[Path]:
+    """Write results.arrow-schema (the IPC-serialized schema) and results.md into `folder`."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    binary, markdown = folder / "results.arrow-schema", folder / "results.md"
+    binary.write_bytes(results_schema().serialize().to_pybytes())
+    markdown.write_text(_results_markdown(), encoding="utf-8")
+    log.info("wrote %s and %s", binary, markdown)
+    return [binary, markdown]
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    write_schemas(sys.argv[1] if len(sys.argv) > 1 else "schemas")

@@ -1,0 +1,231 @@
+"""Read stage: open a Parquet corpus, validate it before any model loads, and yield documents.
+
+Every check that a user can fix (wrong path, wrong column, binary text, duplicate ids, no rows) runs
+in `open_corpus`, reading only file footers and the id column, so a bad corpus fails in seconds and
+not after a model has loaded on a GPU cluster.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from scanner.errors import InputError, require
+from scanner.schema import TEXT_TYPES
+
+log = logging.getLogger(__name__)
+
+AUTO_ID_COLUMNS = ("id", "doc_id")
+PARQUET_MAGIC = b"PAR1"
+SHOWN_DUPLICATES = 5
+EXPECTED = "a Parquet file, a directory of Parquet files or a glob such as 'data/*.parquet'"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CorpusConfig:
+    path: str
+    text_column: str = "text"
+    id_column: str | None = None  # None: "id", else "doc_id", else "<file>:<row>"
+    keep_columns: tuple[str, ...] = ()
+    allow_duplicate_ids: bool = False
+
+    def __post_init__(self) -> None:
+        require(bool(self.path), f"the corpus path is empty; pass {EXPECTED}")
+        require(bool(self.text_column), "--text-column is empty; pass the name of the text column")
+        require(self.id_column is None or bool(self.id_column),
+                "--id-column is empty; pass a column name or leave it out to detect 'id' / 'doc_id'")
+        require(isinstance(self.keep_columns, tuple),
+                f"keep_columns {self.keep_columns!r} must be a tuple of column names")
+
+
+@dataclass(frozen=True)
+class Document:
+    doc_id: str
+    text: str | None
+    extra: dict = field(default_factory=dict)
+
+
+def _has_glob(path: str) -> bool:
+    return any(ch in path for ch in "*?[")
+
+
+def _visible(path: Path, root: Path) -> bool:
+    # Spark and pyarrow write _SUCCESS / _metadata and hidden temp files beside the data; skip them
+    # like pyarrow.dataset does.
+    return not any(part.startswith((".", "_")) for part in path.relative_to(root).parts)
+
+
+def _resolve_files(path: str) -> list[str]:
+    if _has_glob(path):
+        files = sorted(p for p in glob.glob(path, recursive=True) if os.path.isfile(p))
+        require(bool(files), f"no files match the corpus glob '{path}'; expected {EXPECTED}")
+        return files
+    target = Path(path)
+    require(target.exists(), f"corpus path '{path}' does not exist; expected {EXPECTED}")
+    if target.is_file():
+        return [str(target)]
+    files = sorted(str(p) for p in target.rglob("*.parquet") if p.is_file() and _visible(p, target))
+    require(bool(files), f"no Parquet files (*.parquet) under directory '{path}'; expected {EXPECTED}")
+    return files
+
+
+def _check_parquet(file: str) -> None:
+    """Parquet files start and end with the magic bytes PAR1; anything else is a different format."""
+    size = os.path.getsize(file)
+    with open(file, "rb") as f:
+        head = f.read(4)
+        f.seek(max(size - 4, 0))
+        tail = f.read(4)
+    require(size >= 12 and head == PARQUET_MAGIC and tail == PARQUET_MAGIC,
+            f"'{file}' is not a Parquet file (no PAR1 magic bytes); the corpus must be {EXPECTED}. "
+            "Convert JSONL or CSV first, e.g. pyarrow.parquet.write_table(table, 'corpus.parquet')")
+
+
+def _is_text(type_: pa.DataType) -> bool:
+    if pa.types.is_dictionary(type_):
+        return _is_text(type_.value_type)
+    return type_ in TEXT_TYPES or pa.types.is_null(type_)
+
+
+def _is_id(type_: pa.DataType) -> bool:
+    if pa.types.is_dictionary(type_):
+        return _is_id(type_.value_type)
+    return type_ in TEXT_TYPES or pa.types.is_integer(type_)
+
+
+def _pick_id_column(config: CorpusConfig, names: list[str]) -> str | None:
+    if config.id_column is not None:
+        return config.id_column
+    return next((name for name in AUTO_ID_COLUMNS if name in names), None)
+
+
+def _check_columns(file: str, schema: pa.Schema, config: CorpusConfig, id_column: str | None) -> None:
+    names = schema.names
+    wanted = [(config.text_column, "--text-column"), (id_column, "--id-column")]
+    wanted += [(name, "--keep-column") for name in config.keep_columns]
+    for name, option in wanted:
+        require(name is None or name in names, f"column '{name}' not found in '{file}'; columns are "
+                f"[{', '.join(names)}]; pass {option} with one of them")
+    text_type = schema.field(config.text_column).type
+    require(_is_text(text_type), f"text column '{config.text_column}' in '{file}' has type {text_type}, "
+            "not a string type; cast it to string (pyarrow.compute.cast(column, pa.string())) and rewrite "
+            "the file, or pass --text-column with a string column")
+    if id_column is not None:
+        id_type = schema.field(id_column).type
+        require(_is_id(id_type), f"id column '{id_column}' in '{file}' has type {id_type}; expected a "
+                "string or integer column; pass --id-column with another column or cast it to string")
+
+
+def _relative_names(files: list[str]) -> list[str]:
+    root = os.path.commonpath([os.path.dirname(os.path.abspath(f)) for f in files])
+    return [Path(os.path.relpath(os.path.abspath(f), root)).as_posix() for f in files]
+
+
+def _footer_digest(file: str) -> str:
+    """sha256 of the Parquet footer: row groups, sizes, statistics and schema, without reading data."""
+    with open(file, "rb") as f:
+        f.seek(-8, os.SEEK_END)
+        length = int.from_bytes(f.read(4), "little")
+        f.seek(-(8 + length), os.SEEK_END)
+        return hashlib.sha256(f.read(length)).hexdigest()
+
+
+def _as_string(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    # Integer ids become their decimal strings, so doc_id is a string everywhere downstream.
+    return column if column.type == pa.string() else pc.cast(column, pa.string())
+
+
+def _check_ids(fragments: list[ds.Fragment], files: list[str], id_column: str, allow: bool) -> None:
+    chunks = []
+    for fragment, file in zip(fragments, files, strict=True):
+        ids = _as_string(fragment.to_table(columns=[id_column]).column(id_column))
+        require(ids.null_count == 0, f"id column '{id_column}' has {ids.null_count} null values in "
+                f"'{file}'; fill them, or pass --id-column with a complete column")
+        chunks.extend(ids.chunks)
+    if allow or not chunks:
+        return
+    counts = pc.value_counts(pa.chunked_array(chunks, pa.string()))
+    repeated = counts.filter(pc.greater(counts.field("counts"), 1))
+    if len(repeated):
+        first = repeated.slice(0, SHOWN_DUPLICATES)
+        pairs = zip(first.field("values").to_pylist(), first.field("counts").to_pylist(), strict=True)
+        shown = ", ".join(f"'{value}' ({count}x)" for value, count in pairs)
+        raise InputError(f"id column '{id_column}' has {len(repeated)} duplicated ids, first: {shown}; "
+                         "make the ids unique, pass --id-column with a unique column, or pass "
+                         "--allow-duplicate-ids")
+
+
+class Corpus:
+    """A validated corpus. Holds file paths and a pyarrow dataset (cheap: footers only), no data."""
+
+    def __init__(self, config: CorpusConfig, files: list[str], dataset: ds.Dataset, id_column: str | None,
+                 num_rows: int) -> None:
+        self.config = config
+        self.files = files
+        self.names = _relative_names(files)
+        self.id_column = id_column
+        self.num_rows = num_rows
+        self._dataset = dataset
+        self.columns = list(dict.fromkeys([config.text_column, *([id_column] if id_column else []),
+                                           *config.keep_columns]))
+
+    def fingerprint(self) -> str:
+        """A stable hash of the file names (relative to their common folder), sizes, Parquet footers
+        and the schema. Moving the corpus keeps it; rewriting a file changes it. Data pages are not
+        hashed (terabytes at every resume): an edit that keeps every size and footer goes unnoticed."""
+        files = [[name, os.path.getsize(file), _footer_digest(file)]
+                 for name, file in zip(self.names, self.files, strict=True)]
+        schema = hashlib.sha256(self._dataset.schema.serialize().to_pybytes()).hexdigest()
+        blob = json.dumps({"files": files, "schema": schema}, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+    def iter_documents(self, batch_rows: int = 1024) -> Iterator[Document]:
+        """Documents in file order, then row order; only the needed columns are read."""
+        require(batch_rows >= 1, f"batch_rows {batch_rows} must be >= 1")
+        fragments = list(self._dataset.get_fragments())
+        for name, fragment in zip(self.names, fragments, strict=True):
+            row = 0
+            for batch in fragment.to_batches(columns=self.columns, batch_size=batch_rows):
+                yield from self._documents(batch, name, row)
+                row += batch.num_rows
+
+    def _documents(self, batch: pa.RecordBatch, name: str, first_row: int) -> Iterator[Document]:
+        texts = batch.column(self.config.text_column).to_pylist()
+        if self.id_column is None:
+            ids = [f"{name}:{first_row + i}" for i in range(batch.num_rows)]
+        else:
+            ids = _as_string(batch.column(self.id_column)).to_pylist()
+        extras = {column: batch.column(column).to_pylist() for column in self.config.keep_columns}
+        for i, (doc_id, text) in enumerate(zip(ids, texts, strict=True)):
+            yield Document(doc_id=doc_id, text=text, extra={k: v[i] for k, v in extras.items()})
+
+
+def open_corpus(config: CorpusConfig) -> Corpus:
+    """Resolve, open and validate the corpus; raise InputError naming the fix for anything wrong."""
+    files = _resolve_files(config.path)
+    for file in files:
+        _check_parquet(file)
+    dataset = ds.dataset(files, format="parquet")
+    fragments = list(dataset.get_fragments())
+    id_column = _pick_id_column(config, dataset.schema.names)
+    # Every file, not only the first: a later file without the text column would fail mid-run.
+    for fragment, file in zip(fragments, files, strict=True):
+        _check_columns(file, fragment.physical_schema, config, id_column)
+    num_rows = dataset.count_rows()
+    require(num_rows > 0, f"corpus '{config.path}' has no rows ({len(files)} file(s), all empty); "
+            "point the corpus at files that hold documents")
+    if id_column is not None:
+        _check_ids(fragments, files, id_column, config.allow_duplicate_ids)
+    log.info("corpus %s: %d file(s), %d documents, id column %s", config.path, len(files), num_rows,
+             id_column or "<file>:<row>")
+    return Corpus(config, files, dataset, id_column, num_rows)

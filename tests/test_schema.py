@@ -1,0 +1,94 @@
+"""The results schema: its public column names, documentation and the generated copy in schemas/."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+
+from scanner.schema import (
+    CORPUS_REQUIRED,
+    STATUSES,
+    describe,
+    results_schema,
+    schema_doc,
+    walk_fields,
+    write_schemas,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+COLUMNS = {
+    "doc_id": (pa.string(), False), "span_id": (pa.string(), False), "char_start": (pa.int64(), False),
+    "char_end": (pa.int64(), False), "token_start": (pa.int64(), False), "token_end": (pa.int64(), False),
+    "text": (pa.string(), False), "target_tokens": (pa.int32(), False), "status": (pa.string(), False),
+    "reason": (pa.string(), True), "acr": (pa.float64(), True), "memorized": (pa.bool_(), False),
+    "prompt": (pa.string(), True), "prompt_ids": (None, True), "prompt_tokens": (pa.int32(), True),
+    "tau": (pa.float64(), False), "thresholds": (None, False), "greedy_match_rate": (pa.float64(), True),
+    "mean_nll": (pa.float64(), True), "discoverable": (pa.bool_(), True),
+    "certificate_tokens": (pa.int32(), True), "certificate_prompt": (pa.string(), True),
+    "verified_generation": (pa.bool_(), False), "teacher_forced": (pa.bool_(), True),
+    "verify_engine": (pa.string(), True), "min_margin": (pa.float64(), True), "steps": (pa.int64(), False),
+    "forwards": (pa.int64(), False), "screen_s": (pa.float64(), False), "search_s": (pa.float64(), False),
+    "shard": (pa.int32(), False),
+}
+
+
+def test_committed_schemas_match_the_code(tmp_path):
+    written = write_schemas(tmp_path)
+    assert sorted(p.name for p in written) == ["results.arrow-schema", "results.md"]
+    for path in written:
+        committed = ROOT / "schemas" / path.name
+        assert committed.is_file(), f"{committed} missing; run python -m scanner.schema schemas/"
+        assert committed.read_bytes() == path.read_bytes(), \
+            f"{committed} is stale; run python -m scanner.schema schemas/ and commit the result"
+
+
+def test_serialized_schema_round_trips():
+    data = (ROOT / "schemas" / "results.arrow-schema").read_bytes()
+    assert pa.ipc.read_schema(pa.py_buffer(data)).equals(results_schema(), check_metadata=True)
+
+
+def test_columns_types_and_nullability_are_the_public_interface():
+    schema = results_schema()
+    assert schema.names == list(COLUMNS)
+    for name, (type_, nullable) in COLUMNS.items():
+        field = schema.field(name)
+        assert field.nullable == nullable, name
+        assert type_ is None or field.type == type_, name
+    assert schema.field("prompt_ids").type.value_type == pa.int32()
+    entry = schema.field("thresholds").type.value_type
+    assert [(f.name, f.type) for f in entry] == [("name", pa.string()), ("tau", pa.float64()),
+                                                 ("memorized", pa.bool_())]
+
+
+def test_every_field_nested_ones_too_has_a_description():
+    paths = []
+    for path, field in walk_fields(results_schema()):
+        assert describe(field).strip(), f"field {path} has no description"
+        paths.append(path)
+    assert "thresholds.item.memorized" in paths and "prompt_ids.item" in paths
+
+
+def test_statuses_are_exactly_the_five():
+    assert STATUSES == ("memorized", "not_memorized", "screened_out", "skipped", "failed")
+    status_doc = describe(results_schema().field("status"))
+    assert all(status in status_doc for status in STATUSES)
+
+
+def test_markdown_table_lists_every_field_with_its_description():
+    doc = schema_doc(results_schema())
+    rows = [line for line in doc.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(list(walk_fields(results_schema())))
+    assert rows[0].startswith("| `doc_id` | `string` | no | Document id")
+    assert any(row.startswith("| `reason` | `string` | yes |") for row in rows)
+    # Pipes inside descriptions (|y| / |x*|) are escaped, so every row keeps exactly four cells.
+    assert all(row.replace("\\|", "").count("|") == 5 for row in rows)
+    assert set(CORPUS_REQUIRED) == {"text", "id"}
+
+
+def test_module_entry_point_writes_the_folder(tmp_path):
+    subprocess.run([sys.executable, "-m", "scanner.schema", str(tmp_path / "out")], check=True,
+                   capture_output=True)
+    assert (tmp_path / "out" / "results.md").read_bytes() == (ROOT / "schemas" / "results.md").read_bytes()
