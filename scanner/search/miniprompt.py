@@ -154,10 +154,14 @@ def effective_cap(engine: HFEngine, target_tokens: int, config: SearchConfig) ->
     return max(cap, 1)
 
 
-def measure(engine: HFEngine, text: str, config: SearchConfig, natural_prefix: str | None = None) -> AcrResult:
-    """The ACR of one target text: MiniPrompt under `config.schedule`, every success verified."""
+def measure(engine: HFEngine, text: str, config: SearchConfig, natural_prefix: str | None = None,
+            target_ids: list[int] | None = None) -> AcrResult:
+    """The ACR of one target text: MiniPrompt under `config.schedule`, every success verified.
+
+    `target_ids`: the target as tokenized inside its document (a scanned span), where a standalone
+    encoding of `text` could split its first token differently."""
     start, forwards = time.perf_counter(), engine.forwards
-    target_ids = engine.encode_target(text)
+    target_ids = list(target_ids) if target_ids is not None else engine.encode_target(text)
     cap = effective_cap(engine, len(target_ids), config)
     generator = torch.Generator().manual_seed(config.seed)
     scorer = TargetScorer(engine, target_ids, config.gcg.loss)

@@ -1,0 +1,110 @@
+"""Screening stage: one teacher-forced pass over each span's window ranks spans before any search.
+
+Per span, from rows of a single batched forward (left-padded, so every row's target sits at the end):
+- the window row [template][preceding context][span]: greedy-match rate and mean NLL of the span;
+- the span row [template][span]: discoverable memorization (Carlini et al. 2023), i.e. its first
+  k tokens greedily yield the rest;
+- certificate rows [template][last j context tokens][span] for j = 1..context: the shortest j whose
+  teacher-forced greedy output is the whole span is the natural-prefix certificate, a free bound
+  |x*| <= j that the search later verifies by generation from the document's own text.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from scanner.engine.hf import HFEngine
+from scanner.errors import require
+from scanner.stages.spans import Span
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScreenConfig:
+    context_tokens: int = 32  # preceding document tokens in the window and the longest certificate
+    discoverable_prefix: int | None = None  # k; None = half the span
+    max_rows: int = 256  # rows per forward on the CPU; on CUDA the engine's chunking applies
+
+    def __post_init__(self) -> None:
+        require(self.context_tokens >= 0, f"--context-tokens {self.context_tokens} must be >= 0")
+        require(self.discoverable_prefix is None or self.discoverable_prefix >= 1,
+                f"discoverable_prefix {self.discoverable_prefix} must be >= 1")
+        require(self.max_rows >= 1, f"max_rows {self.max_rows} must be >= 1")
+
+
+@dataclass(frozen=True)
+class Screened:
+    greedy_match_rate: float
+    mean_nll: float
+    discoverable: bool
+    certificate_tokens: int | None  # context tokens of the shortest certificate
+    certificate_start: int | None  # its first token index in the document
+
+
+@dataclass(frozen=True)
+class _Row:
+    span: int  # index into the screened spans
+    kind: str  # window, span, certificate
+    context: tuple[int, ...]
+
+
+def _rows(spans: list[Span], doc_ids: list[int], context: int) -> list[_Row]:
+    rows = []
+    for i, span in enumerate(spans):
+        before = tuple(doc_ids[max(0, span.token_start - context):span.token_start])
+        rows += [_Row(i, "window", before), _Row(i, "span", ())]
+        rows += [_Row(i, "certificate", before[len(before) - j:]) for j in range(1, len(before) + 1)]
+    return rows
+
+
+@torch.no_grad()
+def _forward(engine: HFEngine, rows: list[_Row], targets: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row: [T] greedy matches and [T] NLL of its span (all spans here have the same length T)."""
+    t = engine.template
+    seqs = [list(t.prefix_ids) + list(r.context) + list(t.suffix_ids) + targets[r.span] for r in rows]
+    width = max(len(s) for s in seqs)
+    pad = engine.tokenizer.pad_token_id if engine.tokenizer.pad_token_id is not None else 0
+    ids = torch.tensor([[pad] * (width - len(s)) + s for s in seqs], device=engine.device)
+    mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs], device=engine.device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    keep = len(targets[rows[0].span]) + 1
+    logits = engine.logits(ids, keep=keep, attention_mask=mask, position_ids=positions)[:, :-1].float()
+    gold = torch.tensor([targets[r.span] for r in rows], device=engine.device)
+    nll = F.cross_entropy(logits.transpose(1, 2), gold, reduction="none")
+    return (logits.argmax(-1) == gold).cpu(), nll.cpu()
+
+
+def _summarize(rows: list[_Row], matches: torch.Tensor, nll: torch.Tensor, spans: list[Span],
+               config: ScreenConfig) -> list[Screened]:
+    out: list[dict] = [{} for _ in spans]
+    for row, match, loss in zip(rows, matches, nll, strict=True):
+        acc = out[row.span]
+        if row.kind == "window":
+            acc.update(greedy_match_rate=float(match.float().mean()), mean_nll=float(loss.mean()))
+        elif row.kind == "span":
+            k = config.discoverable_prefix or max(1, match.numel() // 2)
+            acc["discoverable"] = bool(match[k:].all()) if k < match.numel() else False
+        elif bool(match.all()) and "certificate_tokens" not in acc:  # rows come shortest first
+            acc["certificate_tokens"] = len(row.context)
+            acc["certificate_start"] = spans[row.span].token_start - len(row.context)
+    return [Screened(a["greedy_match_rate"], a["mean_nll"], a["discoverable"], a.get("certificate_tokens"),
+                     a.get("certificate_start")) for a in out]
+
+
+def screen_spans(engine: HFEngine, doc_ids: list[int], spans: list[Span], config: ScreenConfig) -> list[Screened]:
+    """Screen the non-skipped spans of one document (all of one target length) in batched forwards."""
+    if not spans:
+        return []
+    lengths = {len(s.target_ids) for s in spans}
+    require(len(lengths) == 1, f"screen_spans takes spans of one length, got {sorted(lengths)}")
+    rows = _rows(spans, doc_ids, config.context_tokens)
+    targets = [s.target_ids for s in spans]
+    parts = [_forward(engine, rows[i:i + config.max_rows], targets) for i in range(0, len(rows), config.max_rows)]
+    matches = torch.cat([p[0] for p in parts])
+    nll = torch.cat([p[1] for p in parts])
+    return _summarize(rows, matches, nll, spans, config)

@@ -1,0 +1,57 @@
+"""Screening on the tiny model: memorized spans stand out, certificates come from the document."""
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from scanner.stages.screen import ScreenConfig, screen_spans
+from scanner.stages.spans import Span, tokenize_document
+from scanner.tiny import CANARIES, salad
+
+
+def span_at(doc, ids, offsets, start, end):
+    a, b = offsets[start][0], offsets[end - 1][1]
+    return Span(doc_id="d", span_id=f"s{start}", token_start=start, token_end=end, char_start=a, char_end=b,
+                text=doc[a:b], target_ids=ids[start:end])
+
+
+@pytest.fixture(scope="module")
+def document(engine):
+    rng = random.Random(3)
+    before, canary = salad(rng, 12), CANARIES[1]
+    doc = f"{before}\n{canary}\n{salad(rng, 12)}"
+    ids, offsets = tokenize_document(doc, engine.tokenizer)
+    start = next(i for i, (a, _) in enumerate(offsets) if a >= doc.index(canary))
+    end = next(i for i, (_, b) in enumerate(offsets) if b >= doc.index(canary) + len(canary)) + 1
+    return doc, ids, offsets, start, end
+
+
+def test_memorized_span_stands_out_and_gets_a_certificate(engine, document):
+    doc, ids, offsets, start, end = document
+    length = end - start
+    canary = span_at(doc, ids, offsets, start, end)
+    other = span_at(doc, ids, offsets, len(ids) - length, len(ids))  # the salad after the canary
+    hit, miss = screen_spans(engine, ids, [canary, other], ScreenConfig(context_tokens=16))
+    assert hit.greedy_match_rate >= 0.9 and hit.discoverable  # the first token may need a closer cue
+    assert hit.certificate_tokens is not None and hit.certificate_tokens <= 3
+    assert hit.certificate_start == start - hit.certificate_tokens
+    assert miss.greedy_match_rate < 0.6 and miss.certificate_tokens is None and not miss.discoverable
+    assert hit.mean_nll < miss.mean_nll
+    # the certificate, typed from the document's own text, really elicits the span by generation
+    prompt = doc[offsets[hit.certificate_start][0]:canary.char_start]
+    assert engine.verify(prompt, canary.target_ids).verified_generation
+
+
+def test_padded_batch_equals_unpadded_forwards(engine, document):
+    doc, ids, offsets, start, end = document
+    spans = [span_at(doc, ids, offsets, s, s + 8) for s in (2, 9, start)]  # different context lengths
+    got = screen_spans(engine, ids, spans, ScreenConfig(context_tokens=6, max_rows=5))
+    for span, result in zip(spans, got, strict=True):
+        context = ids[max(0, span.token_start - 6):span.token_start]
+        seq = torch.tensor([[*engine.template.prefix_ids, *context, *span.target_ids]])
+        logits = engine.logits(seq, keep=len(span.target_ids) + 1)[0, :-1]
+        gold = torch.tensor(span.target_ids)
+        assert result.greedy_match_rate == pytest.approx(float((logits.argmax(-1) == gold).float().mean()))
+        assert result.mean_nll == pytest.approx(float(F.cross_entropy(logits, gold)), abs=1e-4)
