@@ -60,6 +60,9 @@ def _span_fields() -> list[pa.Field]:
                "text[char_start:char_end]. Empty for a skipped null or empty document."),
         _field("target_tokens", pa.int32(), "Number of target token ids, |y| (token_end - token_start); "
                "0 for a skipped row."),
+        _field("target_ids", pa.list_(_field("item", pa.int32(), "A target token id.")), "The target token "
+               "ids as cut from the document's tokenization (what the prompt must make the model "
+               "generate); empty for a skipped row. Kept so evidence can be re-checked without the corpus."),
         _field("status", pa.string(), "One of memorized, not_memorized, screened_out (ruled out by the "
                "cheap screen, no search ran), skipped (not a valid target, see reason) or failed (an "
                "error, see reason; retried on resume)."),

@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 COLUMNS = {
     "doc_id": (pa.string(), False), "span_id": (pa.string(), False), "char_start": (pa.int64(), False),
     "char_end": (pa.int64(), False), "token_start": (pa.int64(), False), "token_end": (pa.int64(), False),
-    "text": (pa.string(), False), "target_tokens": (pa.int32(), False), "status": (pa.string(), False),
+    "text": (pa.string(), False), "target_tokens": (pa.int32(), False), "target_ids": (None, False),
+    "status": (pa.string(), False),
     "reason": (pa.string(), True), "acr": (pa.float64(), True), "memorized": (pa.bool_(), False),
     "prompt": (pa.string(), True), "prompt_ids": (None, True), "prompt_tokens": (pa.int32(), True),
     "tau": (pa.float64(), False), "thresholds": (None, False), "greedy_match_rate": (pa.float64(), True),

@@ -1,0 +1,398 @@
+"""The run directory: the state that makes a scan resumable and a relaunch of the same command idempotent.
+
+```
+run_dir/
+  run_config.json              configuration, its sha256, corpus fingerprint, shard size, package version
+  plan.json                    the shard plan, saved once and checked (never recomputed) on resume
+  results/part-00000.parquet   one file per finished shard, written atomically
+  done/00000                   completion marker, written only after the shard file is in place
+  logs/shard-00000.log         per-shard log (written by the caller)
+  stats/00000.json             per-shard stats, merged into stats.json
+```
+
+A shard counts as finished only when its done marker exists; everything else (a results file without a
+marker, stats of a killed shard, hidden `*.tmp` files) is ignored by readers, so a writer killed at any
+moment leaves a directory that a relaunch completes without duplicate rows. One driver per run
+directory at a time: `prepare` deletes temp files, which would break a second live writer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import secrets
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import BinaryIO
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from scanner import __version__
+from scanner.errors import InputError, require
+from scanner.schema import SCHEMA_VERSION, results_schema
+
+log = logging.getLogger(__name__)
+
+CONFIG_FILE = "run_config.json"
+PLAN_FILE = "plan.json"
+STATS_FILE = "stats.json"
+FOLDERS = ("results", "done", "logs", "stats")
+TMP_SUFFIX = ".tmp"
+FIX = "use a new --out or delete it"
+SHOWN_VALUE = 60  # characters of a changed value shown in the error; nested configs can be long
+
+
+def _fsync_dir(folder: Path) -> None:
+    # The rename is only durable once the directory entry is on disk; not every OS can open a folder.
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _temp_path(path: Path) -> Path:
+    # Hidden, in the same folder (os.replace must not cross file systems), unique per writer.
+    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}")
+
+
+def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
+    """Call `write(file)` on a temp file beside `path`, fsync it, rename it over `path`, fsync the folder.
+    Readers see the old file or the whole new one, never a part."""
+    path = Path(path)
+    tmp = _temp_path(path)
+    try:
+        with open(tmp, "xb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    _fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    atomic_write(path, lambda f: f.write(data))
+
+
+def atomic_write_json(path: str | Path, obj) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+        _fsync_dir(path.parent)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Documents [doc_start, doc_end) by global index in corpus order."""
+
+    shard: int
+    doc_start: int
+    doc_end: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.shard:05d}"
+
+    @property
+    def num_docs(self) -> int:
+        return self.doc_end - self.doc_start
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    shards: tuple[Shard, ...]
+
+    @classmethod
+    def make(cls, num_docs: int, docs_per_shard: int) -> Plan:
+        require(isinstance(docs_per_shard, int) and docs_per_shard >= 1,
+                f"docs_per_shard {docs_per_shard!r} must be a whole number >= 1; pass --docs-per-shard 1000")
+        if num_docs < 0:
+            raise ValueError(f"num_docs {num_docs} must be >= 0")
+        starts = range(0, num_docs, docs_per_shard)
+        return cls(shards=tuple(Shard(i, a, min(a + docs_per_shard, num_docs)) for i, a in enumerate(starts)))
+
+    @property
+    def num_docs(self) -> int:
+        return self.shards[-1].doc_end if self.shards else 0
+
+    def __len__(self) -> int:
+        return len(self.shards)
+
+    def __iter__(self) -> Iterator[Shard]:
+        return iter(self.shards)
+
+    def to_json(self) -> list[dict]:
+        return [{"shard": s.shard, "doc_start": s.doc_start, "doc_end": s.doc_end} for s in self.shards]
+
+    @classmethod
+    def from_json(cls, data, source: str = PLAN_FILE) -> Plan:
+        """Parse and check a saved plan: shards numbered 0..n-1 covering the documents without gap or overlap."""
+        try:
+            shards = tuple(Shard(int(d["shard"]), int(d["doc_start"]), int(d["doc_end"])) for d in data)
+        except (TypeError, KeyError, ValueError) as err:
+            raise InputError(f"{source} is not a shard plan ({err!r}); expected a list of "
+                             f'{{"shard", "doc_start", "doc_end"}}; the run directory is damaged, {FIX}') from err
+        end = 0
+        for i, shard in enumerate(shards):
+            require(shard.shard == i and shard.doc_start == end and shard.doc_end > shard.doc_start,
+                    f"{source}: shard entry {i} is {shard}, expected shard {i} starting at document {end}; "
+                    f"the run directory is damaged, {FIX}")
+            end = shard.doc_end
+        return cls(shards=shards)
+
+    def save(self, path: str | Path) -> None:
+        atomic_write_json(path, self.to_json())
+
+    @classmethod
+    def load(cls, path: str | Path) -> Plan:
+        return cls.from_json(_read_json(Path(path)), source=str(path))
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise InputError(f"cannot read {path} ({err}); the run directory is damaged, {FIX}") from err
+
+
+def config_hash(config: dict) -> str:
+    """sha256 of the canonical JSON of the configuration (sorted keys, so dict order does not matter)."""
+    try:
+        blob = json.dumps(config, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"the run configuration must be JSON-able (no live objects, no NaN): {err}") from err
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+_ABSENT = object()
+
+
+def _shown(value) -> str:
+    text = "<absent>" if value is _ABSENT else json.dumps(value, sort_keys=True)
+    return text if len(text) <= SHOWN_VALUE else text[:SHOWN_VALUE - 1] + "…"
+
+
+def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """'key old -> new' for each differing key; nested dicts by dotted path (search.top_k 64 -> 32)."""
+    changes = []
+    for key in sorted(set(old) | set(new), key=str):
+        before, after = old.get(key, _ABSENT), new.get(key, _ABSENT)
+        if isinstance(before, dict) and isinstance(after, dict):
+            changes += _changed_keys(before, after, f"{prefix}{key}.")
+        elif before != after:
+            changes.append(f"{prefix}{key} {_shown(before)} -> {_shown(after)}")
+    return changes
+
+
+def _config_problems(saved: dict, config: dict, fingerprint: str, docs_per_shard: int) -> tuple[str, str]:
+    """(what differs from the saved run, how to fix it); empty when the run can resume."""
+    problems = []
+    # A JSON round trip makes tuples lists, as they are in the saved copy.
+    old = {**saved.get("config", {}), "docs_per_shard": saved.get("docs_per_shard")}
+    new = {**json.loads(json.dumps(config)), "docs_per_shard": docs_per_shard}
+    if saved.get("config_hash") != config_hash(config) or old != new:
+        problems.append(f"was made with another configuration (changed: {', '.join(_changed_keys(old, new))})")
+    if saved.get("corpus_fingerprint") != fingerprint:
+        problems.append(f"was made from another corpus: the corpus changed (files added, removed or "
+                        f"rewritten; fingerprint {str(saved.get('corpus_fingerprint'))[:12]} -> "
+                        f"{fingerprint[:12]})")
+        return "; and ".join(problems), f"restore the original corpus files, {FIX}"
+    return "; and ".join(problems), FIX
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _add(total: dict, stats: dict) -> None:
+    """Sum numbers into `total`, nested dicts (such as status_counts) per key; other values are dropped."""
+    for key, value in stats.items():
+        if _is_number(value):
+            total[key] = total.get(key, 0) + value
+        elif isinstance(value, dict):
+            _add(total.setdefault(key, {}), value)
+
+
+def _eta(stats: dict, remaining: int, workers: int) -> tuple[float | None, float | None]:
+    """(spans per work second, seconds to finish the remaining shards); None where not yet known."""
+    seconds, done = stats.get("seconds", 0), stats["shards_done"]
+    spans = stats.get("spans", stats.get("rows"))
+    if not done or not seconds or spans is None:
+        return None, None
+    # Remaining shards are assumed as large as the finished ones on average.
+    return spans / seconds, remaining * (seconds / done) / workers
+
+
+class RunDir:
+    """Paths and operations on one run directory. Holds only its path, so it pickles to any worker."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def result_path(self, shard: int) -> Path:
+        return self.path / "results" / f"part-{shard:05d}.parquet"
+
+    def done_path(self, shard: int) -> Path:
+        return self.path / "done" / f"{shard:05d}"
+
+    def stats_path(self, shard: int) -> Path:
+        return self.path / "stats" / f"{shard:05d}.json"
+
+    def log_path(self, shard: int) -> Path:
+        return self.path / "logs" / f"shard-{shard:05d}.log"
+
+    def prepare(self, config: dict, corpus_fingerprint: str, num_docs: int, docs_per_shard: int) -> Plan:
+        """Create the directory, or check that it belongs to this configuration and corpus; return the plan."""
+        config_hash(config)  # a config that is not JSON-able fails before any folder is made
+        require(not self.path.is_file(), f"RUN_DIR '{self.path}' is a file; pass a folder path as --out")
+        for folder in FOLDERS:
+            (self.path / folder).mkdir(parents=True, exist_ok=True)
+        self._clean_temp_files()
+        if not (self.path / CONFIG_FILE).exists():
+            return self._create(config, corpus_fingerprint, num_docs, docs_per_shard)
+        return self._resume(config, corpus_fingerprint, num_docs, docs_per_shard)
+
+    def _clean_temp_files(self) -> None:
+        for folder in (self.path, *(self.path / name for name in FOLDERS if name != "logs")):
+            for tmp in folder.glob(f".*{TMP_SUFFIX}"):
+                log.info("removing %s, left by a writer that was stopped", tmp)
+                _remove(tmp)
+
+    def _create(self, config: dict, fingerprint: str, num_docs: int, docs_per_shard: int) -> Plan:
+        require(not self.done_shards(), f"RUN_DIR '{self.path}' has finished shards in done/ but no "
+                f"{CONFIG_FILE}; it is damaged or was not made by acr-scan; {FIX}")
+        plan = Plan.make(num_docs, docs_per_shard)
+        saved = {"config": config, "config_hash": config_hash(config), "corpus_fingerprint": fingerprint,
+                 "num_docs": num_docs, "docs_per_shard": docs_per_shard, "package_version": __version__,
+                 "schema_version": SCHEMA_VERSION, "created_at": datetime.now(UTC).isoformat()}
+        # The plan first: run_config.json is what makes the directory count as prepared.
+        plan.save(self.path / PLAN_FILE)
+        atomic_write_json(self.path / CONFIG_FILE, saved)
+        log.info("new run %s: %d documents in %d shards", self.path, num_docs, len(plan))
+        return plan
+
+    def _resume(self, config: dict, fingerprint: str, num_docs: int, docs_per_shard: int) -> Plan:
+        saved = _read_json(self.path / CONFIG_FILE)
+        require(isinstance(saved, dict), f"{self.path / CONFIG_FILE} is not a JSON object; the run "
+                f"directory is damaged, {FIX}")
+        problems, fix = _config_problems(saved, config, fingerprint, docs_per_shard)
+        require(not problems, f"RUN_DIR '{self.path}' {problems}; {fix}")
+        plan = Plan.load(self.path / PLAN_FILE)
+        require(plan.num_docs == num_docs, f"RUN_DIR '{self.path}': {PLAN_FILE} covers {plan.num_docs} "
+                f"documents but the corpus has {num_docs}; the corpus changed, {FIX}")
+        if saved.get("package_version") != __version__:
+            log.warning("run %s was started by acr-scanner %s, resuming with %s", self.path,
+                        saved.get("package_version"), __version__)
+        log.info("resuming run %s: %d of %d shards done", self.path, len(self.done_shards()), len(plan))
+        return plan
+
+    def load_plan(self) -> Plan:
+        require((self.path / PLAN_FILE).exists(), f"'{self.path}' is not a run directory (no {PLAN_FILE}); "
+                "pass the --out folder of a scan")
+        return Plan.load(self.path / PLAN_FILE)
+
+    def done_shards(self) -> list[int]:
+        folder = self.path / "done"
+        if not folder.is_dir():
+            return []
+        return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
+
+    def pending(self, plan: Plan) -> list[Shard]:
+        done = set(self.done_shards())
+        return sorted((s for s in plan if s.shard not in done), key=lambda s: s.shard)
+
+    def write_shard(self, shard: int, table: pa.Table, stats: dict) -> None:
+        """Commit one shard: stats, then the results file, then the done marker, each atomically.
+        Writing a shard again replaces it; a kill at any point leaves the shard pending or done."""
+        table = _checked_table(shard, table)
+        # Without the old marker, a kill mid-rewrite leaves the shard pending, not done with new rows.
+        _remove(self.done_path(shard))
+        atomic_write_json(self.stats_path(shard), stats)
+        atomic_write(self.result_path(shard), lambda f: pq.write_table(table, f))
+        marker = {"shard": shard, "rows": table.num_rows, "file": f"results/{self.result_path(shard).name}"}
+        atomic_write_json(self.done_path(shard), marker)
+        log.info("shard %05d done: %d rows", shard, table.num_rows)
+
+    def read_results(self, columns: list[str] | None = None) -> pa.Table:
+        """All finished shards in shard order. Schema metadata keeps provenance that every shard shares."""
+        schema = results_schema()
+        unknown = [c for c in columns or [] if c not in schema.names]
+        require(not unknown, f"columns {unknown} are not in the results; columns are "
+                f"[{', '.join(schema.names)}]")
+        tables = [self._read_shard(shard, columns) for shard in self.done_shards()]
+        if not tables:
+            empty = schema.empty_table()
+            return empty.select(columns) if columns is not None else empty
+        metadata = _shared_metadata([t.schema.metadata or {} for t in tables])
+        return pa.concat_tables([t.replace_schema_metadata(metadata) for t in tables])
+
+    def _read_shard(self, shard: int, columns: list[str] | None) -> pa.Table:
+        path = self.result_path(shard)
+        require(path.exists(), f"shard {shard:05d} is marked done but {path} is missing; delete "
+                f"{self.done_path(shard)} and relaunch to compute it again")
+        return pq.read_table(path, columns=columns)
+
+    def merge_stats(self) -> dict:
+        """Sum the stats of finished shards, write stats.json and return it."""
+        merged = self._merged_stats()
+        atomic_write_json(self.path / STATS_FILE, merged)
+        return merged
+
+    def _merged_stats(self) -> dict:
+        done = self.done_shards()
+        total: dict = {}
+        for shard in done:
+            path = self.stats_path(shard)
+            if path.exists():
+                _add(total, _read_json(path))
+            else:
+                log.warning("shard %05d is done but has no stats file %s", shard, path)
+        total["shards_done"] = len(done)
+        total["shards_total"] = len(self.load_plan())
+        return total
+
+    def status(self, workers: int = 1) -> dict:
+        """Progress from the stats of finished shards, without writing anything. `elapsed_s` is work
+        seconds summed over shards; the ETA divides the remaining work by `workers` running at once."""
+        require(workers >= 1, f"workers {workers} must be >= 1")
+        stats = self._merged_stats()
+        done, total = stats["shards_done"], stats["shards_total"]
+        throughput, eta = _eta(stats, total - done, workers)
+        return {"shards_done": done, "shards_total": total, "rows": stats.get("rows", 0),
+                "status_counts": stats.get("status_counts", {}), "elapsed_s": stats.get("seconds", 0),
+                "spans_per_s": throughput, "eta_s": eta}
+
+
+def _checked_table(shard: int, table: pa.Table) -> pa.Table:
+    if not isinstance(shard, int) or shard < 0:
+        raise ValueError(f"shard {shard!r} must be an int >= 0")
+    schema = results_schema()
+    if not table.schema.equals(schema, check_metadata=False):
+        diff = sorted(set(map(str, table.schema)) ^ set(map(str, schema)))
+        raise ValueError(f"shard {shard:05d}: the table does not have the results schema; differing "
+                         f"fields: {diff[:6]}")
+    shards = table.column("shard").unique().to_pylist()
+    if shards not in ([], [shard]):
+        raise ValueError(f"shard {shard:05d}: rows carry shard values {shards[:6]}, expected only {shard}")
+    # Field docs from the schema, provenance from the caller's table.
+    metadata = {**schema.metadata, **(table.schema.metadata or {})}
+    return pa.Table.from_arrays(table.columns, schema=schema.with_metadata(metadata))
+
+
+def _shared_metadata(metadatas: list[dict]) -> dict:
+    first = metadatas[0]
+    return {k: v for k, v in first.items() if all(m.get(k) == v for m in metadatas[1:])}

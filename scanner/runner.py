@@ -1,0 +1,132 @@
+"""process_shard: one shard of documents through spans -> screen -> search -> result rows.
+
+The same function runs in-process (local executor, tests) and, later, inside long-lived Ray actors.
+Each span's search seed is derived from (seed, span_id), so a span's result does not depend on which
+shard, worker or relaunch ran it: resumed and uninterrupted runs give equal tables.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import asdict, dataclass, field, replace
+
+from scanner.config import ModelConfig, PromptConfig, SearchConfig
+from scanner.engine.hf import HFEngine
+from scanner.errors import require
+from scanner.search.miniprompt import AcrResult, measure
+from scanner.stages.read import CorpusConfig, Document
+from scanner.stages.screen import ScreenConfig, Screened, screen_spans
+from scanner.stages.spans import Span, SpanConfig, make_spans, tokenize_document
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScanConfig:
+    corpus: CorpusConfig
+    model: ModelConfig
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    spans: SpanConfig = field(default_factory=SpanConfig)
+    screen: ScreenConfig = field(default_factory=ScreenConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    min_match_rate: float = 0.5  # screen: a span is a candidate at this greedy-match rate or with a certificate
+    max_candidates_per_doc: int | None = None
+    docs_per_shard: int = 8
+
+    def __post_init__(self) -> None:
+        require(0 <= self.min_match_rate <= 1, f"--min-match-rate {self.min_match_rate} must be in [0, 1]")
+        require(self.max_candidates_per_doc is None or self.max_candidates_per_doc >= 0,
+                f"--max-candidates-per-doc {self.max_candidates_per_doc} must be >= 0")
+        require(self.docs_per_shard >= 1, f"--docs-per-shard {self.docs_per_shard} must be >= 1")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def span_seed(seed: int, span_id: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}:{span_id}".encode()).digest()[:4], "big")
+
+
+def _base_row(span: Span, shard: int, tau: float) -> dict:
+    return {"doc_id": span.doc_id, "span_id": span.span_id, "char_start": span.char_start,
+            "char_end": span.char_end, "token_start": span.token_start, "token_end": span.token_end,
+            "text": span.text, "target_tokens": len(span.target_ids), "target_ids": list(span.target_ids),
+            "status": "skipped",
+            "reason": span.skip_reason, "acr": None, "memorized": False, "prompt": None, "prompt_ids": None,
+            "prompt_tokens": None, "tau": tau, "thresholds": [], "greedy_match_rate": None, "mean_nll": None,
+            "discoverable": None, "certificate_tokens": None, "certificate_prompt": None,
+            "verified_generation": False, "teacher_forced": None, "verify_engine": None, "min_margin": None,
+            "steps": 0, "forwards": 0, "screen_s": 0.0, "search_s": 0.0, "shard": shard}
+
+
+def _screened_row(row: dict, screened: Screened, certificate: str | None, seconds: float) -> dict:
+    return {**row, "status": "screened_out", "reason": None, "greedy_match_rate": screened.greedy_match_rate,
+            "mean_nll": screened.mean_nll, "discoverable": screened.discoverable,
+            "certificate_tokens": screened.certificate_tokens, "certificate_prompt": certificate,
+            "screen_s": seconds}
+
+
+def _searched_row(row: dict, result: AcrResult, seconds: float) -> dict:
+    flags = [{"name": k, "tau": v["tau"], "memorized": v["memorized"]} for k, v in result.thresholds.items()]
+    return {**row, "status": "memorized" if result.memorized else "not_memorized", "acr": result.acr,
+            "memorized": result.memorized, "prompt": result.prompt, "prompt_ids": result.prompt_ids,
+            "prompt_tokens": result.prompt_tokens, "thresholds": flags,
+            "verified_generation": result.verified_generation, "teacher_forced": result.teacher_forced,
+            "verify_engine": "hf", "min_margin": result.min_margin, "steps": result.steps,
+            "forwards": result.forwards, "search_s": seconds}
+
+
+def _is_candidate(screened: Screened, config: ScanConfig) -> bool:
+    return screened.certificate_tokens is not None or screened.greedy_match_rate >= config.min_match_rate
+
+
+def _search(engine: HFEngine, row: dict, span: Span, config: ScanConfig) -> dict:
+    start = time.perf_counter()
+    search = replace(config.search, seed=span_seed(config.search.seed, span.span_id))
+    try:
+        result = measure(engine, span.text, search, natural_prefix=row["certificate_prompt"],
+                         target_ids=span.target_ids)
+    except Exception as err:  # one bad span is a failed row, never a lost shard
+        log.exception("span %s failed", span.span_id)
+        return {**row, "status": "failed", "reason": f"{type(err).__name__}: {err}"[:500]}
+    return _searched_row(row, result, time.perf_counter() - start)
+
+
+def process_document(engine: HFEngine, doc: Document, config: ScanConfig, shard: int, tokenizer_id: str) -> list[dict]:
+    spans = make_spans(doc, engine.tokenizer, config.spans, tokenizer_id)
+    tau = config.search.tau
+    live = [s for s in spans if not s.skipped]
+    rows = {s.span_id: _base_row(s, shard, tau) for s in spans}
+    if not live:
+        return list(rows.values())
+    ids, offsets = tokenize_document(doc.text, engine.tokenizer)
+    for length in sorted({len(s.target_ids) for s in live}):
+        group = [s for s in live if len(s.target_ids) == length]
+        start = time.perf_counter()
+        results = screen_spans(engine, ids, group, config.screen)
+        each = (time.perf_counter() - start) / len(group)
+        for span, screened in zip(group, results, strict=True):
+            cert = None if screened.certificate_start is None else doc.text[offsets[screened.certificate_start][0]:span.char_start]
+            rows[span.span_id] = _screened_row(rows[span.span_id], screened, cert, each)
+    chosen = _choose(live, rows, config)
+    for span in chosen:
+        rows[span.span_id] = _search(engine, rows[span.span_id], span, config)
+    return [rows[s.span_id] for s in spans]
+
+
+def _choose(live: list[Span], rows: dict, config: ScanConfig) -> list[Span]:
+    """Candidates, best first (certificates, then greedy-match rate), capped per document."""
+    def key(span: Span):
+        row = rows[span.span_id]
+        return (row["certificate_tokens"] is None, -(row["greedy_match_rate"] or 0.0), span.token_start)
+
+    candidates = sorted((s for s in live if _is_candidate(_as_screened(rows[s.span_id]), config)), key=key)
+    if config.max_candidates_per_doc is not None:
+        candidates = candidates[: config.max_candidates_per_doc]
+    return sorted(candidates, key=lambda s: s.token_start)
+
+
+def _as_screened(row: dict) -> Screened:
+    return Screened(row["greedy_match_rate"], row["mean_nll"], row["discoverable"], row["certificate_tokens"], None)
