@@ -141,6 +141,122 @@ def emit_records(records, as_json: bool) -> None:
         click.echo(table.summary(done))
 
 
+def scan_options(f):
+    for option in reversed([
+        click.option("--out", "out", required=True, help="Run directory (created, or resumed when it exists)."),
+        click.option("--text-column", default="text", show_default=True),
+        click.option("--id-column", default=None, help="Default: id, else doc_id, else file:row."),
+        click.option("--keep-columns", default="", help="Comma-separated corpus columns carried through."),
+        click.option("--allow-duplicate-ids", is_flag=True),
+        click.option("--span-tokens", type=int, default=32, show_default=True),
+        click.option("--stride", type=int, default=None, help="Default: --span-tokens."),
+        click.option("--context-tokens", type=int, default=32, show_default=True,
+                     help="Preceding document tokens screened with each span (and the longest certificate)."),
+        click.option("--min-match-rate", type=float, default=0.5, show_default=True,
+                     help="Screen: spans below this greedy-match rate and without a certificate are not searched."),
+        click.option("--max-candidates-per-doc", type=int, default=None),
+        click.option("--docs-per-shard", type=int, default=8, show_default=True),
+    ]):
+        f = option(f)
+    return f
+
+
+def scan_config(o: dict, corpus: str):
+    from scanner.runner import ScanConfig
+    from scanner.stages.read import CorpusConfig
+    from scanner.stages.screen import ScreenConfig
+    from scanner.stages.spans import SpanConfig
+
+    keep = tuple(c for c in o["keep_columns"].split(",") if c)
+    return ScanConfig(
+        corpus=CorpusConfig(path=corpus, text_column=o["text_column"], id_column=o["id_column"],
+                            keep_columns=keep, allow_duplicate_ids=o["allow_duplicate_ids"]),
+        model=model_config(o), prompt=prompt_config(o), search=search_config(o),
+        spans=SpanConfig(span_tokens=o["span_tokens"], stride=o["stride"]),
+        screen=ScreenConfig(context_tokens=o["context_tokens"]), min_match_rate=o["min_match_rate"],
+        max_candidates_per_doc=o["max_candidates_per_doc"], docs_per_shard=o["docs_per_shard"])
+
+
+@cli.command("scan")
+@click.argument("corpus")
+@model_options
+@search_options
+@scan_options
+def scan_command(corpus, out, **options) -> None:
+    """Scan a Parquet CORPUS (file, directory or glob) span by span into the run directory --out."""
+    from scanner.progress import run_with_progress
+
+    stats = run_with_progress(scan_config(options, corpus), out)
+    click.echo(summary_line(stats, out))
+
+
+def summary_line(stats: dict, out: str) -> str:
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(stats.get("status_counts", {}).items()))
+    return (f"{stats.get('spans', 0)} spans in {stats.get('shards_done', 0)}/{stats.get('shards_total', 0)} "
+            f"shards ({counts}); results in {out}/results")
+
+
+@cli.command("status")
+@click.argument("run_dir")
+def status_command(run_dir) -> None:
+    """Shards done and total, rows by status, throughput, ETA."""
+    from scanner.rundir import RunDir
+
+    click.echo(json.dumps(RunDir(run_dir).status(), indent=1))
+
+
+@cli.command("export")
+@click.argument("run_dir")
+@click.option("--out", "out", required=True, help=".csv, .jsonl or .parquet (by extension).")
+@click.option("--tau", default="1", show_default=True, help="1, gzip, zlib, lzma, smaz or a number.")
+@click.option("--all", "all_rows", is_flag=True, help="Every row, not only the memorized spans.")
+def export_command(run_dir, out, tau, all_rows) -> None:
+    """The memorized spans with the prompts that reproduce them, as evidence."""
+    from scanner.export import export
+    from scanner.rundir import RunDir
+
+    count = export(RunDir(run_dir).read_results(), out, tau=tau, all_rows=all_rows)
+    click.echo(f"{count} rows written to {out}")
+
+
+@cli.command("report")
+@click.argument("run_dir")
+@click.option("--out", "out", required=True, help="The HTML file to write.")
+def report_command(run_dir, out) -> None:
+    """One self-contained HTML page: summary, ACR histogram, documents, top flagged spans."""
+    from scanner.report import write_report
+    from scanner.rundir import RunDir
+
+    run = RunDir(run_dir)
+    write_report(run.read_results(), run_summary(run), out)
+    click.echo(f"report written to {out}")
+
+
+def run_summary(run) -> dict:
+    config = json.loads((run.path / "run_config.json").read_text())
+    status = run.status()
+    return {"model": config["config"]["model"]["model"], "corpus": config["config"]["corpus"]["path"],
+            "shards": f"{status['shards_done']}/{status['shards_total']}", "spans": status["rows"],
+            **{f"{k} spans": v for k, v in sorted(status["status_counts"].items())},
+            "work time (s)": round(status["elapsed_s"] or 0.0, 1)}
+
+
+@cli.command("verify")
+@click.argument("run_dir")
+@click.option("--model", "model", default=None, help="Default: the run's model.")
+def verify_command(run_dir, model) -> None:
+    """Regenerate greedily from every flagged prompt; list any that no longer reproduce (exit 3 if any)."""
+    from scanner.verify import verify_run
+
+    failures, checked = verify_run(run_dir, model)
+    for row in failures:
+        click.echo(f"NOT REPRODUCED {row['doc_id']} {row['span_id']} tokens {row['token_start']}: "
+                   f"{row['matched']}/{row['target_tokens']} tokens matched; prompt {row['prompt']!r}")
+    click.echo(f"{checked - len(failures)}/{checked} flagged spans reproduce")
+    if failures:
+        sys.exit(3)
+
+
 @cli.command("demo")
 @click.option("--workdir", default=None, help="Where the tiny model is trained (default: a cache folder).")
 @click.option("--seed", type=int, default=0, show_default=True)

@@ -1,5 +1,6 @@
-"""`acr-scan demo`: the embedded default job. Trains the tiny model (about a minute on 2 cores, cached),
-then measures the planted canaries and unseen controls with the fast schedule."""
+"""`acr-scan demo`: the embedded default job. Trains the tiny model (about 20 s on 2 cores, cached),
+measures the planted canaries and unseen controls with the fast schedule, then scans a small Parquet
+corpus with the canaries hidden in unseen text and writes the report and the evidence export."""
 
 from __future__ import annotations
 
@@ -51,4 +52,54 @@ def run_demo(*, workdir: str | None, seed: int, as_json: bool, echo: Callable[[s
         for group in dict.fromkeys(t["group"] for t in targets):
             hits = [r for r in records if r["group"] == group]
             echo(f"  {group}: {sum(r['memorized'] for r in hits)}/{len(hits)} memorized")
+        scan_demo(where, model_dir, seed, echo)
     return records
+
+
+def scan_demo(where: Path, model_dir: Path, seed: int, echo: Callable[[str], None]) -> Path:
+    """The main job in miniature: corpus -> run directory -> report and evidence export."""
+    import shutil
+
+    from scanner.cli import run_summary, summary_line
+    from scanner.export import export
+    from scanner.report import write_report
+    from scanner.rundir import RunDir
+    from scanner.runner import ScanConfig
+    from scanner.scan import run_scan
+    from scanner.stages.read import CorpusConfig
+    from scanner.stages.screen import ScreenConfig
+    from scanner.stages.spans import SpanConfig
+
+    root = where / "demo-scan"
+    shutil.rmtree(root, ignore_errors=True)  # a demonstration starts clean; real runs resume instead
+    corpus = demo_corpus(root / "corpus.parquet", seed)
+    config = ScanConfig(corpus=CorpusConfig(path=str(corpus)), model=ModelConfig(model=str(model_dir), device="cpu"),
+                        spans=SpanConfig(span_tokens=12, stride=2), screen=ScreenConfig(context_tokens=16),
+                        search=SearchConfig(**{**CPU_SEARCH.__dict__, "seed": seed}), min_match_rate=0.95,
+                        docs_per_shard=3)
+    echo(f"\nscanning the demo corpus {corpus} ...")
+    stats = run_scan(config, str(root / "run"))
+    run = RunDir(root / "run")
+    table = run.read_results()
+    write_report(table, run_summary(run), root / "report.html")
+    count = export(table, root / "flagged.jsonl")
+    echo(summary_line(stats, str(root / "run")))
+    echo(f"{count} memorized spans with their prompts: {root / 'flagged.jsonl'}")
+    echo(f"report: {root / 'report.html'}")
+    return root
+
+
+def demo_corpus(path: str | Path, seed: int = 0) -> Path:
+    """A small Parquet corpus: the canaries planted once each inside unseen word salad, plus
+    documents of salad alone and one null document (a skipped row)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = random.Random(2000 + seed)
+    docs = [f"{salad(rng, 14)}\n{canary}\n{salad(rng, 10)}" for canary in CANARIES]
+    docs += [salad(rng, 24) for _ in range(2)] + [None]
+    table = pa.table({"id": [f"doc-{i}" for i in range(len(docs))], "text": docs})
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, out)
+    return out

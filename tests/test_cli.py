@@ -61,3 +61,7 @@ def test_demo_runs_the_embedded_default(tiny_dir):
     assert out.returncode == 0, out.stderr
     assert "canary: 4/4 memorized" in out.stdout
     assert "unseen text: 0/2 memorized" in out.stdout and "random string: 0/1 memorized" in out.stdout
+    scan = tiny_dir / "demo-scan"
+    assert "memorized spans with their prompts" in out.stdout and (scan / "report.html").is_file()
+    flagged = [json.loads(line) for line in (scan / "flagged.jsonl").read_text().splitlines()]
+    assert {r["doc_id"] for r in flagged} == {"doc-0", "doc-1", "doc-2", "doc-3"}

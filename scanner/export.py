@@ -1,0 +1,185 @@
+"""Flagged spans, with the prompts that reproduce them, as CSV, JSONL or Parquet: evidence others can re-check.
+
+`tau` picks which spans count as memorized:
+- "1": the run's own verdict (status == memorized, decided at the run's main τ);
+- a compressor name (gzip, zlib, lzma, smaz): the span's `thresholds` entry of that name says memorized,
+  i.e. ACR beats what that compressor achieves on the same text;
+- a number: ACR > number with a prompt verified by greedy generation.
+Without `all_rows` only those spans are written, with the columns a reader needs to re-check them and the
+threshold each one beat; with it every row and every column is written (the selection is ignored).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import BinaryIO
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from scanner.compression import METHODS
+from scanner.errors import require
+from scanner.rundir import atomic_write
+
+log = logging.getLogger(__name__)
+
+RUN_FLAG = "1"
+NAMED_TAUS = (RUN_FLAG, *METHODS)
+FORMATS = (".csv", ".jsonl", ".parquet")
+EVIDENCE_COLUMNS = (
+    "doc_id", "span_id", "char_start", "char_end", "token_start", "text", "prompt", "prompt_tokens",
+    "target_tokens", "acr", "verified_generation", "verify_engine", "min_margin", "certificate_tokens",
+)
+# Written beside the evidence when the table has them (tables of older runs may lack target_ids): the ids
+# let a reader re-check a span without the corpus or a tokenizer round trip.
+EXTRA_COLUMNS = ("token_end", "target_ids", "prompt_ids", "teacher_forced")
+# Needed to select, beyond the evidence itself.
+SELECT_COLUMNS = ("status", "tau", "thresholds")
+BATCH_ROWS = 4096  # rows turned into Python objects at a time for CSV / JSONL, to bound memory
+
+
+def parse_tau(tau: str) -> str | float:
+    """"1" or a compressor name as given; anything else must be a number > 0 and is returned as a float."""
+    text = str(tau).strip()
+    if text in NAMED_TAUS:
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    require(math.isfinite(value) and value > 0,
+            f"tau {tau!r} is not one of {', '.join(NAMED_TAUS)} or a number > 0; pass --tau 1 (the run's "
+            "verdict), a compressor name, or a number such as 2.5")
+    return value
+
+
+def check_columns(table: pa.Table, needed: tuple[str, ...]) -> None:
+    """InputError naming the missing columns: the table is not a results table (or a trimmed one)."""
+    missing = [name for name in needed if name not in table.column_names]
+    require(not missing, f"results table lacks column(s) {missing}; columns are {table.column_names}; "
+            "pass a results table written by acr-scan (scanner.schema.results_schema())")
+
+
+def _by_run_flag(table: pa.Table) -> tuple[pa.Table, pa.Array]:
+    picked = table.filter(pc.equal(table["status"], "memorized"))
+    return picked, picked["tau"].combine_chunks().cast(pa.float64())
+
+
+def _by_number(table: pa.Table, tau: float) -> tuple[pa.Table, pa.Array]:
+    # Same rule as acr.is_memorized: ACR strictly above τ and a prompt that greedy generation verified.
+    mask = pc.and_kleene(pc.greater(table["acr"], tau), table["verified_generation"])
+    mask = pc.and_kleene(mask, pc.is_valid(table["prompt"])).fill_null(False)
+    picked = table.filter(mask)
+    return picked, pa.array([tau] * picked.num_rows, pa.float64())
+
+
+def _by_named(table: pa.Table, name: str) -> tuple[pa.Table, pa.Array]:
+    # Flatten the list<struct> column once instead of walking every row in Python.
+    column = table["thresholds"].combine_chunks()
+    flat, parents = pc.list_flatten(column), pc.list_parent_indices(column)
+    named = pc.equal(pc.struct_field(flat, "name"), name)
+    if table.num_rows and not pc.any(named).as_py():
+        log.warning("no row has a %r threshold; did the run configure it? nothing selected", name)
+    hit = pc.and_kleene(named, pc.struct_field(flat, "memorized")).fill_null(False)
+    rows_hit, taus_hit = parents.filter(hit).to_pylist(), pc.struct_field(flat, "tau").filter(hit).to_pylist()
+    first: dict[int, float] = {}
+    for row, tau in zip(rows_hit, taus_hit, strict=True):
+        first.setdefault(row, tau)  # a repeated name in one row: the first entry decides
+    rows = sorted(first)
+    return table.take(pa.array(rows, pa.int64())), pa.array([first[r] for r in rows], pa.float64())
+
+
+def _evidence_columns(table: pa.Table) -> list[str]:
+    return list(EVIDENCE_COLUMNS) + [name for name in EXTRA_COLUMNS if name in table.column_names]
+
+
+def select_rows(table: pa.Table, tau: str = RUN_FLAG, all_rows: bool = False) -> pa.Table:
+    """The rows to export. Without `all_rows`: the spans memorized at `tau` (see the module docstring), with
+    EVIDENCE_COLUMNS, the EXTRA_COLUMNS present, `threshold_name` and `threshold` (the τ each span beat).
+    With it: the whole table, unchanged. `tau` is validated either way."""
+    kind = parse_tau(tau)
+    if all_rows:
+        return table
+    check_columns(table, EVIDENCE_COLUMNS + SELECT_COLUMNS)
+    if kind == RUN_FLAG:
+        picked, threshold, name = *_by_run_flag(table), "tau"
+    elif isinstance(kind, float):
+        picked, threshold, name = *_by_number(table, kind), f"{kind:g}"
+    else:
+        picked, threshold, name = *_by_named(table, kind), kind
+    evidence = picked.select(_evidence_columns(table))
+    evidence = evidence.append_column("threshold_name", pa.array([name] * picked.num_rows, pa.string()))
+    evidence = evidence.append_column("threshold", threshold)
+    log.info("selected %d of %d rows at tau %s", evidence.num_rows, table.num_rows, tau)
+    return evidence
+
+
+def _format(out: Path) -> str:
+    suffix = out.suffix.lower()
+    require(suffix in FORMATS, f"output {str(out)!r} has extension {suffix or '(none)'!r}; expected one of "
+            f"{', '.join(FORMATS)}; name the file e.g. flagged.csv, flagged.jsonl or flagged.parquet")
+    return suffix
+
+
+def _json_safe(value):
+    # JSON has no NaN or Infinity and strict readers (jq, browsers) reject them: write null instead.
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _dumps(value) -> str:
+    return json.dumps(_json_safe(value), ensure_ascii=False)
+
+
+def _csv_schema(table: pa.Table) -> pa.Schema:
+    # CSV cells are flat: list and struct columns travel as JSON strings.
+    return pa.schema([pa.field(f.name, pa.string() if pa.types.is_nested(f.type) else f.type)
+                      for f in table.schema])
+
+
+def _csv_column(column: pa.Array) -> pa.Array:
+    if not pa.types.is_nested(column.type):
+        return column
+    return pa.array([None if v is None else _dumps(v) for v in column.to_pylist()], pa.string())
+
+
+def _write_csv(table: pa.Table, f: BinaryIO) -> None:
+    schema = _csv_schema(table)
+    with pacsv.CSVWriter(f, schema) as writer:
+        for batch in table.to_batches(max_chunksize=BATCH_ROWS):
+            columns = [_csv_column(column) for column in batch.columns]
+            writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=schema))
+
+
+def _write_jsonl(table: pa.Table, f: BinaryIO) -> None:
+    for batch in table.to_batches(max_chunksize=BATCH_ROWS):
+        lines = "".join(_dumps(row) + "\n" for row in batch.to_pylist())
+        f.write(lines.encode("utf-8"))
+
+
+def _write_parquet(table: pa.Table, f: BinaryIO) -> None:
+    pq.write_table(table, f)
+
+
+WRITERS = {".csv": _write_csv, ".jsonl": _write_jsonl, ".parquet": _write_parquet}
+
+
+def export(table: pa.Table, out: str | Path, tau: str = RUN_FLAG, all_rows: bool = False) -> int:
+    """Write the selected rows (see select_rows) to `out`, formatted by its extension; returns rows written."""
+    out = Path(out)
+    writer = WRITERS[_format(out)]
+    rows = select_rows(table, tau, all_rows)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(out, lambda f: writer(rows, f))
+    log.info("wrote %d rows to %s", rows.num_rows, out)
+    return rows.num_rows

@@ -1,0 +1,320 @@
+"""One self-contained HTML page about a scan: run summary, ACR histogram, per-document table, top flagged spans.
+
+The page has inline CSS and an inline SVG plot and needs no JavaScript or network, so it can be mailed or
+attached to a filing as one file. Corpus text, prompts and document ids are untrusted input: every one goes
+through html.escape, so a document holding markup shows as text and never runs.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from scanner.export import check_columns
+from scanner.rundir import atomic_write_bytes
+from scanner.schema import STATUSES
+
+log = logging.getLogger(__name__)
+
+SEARCHED = ("memorized", "not_memorized")
+TAU_LINE = 1.0  # the paper's threshold; drawn even when a run used another main τ, as the reference
+TOP_SPANS = 50
+MAX_DOCUMENTS = 200  # a corpus of thousands of documents would bury the ones that matter
+MAX_BINS = 40
+NEEDED = ("doc_id", "span_id", "char_start", "char_end", "token_start", "token_end", "text", "status",
+          "acr", "prompt", "prompt_tokens", "target_tokens", "verify_engine", "min_margin")
+
+
+def longest_run(flags: Iterable[bool]) -> int:
+    """Length of the longest stretch of consecutive true values."""
+    best = current = 0
+    for flag in flags:
+        current = current + 1 if flag else 0
+        best = max(best, current)
+    return best
+
+
+@dataclass(frozen=True)
+class DocStats:
+    doc_id: str
+    spans: int
+    memorized: int
+    longest_run: int  # consecutive memorized spans, in token_start order
+    top_acr: float | None  # highest ACR of a searched span; None when no span was searched
+
+    @property
+    def share(self) -> float:
+        return self.memorized / self.spans if self.spans else 0.0
+
+
+def document_stats(table: pa.Table) -> list[DocStats]:
+    """Per document, in order of first appearance. Rows are re-sorted by token_start within a document
+    because shards of one document may arrive in any order."""
+    cols = table.select(["doc_id", "token_start", "status", "acr"]).to_pydict()
+    groups: dict[str, list[tuple[int, bool, float | None]]] = {}
+    for doc, start, status, acr in zip(cols["doc_id"], cols["token_start"], cols["status"], cols["acr"],
+                                       strict=True):
+        searched_acr = acr if status in SEARCHED else None
+        groups.setdefault(doc, []).append((start, status == "memorized", searched_acr))
+    stats = []
+    for doc, rows in groups.items():
+        rows.sort(key=lambda r: r[0])
+        acrs = [r[2] for r in rows if r[2] is not None and math.isfinite(r[2])]
+        stats.append(DocStats(doc_id=doc, spans=len(rows), memorized=sum(r[1] for r in rows),
+                              longest_run=longest_run(r[1] for r in rows), top_acr=max(acrs, default=None)))
+    return stats
+
+
+@dataclass(frozen=True)
+class Histogram:
+    edges: list[float]  # len(bins) + 1, from 0
+    memorized: list[int]
+    not_memorized: list[int]
+
+
+def _nice_step(span: float, max_steps: int) -> float:
+    # The smallest of 1, 2, 2.5, 5 times a power of ten that cuts `span` into at most `max_steps` pieces;
+    # these steps put τ = 1 on a bin edge whenever the bins are narrower than 1.
+    power = 10.0 ** math.floor(math.log10(span / max_steps))
+    return next(m * power for m in (1, 2, 2.5, 5, 10) if span / (m * power) <= max_steps)
+
+
+def histogram(values: Iterable[tuple[float, bool]], max_bins: int = MAX_BINS) -> Histogram | None:
+    """Bins from 0 over (acr, memorized) pairs, at least up to 2 so τ = 1 is never at the edge; None when
+    there is no finite value."""
+    pairs = [(max(v, 0.0), m) for v, m in values if v is not None and math.isfinite(v)]
+    if not pairs:
+        return None
+    top = max(2.0, max(v for v, _ in pairs))
+    step = _nice_step(top, max_bins)
+    bins = max(1, math.ceil(top / step - 1e-9))
+    counts = {True: [0] * bins, False: [0] * bins}
+    for value, memorized in pairs:
+        # The epsilon keeps 0.3 / 0.1 = 2.999… in the bin that starts at 0.3.
+        counts[memorized][min(int(value / step + 1e-9), bins - 1)] += 1
+    return Histogram(edges=[i * step for i in range(bins + 1)], memorized=counts[True],
+                     not_memorized=counts[False])
+
+
+def _e(value) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _num(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.1f}" if abs(value) >= 1000 else f"{value:.4g}"
+    return str(value)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{_num(n)} {noun}{'' if n == 1 else 's'}"
+
+
+def _value(value) -> str:
+    """A summary value as escaped HTML; mappings and lists flattened to one line."""
+    if isinstance(value, dict):
+        return ", ".join(f"{_e(k)}: {_value(v)}" for k, v in value.items()) or "–"
+    if isinstance(value, list | tuple):
+        return ", ".join(_value(v) for v in value) or "–"
+    return _e(_num(value))
+
+
+def _status_counts(table: pa.Table) -> dict[str, int]:
+    counts = {s: 0 for s in STATUSES}
+    for item in pc.value_counts(table["status"]).to_pylist():
+        counts[item["values"]] = item["counts"]
+    return counts
+
+
+def _summary_html(table: pa.Table, summary: dict) -> str:
+    counts = _status_counts(table)
+    docs = pc.count_distinct(table["doc_id"]).as_py() if table.num_rows else 0
+    facts = ", ".join(f"{_num(n)} {_e(s.replace('_', ' '))}" for s, n in counts.items() if n)
+    items = "".join(f"<dt>{_e(k)}</dt><dd>{_value(v)}</dd>" for k, v in summary.items())
+    listing = f'<dl class="summary">{items}</dl>' if items else '<p class="meta">No run summary given.</p>'
+    return (f'<p class="facts">This table: {_count(table.num_rows, "span")} in {_count(docs, "document")}'
+            f"{': ' + facts if facts else ''}.</p>\n<h2>Run</h2>\n{listing}")
+
+
+SVG_W, SVG_H, LEFT, RIGHT, TOP, BOTTOM = 1000, 280, 52, 16, 24, 42
+COLORS = {"memorized": "#d9480f", "not_memorized": "#8fa3bf"}
+
+
+def _x(value: float, top: float) -> float:
+    return LEFT + value / top * (SVG_W - LEFT - RIGHT)
+
+
+def _y(count: float, ymax: float) -> float:
+    return SVG_H - BOTTOM - count / ymax * (SVG_H - TOP - BOTTOM)
+
+
+def _bars(h: Histogram, ymax: float) -> list[str]:
+    top, out = h.edges[-1], []
+    for i, (lo, hi) in enumerate(zip(h.edges, h.edges[1:], strict=False)):
+        x, width = _x(lo, top) + 0.5, max(_x(hi, top) - _x(lo, top) - 1, 0.5)
+        base = 0
+        for status, n in (("not_memorized", h.not_memorized[i]), ("memorized", h.memorized[i])):
+            if n:
+                y0, y1 = _y(base, ymax), _y(base + n, ymax)
+                out.append(f'<rect x="{x:.1f}" y="{y1:.1f}" width="{width:.1f}" height="{y0 - y1:.1f}" '
+                           f'fill="{COLORS[status]}"><title>ACR {lo:g}–{hi:g}: {n} '
+                           f'{status.replace("_", " ")}</title></rect>')
+            base += n
+    return out
+
+
+def _axes(h: Histogram, ymax: int) -> list[str]:
+    top, bottom = h.edges[-1], SVG_H - BOTTOM
+    out = [f'<line x1="{LEFT}" y1="{bottom}" x2="{SVG_W - RIGHT}" y2="{bottom}" class="axis"/>']
+    for count in sorted({0, ymax // 2, ymax}):
+        y = _y(count, ymax)
+        out.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{SVG_W - RIGHT}" y2="{y:.1f}" class="grid"/>'
+                   f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{count}</text>')
+    step = _nice_step(top, 10)
+    for i in range(int(top / step + 1e-9) + 1):
+        x = _x(i * step, top)
+        out.append(f'<line x1="{x:.1f}" y1="{bottom}" x2="{x:.1f}" y2="{bottom + 4}" class="axis"/>'
+                   f'<text x="{x:.1f}" y="{bottom + 17}" text-anchor="middle">{i * step:g}</text>')
+    tau = _x(TAU_LINE, top)
+    out.append(f'<line x1="{tau:.1f}" y1="{TOP - 6}" x2="{tau:.1f}" y2="{bottom}" class="tau"/>'
+               f'<text x="{tau + 4:.1f}" y="{TOP + 2}" class="tau-label">τ = {TAU_LINE:g}</text>')
+    out.append(f'<text x="{(LEFT + SVG_W - RIGHT) / 2}" y="{SVG_H - 6}" text-anchor="middle">ACR</text>'
+               f'<text transform="translate(14 {(TOP + bottom) / 2}) rotate(-90)" '
+               'text-anchor="middle">spans</text>')
+    return out
+
+
+def _histogram_html(table: pa.Table) -> str:
+    cols = table.select(["status", "acr"]).to_pydict()
+    h = histogram((a, s == "memorized") for s, a in zip(cols["status"], cols["acr"], strict=True)
+                  if s in SEARCHED)
+    if h is None:
+        return '<p class="meta">No searched spans (memorized or not memorized) to plot.</p>'
+    peak = max(m + n for m, n in zip(h.memorized, h.not_memorized, strict=True))
+    ymax = max(2, peak + peak % 2)  # even, so the middle grid line has a whole count
+    parts = _bars(h, ymax) + _axes(h, ymax)
+    legend = "".join(f'<span><i style="background:{c}"></i>{s.replace("_", " ")}</span>'
+                     for s, c in COLORS.items())
+    return (f'<svg class="hist" viewBox="0 0 {SVG_W} {SVG_H}" width="{SVG_W}" height="{SVG_H}" role="img" '
+            f'aria-label="Histogram of ACR over searched spans" xmlns="http://www.w3.org/2000/svg">'
+            f'<title>ACR of searched spans</title>{"".join(parts)}</svg>\n<p class="legend">{legend}</p>')
+
+
+def _share_cell(share: float) -> str:
+    return (f'<td class="num">{share:.0%} <span class="track"><span class="fill" '
+            f'style="width:{share * 100:.0f}%"></span></span></td>')
+
+
+def _documents_html(stats: list[DocStats]) -> str:
+    if not stats:
+        return '<p class="meta">No rows.</p>'
+    ranked = sorted(stats, key=lambda d: (-d.memorized, -(d.top_acr if d.top_acr is not None else -1)))
+    shown = ranked[:MAX_DOCUMENTS]
+    rows = "".join(f'<tr><td class="doc">{_e(d.doc_id)}</td><td class="num">{_num(d.spans)}</td>'
+                   f'<td class="num">{_num(d.memorized)}</td>{_share_cell(d.share)}'
+                   f'<td class="num">{_num(d.longest_run)}</td><td class="num">{_num(d.top_acr)}</td></tr>'
+                   for d in shown)
+    note = (f"{_count(len(stats), 'document')}, most memorized spans first"
+            + (f"; the first {_num(len(shown))} shown" if len(shown) < len(stats) else ""))
+    return (f'<p class="meta">{note}.</p><table><thead><tr><th>document</th><th class="num">spans</th>'
+            '<th class="num">memorized</th><th class="num">memorized share</th>'
+            '<th class="num">longest run</th><th class="num">top ACR</th></tr></thead>'
+            f"<tbody>{rows}</tbody></table>")
+
+
+def top_spans(table: pa.Table, limit: int = TOP_SPANS) -> list[dict]:
+    """Memorized spans, highest ACR first (ties in table order), at most `limit`."""
+    flagged = table.filter(pc.equal(table["status"], "memorized")).select(list(NEEDED))
+    order = pc.sort_indices(flagged, sort_keys=[("acr", "descending")])  # nulls last by default
+    return flagged.take(order[:limit]).to_pylist()
+
+
+def _prompt_html(row: dict) -> str:
+    if row["prompt"] is None:
+        return '<p class="meta">No prompt recorded.</p>'
+    if row["prompt"] == "":
+        return '<p class="meta">Empty prompt: the fixed template alone elicits the span.</p>'
+    return f"<pre>{_e(row['prompt'])}</pre>"
+
+
+def _span_html(rank: int, row: dict) -> str:
+    engine = f", verified by {_e(row['verify_engine'])}" if row["verify_engine"] else ""
+    margin = f", min margin {_num(row['min_margin'])}" if row["min_margin"] is not None else ""
+    return (f'<section class="span"><h3>#{rank} · ACR {_num(row["acr"])} · {_e(row["doc_id"])}</h3>'
+            f'<p class="meta">characters {_num(row["char_start"])}–{_num(row["char_end"])}, tokens '
+            f'{_num(row["token_start"])}–{_num(row["token_end"])}; prompt {_num(row["prompt_tokens"])} '
+            f'tokens for {_num(row["target_tokens"])} target tokens{engine}{margin}; span '
+            f'<code>{_e(row["span_id"])}</code></p><h4>prompt</h4>{_prompt_html(row)}'
+            f"<h4>text</h4><pre>{_e(row['text'])}</pre></section>")
+
+
+def _spans_html(table: pa.Table) -> str:
+    rows = top_spans(table)
+    if not rows:
+        return '<p class="meta">No span was flagged as memorized.</p>'
+    total = pc.sum(pc.equal(table["status"], "memorized")).as_py() or 0
+    note = f"{_num(len(rows))} of {_num(total)} memorized spans, highest ACR first."
+    return f'<p class="meta">{note}</p>' + "\n".join(_span_html(i, r) for i, r in enumerate(rows, 1))
+
+
+CSS = """
+body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1f2328;max-width:1100px;
+ margin:24px auto;padding:0 20px;background:#fff}
+h1{font-size:1.6em;margin:0 0 4px}h2{font-size:1.2em;border-bottom:1px solid #d0d7de;padding-bottom:4px;
+ margin-top:32px}h3{font-size:1em;margin:0 0 2px;overflow-wrap:anywhere}h4{font-size:.85em;margin:8px 0 0;
+ color:#57606a;text-transform:uppercase;letter-spacing:.04em}
+.facts,.meta{color:#57606a}.meta{font-size:13px;margin:4px 0}
+dl.summary{display:grid;grid-template-columns:max-content 1fr;gap:4px 18px}dt{font-weight:600}dd{margin:0;
+ overflow-wrap:anywhere}
+table{border-collapse:collapse;width:100%;font-size:14px}th,td{border-bottom:1px solid #e5e7eb;
+ padding:4px 8px;text-align:left;vertical-align:top}th{background:#f6f8fa}
+.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}td.doc{overflow-wrap:anywhere}
+.track{display:inline-block;width:70px;height:8px;background:#eaeef2;border-radius:4px;margin-left:6px;
+ vertical-align:middle;overflow:hidden}.fill{display:block;height:100%;background:#d9480f}
+svg.hist{max-width:100%;height:auto;font:12px system-ui,sans-serif;fill:#57606a}
+svg .axis{stroke:#57606a}svg .grid{stroke:#eaeef2}svg .tau{stroke:#1f2328;stroke-dasharray:5 4}
+svg .tau-label{fill:#1f2328;font-weight:600}
+.legend span{margin-right:16px;font-size:13px}.legend i{display:inline-block;width:10px;height:10px;
+ margin-right:5px;border-radius:2px}
+.span{border:1px solid #d0d7de;border-radius:8px;padding:10px 14px;margin:12px 0}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f6f8fa;border:1px solid #d0d7de;border-radius:6px;
+ padding:8px 10px;margin:4px 0;max-height:18em;overflow:auto;font:13px/1.4 ui-monospace,Menlo,Consolas,monospace}
+code{font:12px ui-monospace,Menlo,Consolas,monospace}
+"""
+
+
+def render_report(table: pa.Table, summary: dict) -> str:
+    """The whole page. `summary` is shown as given (any keys; nested dicts and lists on one line)."""
+    check_columns(table, NEEDED)
+    model = summary.get("model")
+    title = f"ACR scan report · {model}" if model else "ACR scan report"
+    body = (f"<h1>{_e(title)}</h1>\n{_summary_html(table, summary)}\n"
+            f"<h2>ACR of searched spans</h2>\n{_histogram_html(table)}\n"
+            f"<h2>Documents</h2>\n{_documents_html(document_stats(table))}\n"
+            f"<h2>Top flagged spans</h2>\n{_spans_html(table)}\n")
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{_e(title)}</title><style>{CSS}</style></head>\n<body>\n{body}</body></html>\n")
+
+
+def write_report(table: pa.Table, summary: dict, out: str | Path) -> Path:
+    """Render and write the page atomically (a failed write leaves no half page); returns the path."""
+    out = Path(out)
+    page = render_report(table, summary)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out, page.encode("utf-8"))
+    log.info("wrote report of %d rows to %s", table.num_rows, out)
+    return out

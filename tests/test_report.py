@@ -1,0 +1,204 @@
+"""HTML report: untrusted text is escaped everywhere, per-document figures on a crafted table, the histogram,
+and pages for tables with nothing searched or nothing at all."""
+
+from __future__ import annotations
+
+import html
+import re
+from html.parser import HTMLParser
+
+import pyarrow as pa
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scanner.errors import InputError
+from scanner.report import (
+    MAX_BINS,
+    DocStats,
+    document_stats,
+    histogram,
+    longest_run,
+    render_report,
+    top_spans,
+    write_report,
+)
+from scanner.schema import results_schema
+
+EVIL = "<script>alert(1)</script>"
+SUMMARY = {"model": "tiny-llama", "corpus": "books.parquet", "spans": 9, "shards": 2,
+           "rows by status": {"memorized": 3, "not_memorized": 2}, "memorized": 3, "average ACR": 1.4567,
+           "wall time (s)": 1234.5}
+
+
+def make_row(doc_id: str, index: int, status: str = "not_memorized", **values) -> dict:
+    """A complete results row; `values` override the defaults."""
+    searched = status in ("memorized", "not_memorized")
+    row = {
+        "doc_id": doc_id, "span_id": f"{index:016x}", "char_start": 100 * index,
+        "char_end": 100 * index + 90, "token_start": 32 * index, "token_end": 32 * index + 32,
+        "text": f"text of {doc_id} span {index}", "target_tokens": 32,
+        "target_ids": list(range(32)), "status": status, "reason": None,
+        "acr": 0.2 if searched else None, "memorized": status == "memorized",
+        "prompt": "a prompt" if status == "memorized" else None, "prompt_ids": None,
+        "prompt_tokens": 2 if status == "memorized" else None, "tau": 1.0,
+        "thresholds": [{"name": "tau", "tau": 1.0, "memorized": status == "memorized"}] if searched else [],
+        "greedy_match_rate": 0.25, "mean_nll": 2.5, "discoverable": None, "certificate_tokens": None,
+        "certificate_prompt": None, "verified_generation": status == "memorized", "teacher_forced": None,
+        "verify_engine": "hf" if status == "memorized" else None, "min_margin": None,
+        "steps": 100 if searched else 0, "forwards": 500, "screen_s": 0.01, "search_s": 1.0, "shard": 0,
+    }
+    row.update(values)
+    return row
+
+
+def table_of(rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=results_schema())
+
+
+def crafted() -> pa.Table:
+    """Doc "x": memorized at token order 1, 2, 4, 5, 6 (a run of 3); rows stored out of order on purpose.
+    Doc "y": one not memorized, one screened out. Doc "z": only skipped."""
+    pattern = {0: "not_memorized", 1: "memorized", 2: "memorized", 3: "not_memorized", 4: "memorized",
+               5: "memorized", 6: "memorized", 7: "screened_out"}
+    x = [make_row("x", i, status, acr=(2.0 + i if status == "memorized" else 0.5 if status != "screened_out"
+                                        else None)) for i, status in pattern.items()]
+    x = x[4:] + x[:4]  # shards of one document may land in any order
+    return table_of(x + [make_row("y", 0, acr=0.9), make_row("y", 1, "screened_out"),
+                         make_row("z", 0, "skipped", reason="too short", text="", target_tokens=0)])
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    ([], 0), ([False], 0), ([True], 1), ([True, True, False, True], 2), ([False, True, True, True], 3),
+])
+def test_longest_run(flags, expected):
+    assert longest_run(flags) == expected
+
+
+@given(st.lists(st.booleans()))
+def test_longest_run_matches_the_longest_block_of_ones(flags):
+    text = "".join("1" if f else "0" for f in flags)
+    assert longest_run(flags) == max((len(block) for block in text.split("0")), default=0)
+
+
+def test_document_stats_on_a_crafted_table():
+    stats = {d.doc_id: d for d in document_stats(crafted())}
+    assert stats["x"] == DocStats(doc_id="x", spans=8, memorized=5, longest_run=3, top_acr=8.0)
+    assert stats["x"].share == 5 / 8
+    assert stats["y"] == DocStats(doc_id="y", spans=2, memorized=0, longest_run=0, top_acr=0.9)
+    assert stats["z"] == DocStats(doc_id="z", spans=1, memorized=0, longest_run=0, top_acr=None)
+
+
+def cells(page: str) -> list[list[str]]:
+    """The document table's rows as lists of cell texts."""
+    class Cells(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.rows, self.cell = [], None
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "tr":
+                self.rows.append([])
+            elif tag == "td":
+                self.cell = ""
+
+        def handle_data(self, data):
+            if self.cell is not None:
+                self.cell += data
+
+        def handle_endtag(self, tag):
+            if tag == "td":
+                self.rows[-1].append(self.cell.strip())
+                self.cell = None
+
+    parser = Cells()
+    parser.feed(page)
+    return [row for row in parser.rows if row]
+
+
+def test_page_shows_the_per_document_figures():
+    page = render_report(crafted(), SUMMARY)
+    assert cells(page) == [["x", "8", "5", "62%", "3", "8"], ["y", "2", "0", "0%", "0", "0.9"],
+                           ["z", "1", "0", "0%", "0", "–"]]
+
+
+def test_summary_keys_and_values_are_listed():
+    page = render_report(crafted(), SUMMARY)
+    for key in ("model", "corpus", "rows by status", "wall time (s)"):
+        assert f"<dt>{key}</dt>" in page
+    assert "<dd>tiny-llama</dd>" in page and "memorized: 3, not_memorized: 2" in page
+    assert "<dd>1.457</dd>" in page and "<dd>1,234.5</dd>" in page
+    assert "<title>ACR scan report · tiny-llama</title>" in page
+
+
+def test_histogram_is_inline_svg_with_a_tau_line():
+    page = render_report(crafted(), SUMMARY)
+    svg = re.search(r"<svg.*?</svg>", page, re.S).group(0)
+    assert svg.count("<rect") >= 2 and 'class="tau"' in svg and "τ = 1" in svg
+    assert "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "<script" not in page and "<link" not in page and "src=" not in page
+
+
+def test_histogram_bins():
+    h = histogram([(0.3, False), (1.0, False), (1.5, True), (6.0, True), (None, False), (float("inf"), True)])
+    assert h.edges[0] == 0 and h.edges[-1] >= 6.0 and len(h.edges) - 1 <= MAX_BINS
+    assert sum(h.memorized) == 2 and sum(h.not_memorized) == 2
+    step = h.edges[1]
+    assert 1.0 in h.edges  # τ = 1 falls on an edge, so no bar straddles it
+    assert h.not_memorized[round(0.3 / step)] == 1 and h.memorized[-1] == 1
+    assert histogram([]) is None and histogram([(None, True)]) is None
+
+
+def test_top_spans_highest_acr_first_and_capped():
+    rows = [make_row("d", i, "memorized", acr=float(i % 7) + 1.5) for i in range(60)]
+    top = top_spans(table_of(rows))
+    assert len(top) == 50
+    assert [r["acr"] for r in top] == sorted((r["acr"] for r in rows), reverse=True)[:50]
+
+
+def evil_table() -> pa.Table:
+    return table_of([
+        make_row(EVIL, 0, "memorized", text=f"before {EVIL} after", prompt=f"say {EVIL}", acr=16.0),
+        make_row(EVIL, 1, "not_memorized", text=EVIL),
+        make_row("plain & simple", 0, "memorized", prompt="", prompt_tokens=0, acr=32.0),
+    ])
+
+
+def test_script_in_text_prompt_and_doc_id_is_escaped():
+    page = render_report(evil_table(), {"model": EVIL, "corpus": {"path": EVIL}})
+    assert "<script" not in page.lower()
+    escaped = html.escape(EVIL)
+    assert f"<pre>before {escaped} after</pre>" in page
+    assert f"<pre>say {escaped}</pre>" in page
+    assert f'<td class="doc">{escaped}</td>' in page
+    assert page.count(escaped) >= 6  # title, summary twice, heading, table, text, prompt
+    assert "plain &amp; simple" in page and "Empty prompt" in page
+
+
+def test_empty_table_still_renders():
+    page = render_report(table_of([]), {})
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert "No searched spans" in page and "No rows" in page and "No span was flagged" in page
+    assert "No run summary given" in page and "<svg" not in page
+
+
+def test_table_without_searched_spans_still_renders():
+    rows = [make_row("a", 0, "screened_out"), make_row("a", 1, "skipped", reason="too short"),
+            make_row("a", 2, "failed", reason="boom")]
+    page = render_report(table_of(rows), SUMMARY)
+    assert "No searched spans" in page and cells(page) == [["a", "3", "0", "0%", "0", "–"]]
+    assert "1 screened out, 1 skipped, 1 failed" in page
+
+
+def test_missing_column_is_a_user_error():
+    with pytest.raises(InputError, match="prompt_tokens"):
+        render_report(crafted().drop_columns(["prompt_tokens"]), SUMMARY)
+
+
+def test_write_report_is_atomic(tmp_path):
+    out = write_report(crafted(), SUMMARY, tmp_path / "sub" / "report.html")
+    assert out.read_text(encoding="utf-8") == render_report(crafted(), SUMMARY)
+    (tmp_path / "taken.html").mkdir()  # os.replace cannot put a file over a folder
+    with pytest.raises(OSError):
+        write_report(crafted(), SUMMARY, tmp_path / "taken.html")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sub", "taken.html"]

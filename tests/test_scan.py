@@ -1,0 +1,82 @@
+"""The corpus scan end to end through the CLI: scan, relaunch (resume), status, export, report, verify.
+
+Small settings keep it to seconds on 2 cores: 12-token spans every 2 tokens (so each planted canary
+holds whole spans), a strict screen (only spans the model reproduces from their context or with a
+certificate are searched), short GCG budgets."""
+
+import json
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+
+from scanner.demo import demo_corpus
+from scanner.tiny import CANARIES
+
+SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--docs-per-shard", "3", "--min-match-rate", "0.95",
+        "--steps", "40", "--candidates", "64", "--top-k", "64", "--restarts", "0"]
+
+
+def cli(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "scanner", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def scanned(tiny_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("scan")
+    corpus = demo_corpus(root / "corpus.parquet")
+    out = root / "run"
+    first = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SCAN)
+    assert first.returncode == 0, first.stderr
+    return corpus, out, first
+
+
+def test_scan_writes_one_row_per_span_and_finds_the_canaries(scanned):
+    corpus, out, first = scanned
+    table = pq.read_table(out / "results").to_pylist()
+    assert len({r["span_id"] for r in table}) == len(table), "no duplicate rows"
+    assert {r["status"] for r in table} <= {"memorized", "not_memorized", "screened_out", "skipped"}
+    assert [r["reason"] for r in table if r["status"] == "skipped"] == ["null text"]
+    texts = pq.read_table(corpus).column("text").to_pylist()
+    for row in table:
+        assert row["text"] == (texts[int(row["doc_id"].split("-")[1])] or "")[row["char_start"]:row["char_end"]]
+    flagged = [r for r in table if r["memorized"]]
+    assert flagged and all(r["verified_generation"] and r["acr"] > 1 for r in flagged)
+    assert all(any(r["text"].strip() in c for c in CANARIES) for r in flagged), "nothing outside the canaries"
+    assert {r["doc_id"] for r in flagged} == {"doc-0", "doc-1", "doc-2", "doc-3"}  # every planted canary
+    assert any(r["certificate_tokens"] is not None for r in table)
+    assert "results in" in first.stdout
+
+
+def test_relaunch_resumes_and_a_changed_configuration_is_refused(scanned, tiny_dir):
+    corpus, out, _ = scanned
+    before = pq.read_table(out / "results")
+    again = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SCAN)
+    assert again.returncode == 0, again.stderr
+    assert pq.read_table(out / "results").equals(before)
+    changed = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SCAN[:-2], "--restarts", "1")
+    assert changed.returncode == 2 and "another configuration" in changed.stderr and "restarts" in changed.stderr
+
+
+def test_status_export_report_and_verify(scanned, tmp_path):
+    _, out, _ = scanned
+    status = json.loads(cli("status", str(out)).stdout)
+    assert status["shards_done"] == status["shards_total"] == 3 and status["eta_s"] == 0
+    export = tmp_path / "flagged.jsonl"
+    assert cli("export", str(out), "--out", str(export)).returncode == 0
+    rows = [json.loads(line) for line in export.read_text().splitlines()]
+    assert rows and all(r["prompt"] is not None and r["acr"] > 1 for r in rows)
+    report = tmp_path / "report.html"
+    assert cli("report", str(out), "--out", str(report)).returncode == 0
+    assert "<svg" in report.read_text() and "doc-0" in report.read_text()
+    verified = cli("verify", str(out))
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert f"{len(rows)}/{len(rows)} flagged spans reproduce" in verified.stdout
+
+
+def test_bad_corpus_is_refused_before_the_model_loads(tmp_path, tiny_dir):
+    bad = tmp_path / "notes.txt"
+    bad.write_text("not parquet")
+    out = cli("scan", str(bad), "--model", "/no/such/model", "--out", str(tmp_path / "run"))
+    assert out.returncode == 2 and "notes.txt" in out.stderr and "--model" not in out.stderr
