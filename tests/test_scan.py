@@ -80,3 +80,33 @@ def test_bad_corpus_is_refused_before_the_model_loads(tmp_path, tiny_dir):
     bad.write_text("not parquet")
     out = cli("scan", str(bad), "--model", "/no/such/model", "--out", str(tmp_path / "run"))
     assert out.returncode == 2 and "notes.txt" in out.stderr and "--model" not in out.stderr
+
+
+def _comparable(table):
+    """Rows by span_id without the wall-clock columns, which differ between any two runs."""
+    rows = [{k: v for k, v in r.items() if k not in ("screen_s", "search_s")} for r in table.to_pylist()]
+    return sorted(rows, key=lambda r: r["span_id"])
+
+
+def test_kill_9_at_several_points_then_relaunch_equals_an_uninterrupted_run(scanned, tiny_dir, tmp_path):
+    import signal
+    import time
+
+    _, reference, _ = scanned
+    corpus = demo_corpus(tmp_path / "corpus.parquet")  # same content as the reference run's corpus
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "scanner", "scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SCAN]
+    kills = 0
+    for delay in (1.5, 4.0, 6.0, 8.0):  # before the model loads, then at different shards
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.wait(timeout=60)
+    assert kills >= 2, "the scan finished before it could be interrupted; the test lost its point"
+    final = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SCAN)
+    assert final.returncode == 0, final.stderr
+    got, want = pq.read_table(out / "results"), pq.read_table(reference / "results")
+    assert got.num_rows == want.num_rows and len(set(got.column("span_id").to_pylist())) == got.num_rows
+    assert _comparable(got) == _comparable(want)
