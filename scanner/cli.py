@@ -155,6 +155,8 @@ def scan_options(f):
         click.option("--min-match-rate", type=float, default=0.5, show_default=True,
                      help="Screen: spans below this greedy-match rate and without a certificate are not searched."),
         click.option("--max-candidates-per-doc", type=int, default=None),
+        click.option("--max-candidates", type=int, default=None,
+                     help="Global search budget, spent in corpus order; later candidates stay screened_out."),
         click.option("--docs-per-shard", type=int, default=8, show_default=True),
     ]):
         f = option(f)
@@ -174,7 +176,8 @@ def scan_config(o: dict, corpus: str):
         model=model_config(o), prompt=prompt_config(o), search=search_config(o),
         spans=SpanConfig(span_tokens=o["span_tokens"], stride=o["stride"]),
         screen=ScreenConfig(context_tokens=o["context_tokens"]), min_match_rate=o["min_match_rate"],
-        max_candidates_per_doc=o["max_candidates_per_doc"], docs_per_shard=o["docs_per_shard"])
+        max_candidates_per_doc=o["max_candidates_per_doc"], max_candidates=o["max_candidates"],
+        docs_per_shard=o["docs_per_shard"])
 
 
 @cli.command("scan")

@@ -5,12 +5,12 @@ from __future__ import annotations
 from tqdm import tqdm
 
 from scanner.runner import ScanConfig
-from scanner.scan import prepare_run, run_scan
+from scanner.scan import prepare_run, run_scan, with_failures
 
 
 def run_with_progress(config: ScanConfig, out: str) -> dict:
     _, run, plan = prepare_run(config, out)  # validates before any model loads
-    pending = run.pending(plan)
+    pending = run.pending(plan) + with_failures(run, plan)
     totals = {"candidates": 0, "memorized": 0}
     with tqdm(total=sum(s.num_docs for s in pending), unit="doc", desc="scan", dynamic_ncols=True) as bar:
         def advance(stats: dict) -> None:

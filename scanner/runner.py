@@ -8,6 +8,7 @@ shard, worker or relaunch ran it: resumed and uninterrupted runs give equal tabl
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -33,12 +34,17 @@ class ScanConfig:
     search: SearchConfig = field(default_factory=SearchConfig)
     min_match_rate: float = 0.5  # screen: a span is a candidate at this greedy-match rate or with a certificate
     max_candidates_per_doc: int | None = None
+    # Global budget, spent in corpus order (deterministic, resume-safe): the first spans to pass the
+    # screen are searched; later ones stay screened_out with the reason.
+    max_candidates: int | None = None
     docs_per_shard: int = 8
 
     def __post_init__(self) -> None:
         require(0 <= self.min_match_rate <= 1, f"--min-match-rate {self.min_match_rate} must be in [0, 1]")
         require(self.max_candidates_per_doc is None or self.max_candidates_per_doc >= 0,
                 f"--max-candidates-per-doc {self.max_candidates_per_doc} must be >= 0")
+        require(self.max_candidates is None or self.max_candidates >= 0,
+                f"--max-candidates {self.max_candidates} must be >= 0")
         require(self.docs_per_shard >= 1, f"--docs-per-shard {self.docs_per_shard} must be >= 1")
 
     def to_dict(self) -> dict:
@@ -58,7 +64,7 @@ def _base_row(span: Span, shard: int, tau: float) -> dict:
             "prompt_tokens": None, "tau": tau, "thresholds": [], "greedy_match_rate": None, "mean_nll": None,
             "discoverable": None, "certificate_tokens": None, "certificate_prompt": None,
             "verified_generation": False, "teacher_forced": None, "verify_engine": None, "min_margin": None,
-            "steps": 0, "forwards": 0, "screen_s": 0.0, "search_s": 0.0, "shard": shard}
+            "steps": 0, "forwards": 0, "screen_s": 0.0, "search_s": 0.0, "shard": shard, "extra": None}
 
 
 def _screened_row(row: dict, screened: Screened, certificate: str | None, seconds: float) -> dict:
@@ -94,11 +100,14 @@ def _search(engine: HFEngine, row: dict, span: Span, config: ScanConfig) -> dict
     return _searched_row(row, result, time.perf_counter() - start)
 
 
-def process_document(engine: HFEngine, doc: Document, config: ScanConfig, shard: int, tokenizer_id: str) -> list[dict]:
+def process_document(engine: HFEngine, doc: Document, config: ScanConfig, shard: int, tokenizer_id: str,
+                     budget: int | None = None) -> list[dict]:
+    """Result rows of one document; at most `budget` spans are searched (None: no global limit)."""
     spans = make_spans(doc, engine.tokenizer, config.spans, tokenizer_id)
     tau = config.search.tau
     live = [s for s in spans if not s.skipped]
-    rows = {s.span_id: _base_row(s, shard, tau) for s in spans}
+    extra = json.dumps(doc.extra, ensure_ascii=False, default=str) if doc.extra else None
+    rows = {s.span_id: {**_base_row(s, shard, tau), "extra": extra} for s in spans}
     if not live:
         return list(rows.values())
     ids, offsets = tokenize_document(doc.text, engine.tokenizer)
@@ -111,6 +120,10 @@ def process_document(engine: HFEngine, doc: Document, config: ScanConfig, shard:
             cert = None if screened.certificate_start is None else doc.text[offsets[screened.certificate_start][0]:span.char_start]
             rows[span.span_id] = _screened_row(rows[span.span_id], screened, cert, each)
     chosen = _choose(live, rows, config)
+    if budget is not None:
+        for span in chosen[budget:]:
+            rows[span.span_id]["reason"] = "candidate budget spent (--max-candidates)"
+        chosen = chosen[:budget]
     for span in chosen:
         rows[span.span_id] = _search(engine, rows[span.span_id], span, config)
     return [rows[s.span_id] for s in spans]

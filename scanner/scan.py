@@ -6,7 +6,9 @@ costs seconds, not a model load; a relaunch of the same command resumes from the
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import logging
 import time
 from collections import Counter
@@ -67,11 +69,18 @@ def shard_documents(corpus: Corpus, plan: Plan, pending: list[Shard]) -> Iterato
             current = []
 
 
+def _searched(rows: list[dict]) -> int:
+    return sum(r["status"] in ("memorized", "not_memorized", "failed") for r in rows)
+
+
 def run_shard(engine: HFEngine, shard: Shard, docs: list[Document], config: ScanConfig,
-              meta: dict[bytes, bytes]) -> tuple[pa.Table, dict]:
+              meta: dict[bytes, bytes], budget: int | None = None) -> tuple[pa.Table, dict]:
     start = time.perf_counter()
     tokenizer_id = meta[b"tokenizer_hash"].decode()[:16]
-    rows = [row for doc in docs for row in process_document(engine, doc, config, shard.shard, tokenizer_id)]
+    rows: list[dict] = []
+    for doc in docs:
+        left = None if budget is None else max(budget - _searched(rows), 0)
+        rows += process_document(engine, doc, config, shard.shard, tokenizer_id, left)
     table = pa.Table.from_pylist(rows, schema=results_schema()).replace_schema_metadata(meta)
     counts = Counter(r["status"] for r in rows)
     stats = {"documents": len(docs), "spans": len(rows), "rows": len(rows), "status_counts": dict(counts),
@@ -79,6 +88,45 @@ def run_shard(engine: HFEngine, shard: Shard, docs: list[Document], config: Scan
              "memorized": counts["memorized"], "seconds": time.perf_counter() - start,
              "screen_s": sum(r["screen_s"] for r in rows), "search_s": sum(r["search_s"] for r in rows)}
     return table, stats
+
+
+def with_failures(run: RunDir, plan: Plan) -> list[Shard]:
+    """Done shards holding `failed` rows: a relaunch re-runs them (filtered rows count as done,
+    failed ones do not); per-span seeds make the re-run reproduce every other row exactly."""
+    done = set(run.done_shards())
+    return [s for s in plan if s.shard in done
+            and json.loads(run.stats_path(s.shard).read_text()).get("status_counts", {}).get("failed", 0)]
+
+
+def _spent(run: RunDir, pending: list[Shard]) -> int:
+    """Candidates searched by the shards that stay done (the local executor runs shards in order, so
+    these come first in the corpus)."""
+    rerun = {s.shard for s in pending}
+    return sum(json.loads(run.stats_path(i).read_text()).get("candidates", 0)
+               for i in run.done_shards() if i not in rerun)
+
+
+@contextlib.contextmanager
+def shard_log(path: Path):
+    """Everything logged while a shard runs also goes to logs/shard-NNNNN.log."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, mode="a", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    level = root.level
+    consoles = [(h, h.level) for h in root.handlers]
+    for h, h_level in consoles:  # the file gets INFO; the terminal keeps the verbosity asked for
+        h.setLevel(max(h_level, level))
+    root.addHandler(handler)
+    root.setLevel(min(level, logging.INFO))
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+        for h, h_level in consoles:
+            h.setLevel(h_level)
+        handler.close()
 
 
 def prepare_run(config: ScanConfig, out: str) -> tuple[Corpus, RunDir, Plan]:
@@ -91,13 +139,16 @@ def prepare_run(config: ScanConfig, out: str) -> tuple[Corpus, RunDir, Plan]:
 def run_scan(config: ScanConfig, out: str, progress=None) -> dict:
     """Scan the corpus into `out`; returns the merged stats. `progress(stats)` is called per shard."""
     corpus, run, plan = prepare_run(config, out)
-    pending = run.pending(plan)
+    pending = sorted(run.pending(plan) + with_failures(run, plan), key=lambda s: s.shard)
     log.info("%d of %d shards pending in %s", len(pending), len(plan), out)
     if pending:
         engine = HFEngine(load_model(config.model), config.prompt)
         meta = provenance(config, engine)
+        budget = None if config.max_candidates is None else config.max_candidates - _spent(run, pending)
         for shard, docs in shard_documents(corpus, plan, pending):
-            table, stats = run_shard(engine, shard, docs, config, meta)
+            with shard_log(run.log_path(shard.shard)):
+                table, stats = run_shard(engine, shard, docs, config, meta, budget)
+            budget = None if budget is None else budget - stats["candidates"]
             run.write_shard(shard.shard, table, stats)
             if progress:
                 progress(stats)

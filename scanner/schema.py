@@ -131,6 +131,8 @@ def _cost_fields() -> list[pa.Field]:
                "a batched pass)."),
         _field("search_s", pa.float64(), "Wall-clock seconds of the search and verification."),
         _field("shard", pa.int32(), "The shard of the run plan that produced this row."),
+        _field("extra", pa.string(), "The corpus columns named by --keep-columns for this row's document, "
+               "as a JSON object; null when none were kept.", nullable=True),
     ]
 
 

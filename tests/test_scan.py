@@ -110,3 +110,83 @@ def test_kill_9_at_several_points_then_relaunch_equals_an_uninterrupted_run(scan
     got, want = pq.read_table(out / "results"), pq.read_table(reference / "results")
     assert got.num_rows == want.num_rows and len(set(got.column("span_id").to_pylist())) == got.num_rows
     assert _comparable(got) == _comparable(want)
+
+
+def test_global_candidate_budget_is_spent_in_corpus_order(tiny_dir, tmp_path):
+    corpus = demo_corpus(tmp_path / "corpus.parquet")
+    out = tmp_path / "run"
+    done = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SCAN, "--max-candidates", "3")
+    assert done.returncode == 0, done.stderr
+    rows = pq.read_table(out / "results").to_pylist()
+    searched = [r for r in rows if r["status"] in ("memorized", "not_memorized", "failed")]
+    assert len(searched) == 3 and {r["doc_id"] for r in searched} == {"doc-0"}  # the first candidates
+    spent = [r for r in rows if r["reason"] == "candidate budget spent (--max-candidates)"]
+    assert spent and all(r["status"] == "screened_out" for r in spent)
+
+
+@pytest.mark.parametrize("table, args, message", [
+    ({"id": ["a"], "txt": ["hello"]}, [], "column 'text' not found"),
+    ({"id": ["a"], "text": [b"\x00\x01binary"]}, [], "not a string type"),
+    ({"id": ["a", "a"], "text": ["x", "y"]}, [], "--allow-duplicate-ids"),
+    ({"id": [], "text": []}, [], "has no rows"),
+], ids=["missing-column", "binary-column", "duplicate-ids", "empty-corpus"])
+def test_bad_corpora_exit_2_before_the_model_loads(tmp_path, table, args, message):
+    import pyarrow as pa
+
+    path = tmp_path / "c.parquet"
+    types = {"id": pa.string(), "text": pa.binary() if table.get("text") and isinstance(table["text"][0], bytes)
+             else pa.string(), "txt": pa.string()}
+    pq.write_table(pa.table({k: pa.array(v, type=types[k]) for k, v in table.items()}), path)
+    out = cli("scan", str(path), "--model", "/no/such/model", "--out", str(tmp_path / "run"), *args)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+
+
+def test_a_document_longer_than_the_model_context_is_scanned_in_spans(tiny_dir, tmp_path):
+    import pyarrow as pa
+
+    from scanner.tiny import salad
+
+    long_text = salad(__import__("random").Random(1), 1500)  # thousands of tokens; the model holds 256
+    path = tmp_path / "long.parquet"
+    pq.write_table(pa.table({"id": ["long"], "text": [long_text]}), path)
+    out = cli("scan", str(path), "--model", str(tiny_dir), "--out", str(tmp_path / "run"), "--span-tokens", "12",
+              "--context-tokens", "16", "--min-match-rate", "0.95", "--steps", "20", "--restarts", "0")
+    assert out.returncode == 0, out.stderr
+    rows = pq.read_table(tmp_path / "run" / "results").to_pylist()
+    assert len(rows) > 200 and rows[-1]["token_end"] > 2000
+    assert all(r["text"] == long_text[r["char_start"]:r["char_end"]] for r in rows)
+
+
+def test_kept_columns_logs_and_failed_rows_are_retried(tiny_dir, tmp_path, monkeypatch):
+    import pyarrow as pa
+
+    from scanner.config import ModelConfig
+    from scanner.runner import ScanConfig
+    from scanner.scan import run_scan
+    from scanner.stages.read import CorpusConfig
+    from scanner.stages.screen import ScreenConfig
+    from scanner.stages.spans import SpanConfig
+
+    corpus = demo_corpus(tmp_path / "c.parquet")
+    table = pq.read_table(corpus)
+    pq.write_table(table.append_column("title", pa.array([f"t{i}" for i in range(table.num_rows)])), corpus)
+    config = ScanConfig(corpus=CorpusConfig(path=str(corpus), keep_columns=("title",)),
+                        model=ModelConfig(model=str(tiny_dir), device="cpu"), spans=SpanConfig(span_tokens=12, stride=2),
+                        screen=ScreenConfig(context_tokens=16), min_match_rate=0.95, docs_per_shard=3,
+                        max_candidates=2)
+    import scanner.runner as runner
+
+    real = runner.measure
+    monkeypatch.setattr(runner, "measure", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+    out = tmp_path / "run"
+    run_scan(config, str(out))
+    rows = pq.read_table(out / "results").to_pylist()
+    assert [r["status"] for r in rows].count("failed") == 2 and all("boom" in r["reason"] for r in rows
+                                                                     if r["status"] == "failed")
+    assert json.loads(rows[0]["extra"]) == {"title": "t0"}
+    assert "span" in (out / "logs" / "shard-00000.log").read_text()  # the failure was logged per shard
+    monkeypatch.setattr(runner, "measure", real)
+    run_scan(config, str(out))  # relaunch: the shard with failed rows runs again
+    rows = pq.read_table(out / "results").to_pylist()
+    assert [r["status"] for r in rows].count("failed") == 0
+    assert [r["status"] for r in rows].count("memorized") == 2

@@ -32,7 +32,7 @@ COLUMNS = {
     "verified_generation": (pa.bool_(), False), "teacher_forced": (pa.bool_(), True),
     "verify_engine": (pa.string(), True), "min_margin": (pa.float64(), True), "steps": (pa.int64(), False),
     "forwards": (pa.int64(), False), "screen_s": (pa.float64(), False), "search_s": (pa.float64(), False),
-    "shard": (pa.int32(), False),
+    "shard": (pa.int32(), False), "extra": (pa.string(), True),
 }
 
 
