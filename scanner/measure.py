@@ -19,18 +19,13 @@ def build_engine(model: ModelConfig, prompt: PromptConfig) -> HFEngine:
     return HFEngine(load_model(model), prompt)
 
 
-def validate_targets(engine: HFEngine, targets: list[dict]) -> None:
+def validate_targets(engine: HFEngine, targets: list[dict], search: SearchConfig) -> None:
     """Every target is checked before the first search, so a bad one costs no finished work."""
     for number, target in enumerate(targets, 1):
         try:
-            ids = engine.encode_target(target["text"])
-            effective_cap(engine, len(ids), _any_config())
+            effective_cap(engine, len(engine.encode_target(target["text"])), search)
         except InputError as err:
             raise InputError(f"target {number} ({target['text'][:40]!r}): {err}") from err
-
-
-def _any_config() -> SearchConfig:
-    return SearchConfig()
 
 
 def record(engine: HFEngine, result, model: ModelConfig) -> dict:
@@ -43,7 +38,7 @@ def record(engine: HFEngine, result, model: ModelConfig) -> dict:
 def measure_many(model: ModelConfig, prompt: PromptConfig, search: SearchConfig,
                  targets: list[dict], engine: HFEngine | None = None) -> Iterator[dict]:
     engine = engine or build_engine(model, prompt)
-    validate_targets(engine, targets)
+    validate_targets(engine, targets, search)
     for target in targets:
         result = measure(engine, target["text"], search, natural_prefix=target.get("natural_prefix"))
         log.info("ACR %.2f (%s tokens -> %s) for %r", result.acr, result.target_tokens,

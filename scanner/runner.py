@@ -84,8 +84,8 @@ def _searched_row(row: dict, result: AcrResult, seconds: float) -> dict:
             "forwards": result.forwards, "search_s": seconds}
 
 
-def _is_candidate(screened: Screened, config: ScanConfig) -> bool:
-    return screened.certificate_tokens is not None or screened.greedy_match_rate >= config.min_match_rate
+def _is_candidate(row: dict, config: ScanConfig) -> bool:
+    return row["certificate_tokens"] is not None or row["greedy_match_rate"] >= config.min_match_rate
 
 
 def _search(engine: HFEngine, row: dict, span: Span, config: ScanConfig) -> dict:
@@ -103,14 +103,15 @@ def _search(engine: HFEngine, row: dict, span: Span, config: ScanConfig) -> dict
 def process_document(engine: HFEngine, doc: Document, config: ScanConfig, shard: int, tokenizer_id: str,
                      budget: int | None = None) -> list[dict]:
     """Result rows of one document; at most `budget` spans are searched (None: no global limit)."""
-    spans = make_spans(doc, engine.tokenizer, config.spans, tokenizer_id)
+    tokens = tokenize_document(doc.text, engine.tokenizer) if doc.text and doc.text.strip() else None
+    spans = make_spans(doc, engine.tokenizer, config.spans, tokenizer_id, tokens)
     tau = config.search.tau
     live = [s for s in spans if not s.skipped]
     extra = json.dumps(doc.extra, ensure_ascii=False, default=str) if doc.extra else None
     rows = {s.span_id: {**_base_row(s, shard, tau), "extra": extra} for s in spans}
     if not live:
         return list(rows.values())
-    ids, offsets = tokenize_document(doc.text, engine.tokenizer)
+    ids, offsets = tokens
     for length in sorted({len(s.target_ids) for s in live}):
         group = [s for s in live if len(s.target_ids) == length]
         start = time.perf_counter()
@@ -135,11 +136,8 @@ def _choose(live: list[Span], rows: dict, config: ScanConfig) -> list[Span]:
         row = rows[span.span_id]
         return (row["certificate_tokens"] is None, -(row["greedy_match_rate"] or 0.0), span.token_start)
 
-    candidates = sorted((s for s in live if _is_candidate(_as_screened(rows[s.span_id]), config)), key=key)
+    candidates = sorted((s for s in live if _is_candidate(rows[s.span_id], config)), key=key)
     if config.max_candidates_per_doc is not None:
         candidates = candidates[: config.max_candidates_per_doc]
     return sorted(candidates, key=lambda s: s.token_start)
 
-
-def _as_screened(row: dict) -> Screened:
-    return Screened(row["greedy_match_rate"], row["mean_nll"], row["discoverable"], row["certificate_tokens"], None)

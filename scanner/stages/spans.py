@@ -100,13 +100,17 @@ def _skipped(doc: Document, reason: str, tokenizer_id: str, tokens: int = 0,
                 skip_reason=reason)
 
 
-def make_spans(doc: Document, tokenizer, config: SpanConfig, tokenizer_id: str) -> list[Span]:
-    """The document's spans in order; exactly one skipped span when it has no usable target."""
+def make_spans(doc: Document, tokenizer, config: SpanConfig, tokenizer_id: str,
+               tokens: tuple[list[int], list[tuple[int, int]]] | None = None) -> list[Span]:
+    """The document's spans in order; exactly one skipped span when it has no usable target.
+
+    `tokens`: the document's (ids, offsets) when the caller already tokenized it (the screen needs
+    them too), so a document is tokenized once."""
     if doc.text is None:
         return [_skipped(doc, "null text", tokenizer_id)]
     if not doc.text.strip():
         return [_skipped(doc, "empty text", tokenizer_id)]
-    ids, offsets = tokenize_document(doc.text, tokenizer)
+    ids, offsets = tokens or tokenize_document(doc.text, tokenizer)
     if len(ids) < config.minimum:
         # The whole (short) document is still shown, so a reader sees what was skipped.
         chars = (offsets[0][0], offsets[-1][1]) if ids else (0, 0)
