@@ -20,7 +20,7 @@ import pyarrow as pa
 from scanner import __version__
 from scanner.engine.hf import HFEngine
 from scanner.engine.loading import load_model
-from scanner.rundir import Plan, RunDir, Shard, config_hash
+from scanner.rundir import Plan, RunDir, Shard, atomic_write_json, config_hash
 from scanner.runner import ScanConfig, process_document
 from scanner.schema import results_schema
 from scanner.stages.read import Corpus, Document, open_corpus
@@ -144,6 +144,8 @@ def run_scan(config: ScanConfig, out: str, progress=None) -> dict:
     if pending:
         engine = HFEngine(load_model(config.model), config.prompt)
         meta = provenance(config, engine)
+        # Model and tokenizer identities are known only once loaded: beside run_config.json.
+        atomic_write_json(run.path / "provenance.json", {k.decode(): v.decode() for k, v in meta.items()})
         budget = None if config.max_candidates is None else config.max_candidates - _spent(run, pending)
         for shard, docs in shard_documents(corpus, plan, pending):
             with shard_log(run.log_path(shard.shard)):

@@ -47,6 +47,11 @@ def test_scan_writes_one_row_per_span_and_finds_the_canaries(scanned):
     assert {r["doc_id"] for r in flagged} == {"doc-0", "doc-1", "doc-2", "doc-3"}  # every planted canary
     assert any(r["certificate_tokens"] is not None for r in table)
     assert "results in" in first.stdout
+    provenance = json.loads((out / "provenance.json").read_text())
+    assert provenance["model"] and provenance["package_version"]
+    assert len(provenance["tokenizer_hash"]) == 64 and provenance["config_hash"]
+    meta = pq.read_schema(next((out / "results").glob("part-*.parquet"))).metadata
+    assert meta[b"tokenizer_hash"].decode() == provenance["tokenizer_hash"]
 
 
 def test_relaunch_resumes_and_a_changed_configuration_is_refused(scanned, tiny_dir):
