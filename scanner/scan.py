@@ -54,6 +54,12 @@ def provenance(config: ScanConfig, engine: HFEngine) -> dict[bytes, bytes]:
     return {k.encode(): str(v).encode() for k, v in values.items()}
 
 
+def open_engine(config: ScanConfig) -> tuple[HFEngine, dict[bytes, bytes]]:
+    """The one place a scan builds its engines (driver or Ray actor), with their provenance."""
+    engine = HFEngine(load_model(config.model), config.prompt)
+    return engine, provenance(config, engine)
+
+
 def shard_documents(corpus: Corpus, plan: Plan, pending: list[Shard]) -> Iterator[tuple[Shard, list[Document]]]:
     """One pass over the corpus, yielding the documents of each pending shard."""
     wanted = {s.shard: s for s in pending}
@@ -142,8 +148,7 @@ def run_scan(config: ScanConfig, out: str, progress=None) -> dict:
     pending = sorted(run.pending(plan) + with_failures(run, plan), key=lambda s: s.shard)
     log.info("%d of %d shards pending in %s", len(pending), len(plan), out)
     if pending:
-        engine = HFEngine(load_model(config.model), config.prompt)
-        meta = provenance(config, engine)
+        engine, meta = open_engine(config)
         # Model and tokenizer identities are known only once loaded: beside run_config.json.
         atomic_write_json(run.path / "provenance.json", {k.decode(): v.decode() for k, v in meta.items()})
         budget = None if config.max_candidates is None else config.max_candidates - _spent(run, pending)
