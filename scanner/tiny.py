@@ -8,6 +8,7 @@ salad that the model cannot memorize, which makes fresh salad a clean negative c
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import random
@@ -57,6 +58,9 @@ class TinySpec:
     batch: int = 32
     lr: float = 3e-3
     seed: int = 0
+    # Heads are trained at hidden/heads = 16 wide and saved zero-padded to this width, the same
+    # function: vLLM's CPU attention only takes head sizes 32, 64, 80, ... (widen_heads).
+    saved_head_dim: int = 32
 
 
 def salad(rng: random.Random, words: int) -> str:
@@ -83,14 +87,15 @@ def documents(spec: TinySpec) -> list[str]:
     return docs
 
 
-def train_tokenizer(texts: list[str], spec: TinySpec):
+def train_tokenizer(texts: list[str], vocab_size: int):
+    """A byte-level BPE tokenizer with <pad>, <s> (prepended, like Llama's BOS) and </s>."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=spec.vocab_size, special_tokens=["<pad>", "<s>", "</s>"],
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<pad>", "<s>", "</s>"],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(texts, trainer)
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
@@ -106,7 +111,10 @@ def _stream(tokenizer, docs: list[str]) -> list[int]:
     return ids
 
 
-def train_model(tokenizer, docs: list[str], spec: TinySpec, device: str = "cpu"):
+def train_model(tokenizer, docs: list[str], spec, device: str = "cpu"):
+    """A Llama trained on random windows of the documents' token stream. `spec`: any object with
+    TinySpec's model fields (hidden, layers, heads, context, train_context, steps, batch, lr, seed),
+    e.g. a TinySpec or a validity.ModelSize."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
     from transformers.utils import logging as hf_logging
@@ -137,6 +145,49 @@ def train_model(tokenizer, docs: list[str], spec: TinySpec, device: str = "cpu")
     return model.eval().cpu()
 
 
+def _widen(weight, heads: int, old: int, new: int, rotary: bool):
+    """[heads * old, ...] rows to [heads * new, ...], zeros in the new rows. Rotary rows keep their
+    frequency: HF rotates halves, pairing row j with j + dim/2 at frequency index j, and index 2j of
+    a `new`-wide head is index j of an `old`-wide one when new == 2 * old."""
+    import torch
+
+    half = old // 2
+    rows = [2 * j for j in range(half)] + [2 * j + new // 2 for j in range(half)] if rotary else range(old)
+    out = torch.zeros(heads, new, *weight.shape[1:], dtype=weight.dtype)
+    out[:, list(rows)] = weight.reshape(heads, old, *weight.shape[1:])
+    return out.reshape(heads * new, *weight.shape[1:])
+
+
+def widen_heads(model, head_dim: int):
+    """The same Llama with every attention head zero-padded to `head_dim` (2x the trained width).
+    Scores stay equal: padded q/k rows are zero, and q is scaled by sqrt(new/old) against the
+    1/sqrt(head_dim) in attention; padded v rows feed zero columns of o_proj."""
+    from transformers import LlamaForCausalLM
+
+    config = copy.deepcopy(model.config)
+    old = config.hidden_size // config.num_attention_heads
+    if head_dim == old:
+        return model
+    if head_dim != 2 * old:
+        raise ValueError(f"saved_head_dim {head_dim}: widen_heads doubles heads of {old}; pass {2 * old}")
+    state = dict(model.state_dict())
+    q_heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    for name in [n for n in state if ".self_attn." in n]:
+        weight = state[name]
+        if name.endswith("q_proj.weight"):
+            state[name] = _widen(weight, q_heads, old, head_dim, rotary=True) * (head_dim / old) ** 0.5
+        elif name.endswith("k_proj.weight"):
+            state[name] = _widen(weight, kv_heads, old, head_dim, rotary=True)
+        elif name.endswith("v_proj.weight"):
+            state[name] = _widen(weight, kv_heads, old, head_dim, rotary=False)
+        elif name.endswith("o_proj.weight"):
+            state[name] = _widen(weight.T, q_heads, old, head_dim, rotary=False).T.contiguous()
+    config.head_dim = head_dim
+    wide = LlamaForCausalLM(config)
+    wide.load_state_dict(state)
+    return wide.eval()
+
+
 def build_tiny(out_dir: str | Path, spec: TinySpec | None = None, device: str = "cpu") -> Path:
     """Train (or reuse, when the same spec is already there) the tiny model; returns its HF directory."""
     spec = spec or TinySpec()
@@ -145,8 +196,8 @@ def build_tiny(out_dir: str | Path, spec: TinySpec | None = None, device: str = 
     if marker.is_file() and json.loads(marker.read_text()) == json.loads(json.dumps(asdict(spec))):
         return out
     docs = documents(spec)
-    tokenizer = train_tokenizer(docs, spec)
-    model = train_model(tokenizer, docs, spec, device)
+    tokenizer = train_tokenizer(docs, spec.vocab_size)
+    model = widen_heads(train_model(tokenizer, docs, spec, device), spec.saved_head_dim)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
