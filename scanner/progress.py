@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from tqdm import tqdm
 
+from scanner.executors import ExecutorConfig
 from scanner.runner import ScanConfig
-from scanner.scan import prepare_run, run_scan, with_failures
+from scanner.scan import check_executor, pending_shards, prepare_run, run_scan
 
 
-def run_with_progress(config: ScanConfig, out: str) -> dict:
+def run_with_progress(config: ScanConfig, out: str, executor: ExecutorConfig | None = None) -> dict:
+    check_executor(config, executor or ExecutorConfig())
     _, run, plan = prepare_run(config, out)  # validates before any model loads
-    pending = run.pending(plan) + with_failures(run, plan)
+    pending = pending_shards(run, plan)
     totals = {"candidates": 0, "memorized": 0}
     with tqdm(total=sum(s.num_docs for s in pending), unit="doc", desc="scan", dynamic_ncols=True) as bar:
         def advance(stats: dict) -> None:
@@ -20,4 +22,4 @@ def run_with_progress(config: ScanConfig, out: str) -> dict:
             spans_per_s = stats["spans"] / stats["seconds"] if stats["seconds"] else 0.0
             bar.set_postfix(spans=stats["spans"], candidates=totals["candidates"],
                             memorized=totals["memorized"], spans_s=f"{spans_per_s:.1f}")
-        return run_scan(config, out, progress=advance)
+        return run_scan(config, out, progress=advance, executor=executor)

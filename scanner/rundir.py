@@ -241,7 +241,13 @@ class RunDir:
     """Paths and operations on one run directory. Holds only its path, so it pickles to any worker."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+        # Path("s3://b/x") would silently become a local folder named "s3:"; atomic commits rest on
+        # rename and fsync, which object stores do not offer.
+        scheme = str(path).split("://", 1)[0] if "://" in str(path) else None
+        require(scheme is None or scheme == "file", f"run directory '{path}' is a {scheme}:// URI; the run "
+                "directory must be a path on a file system that every worker mounts (local disk, NFS, EFS, "
+                "Lustre, a ReadWriteMany volume); write there and copy results/ to object storage after")
+        self.path = Path(str(path).removeprefix("file://"))
 
     def result_path(self, shard: int) -> Path:
         return self.path / "results" / f"part-{shard:05d}.parquet"

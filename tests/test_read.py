@@ -194,3 +194,23 @@ def test_batch_rows_must_be_positive(tmp_path):
     corpus = open_corpus(CorpusConfig(path=str(write(tmp_path / "c.parquet", text=["x"]))))
     with pytest.raises(InputError, match="batch_rows 0"):
         list(corpus.iter_documents(batch_rows=0))
+
+
+def test_documents_by_range_equal_the_full_pass_across_files_and_row_groups(tmp_path):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    # Three files, small row groups, an empty file in the middle: every boundary a shard can cross.
+    for name, start, count in (("a", 0, 7), ("b", 7, 0), ("c", 7, 11)):
+        rows = range(start, start + count)
+        table = pa.table({"id": pa.array([f"d{i}" for i in rows], pa.string()),
+                          "text": pa.array([f"text {i}" for i in rows], pa.string()),
+                          "year": pa.array(list(rows), pa.int64())})
+        pq.write_table(table, folder / f"{name}.parquet", row_group_size=3)
+    corpus = open_corpus(CorpusConfig(path=str(folder), keep_columns=("year",)))
+    everything = list(corpus.iter_documents())
+    assert len(everything) == 18
+    for start in range(19):
+        for end in range(start, 19):
+            assert corpus.documents(start, end) == everything[start:end], (start, end)
+    with pytest.raises(InputError, match=r"\[5, 19\) is outside the corpus of 18"):
+        corpus.documents(5, 19)

@@ -331,3 +331,9 @@ def test_sigkilled_writers_then_relaunch_equal_an_uninterrupted_run(tmp_path):
     assert len(span_ids) == len(set(span_ids)) == sum(5 + s % 3 for s in range(60))
     assert not list(killed.path.rglob("*.tmp"))
     assert killed.merge_stats() == clean.merge_stats()
+
+
+def test_object_store_uris_are_refused_with_the_fix_and_file_uris_work(tmp_path):
+    with pytest.raises(InputError, match=r"'s3://bucket/run' is a s3:// URI.*NFS.*copy results/"):
+        RunDir("s3://bucket/run")
+    assert RunDir(f"file://{tmp_path}/run").path == tmp_path / "run"

@@ -19,6 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from scanner.errors import InputError, require
 from scanner.schema import TEXT_TYPES
@@ -199,7 +200,34 @@ class Corpus:
                 yield from self._documents(batch, name, row)
                 row += batch.num_rows
 
-    def _documents(self, batch: pa.RecordBatch, name: str, first_row: int) -> Iterator[Document]:
+    def documents(self, start: int, end: int) -> list[Document]:
+        """Documents [start, end) by global index, as iter_documents numbers them. Reads only the row
+        groups that hold them, so a worker fetches its shard without scanning the corpus before it."""
+        require(0 <= start <= end <= self.num_rows, f"document range [{start}, {end}) is outside the "
+                f"corpus of {self.num_rows} documents; the run directory's plan does not fit this corpus")
+        docs: list[Document] = []
+        offset = 0
+        for name, file in zip(self.names, self.files, strict=True):
+            parquet = pq.ParquetFile(file)
+            rows = parquet.metadata.num_rows
+            if offset < end and start < offset + rows:
+                docs += self._file_range(parquet, name, max(start - offset, 0), min(end - offset, rows))
+            offset += rows
+        return docs
+
+    def _file_range(self, parquet: pq.ParquetFile, name: str, lo: int, hi: int) -> list[Document]:
+        docs: list[Document] = []
+        first = 0
+        for group in range(parquet.num_row_groups):
+            rows = parquet.metadata.row_group(group).num_rows
+            if first < hi and lo < first + rows:
+                a, b = max(lo - first, 0), min(hi - first, rows)
+                table = parquet.read_row_group(group, columns=self.columns).slice(a, b - a)
+                docs += self._documents(table, name, first + a)
+            first += rows
+        return docs
+
+    def _documents(self, batch: pa.RecordBatch | pa.Table, name: str, first_row: int) -> Iterator[Document]:
         texts = batch.column(self.config.text_column).to_pylist()
         if self.id_column is None:
             ids = [f"{name}:{first_row + i}" for i in range(batch.num_rows)]
