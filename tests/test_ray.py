@@ -1,0 +1,175 @@
+"""The Ray executor on a real local Ray (2 CPUs): equal tables to the local executor, an actor killed
+with SIGKILL mid-run, a driver killed and relaunched, the limits of the options.
+
+Both executors run with one torch thread: the thread count changes the order of float sums on the CPU,
+which can tip a GCG step between two near-equal candidates (see README, "Running on a cluster")."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+
+import pyarrow.parquet as pq
+import pytest
+
+from scanner.demo import demo_corpus
+from scanner.errors import InputError
+from scanner.executors import ExecutorConfig
+from scanner.runner import ScanConfig
+from scanner.scan import run_scan
+
+ray = pytest.importorskip("ray")
+
+CLI_SEARCH = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--min-match-rate", "0.95",
+              "--steps", "40", "--candidates", "64", "--top-k", "64", "--restarts", "0", "--docs-per-shard", "1",
+              "--device", "cpu", "--threads", "1"]
+
+
+def config(corpus, tiny_dir, **overrides) -> ScanConfig:
+    """The configuration the CLI builds from CLI_SEARCH, so library and CLI runs compare equal."""
+    from scanner.cli import scan_command, scan_config
+
+    args = [str(corpus), "--model", str(tiny_dir), "--out", "unused", *CLI_SEARCH]
+    params = scan_command.make_context("scan", args).params
+    return replace(scan_config(params, str(corpus)), **overrides)
+
+
+def comparable(table):
+    """Rows by span_id without the wall-clock columns, which differ between any two runs."""
+    rows = [{k: v for k, v in r.items() if k not in ("screen_s", "search_s")} for r in table.to_pylist()]
+    return sorted(rows, key=lambda r: r["span_id"])
+
+
+@pytest.fixture(scope="module")
+def ray_tmp():
+    # Ray's socket paths must stay short (a pytest tmp_path can exceed the 107-byte limit).
+    with tempfile.TemporaryDirectory(prefix="ray-", dir="/tmp") as folder:
+        yield folder
+
+
+@pytest.fixture(scope="module")
+def local_ray(ray_tmp):
+    ray.init(address="local", num_cpus=2, include_dashboard=False, _temp_dir=ray_tmp, configure_logging=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("ray-ref")
+    corpus = demo_corpus(root / "corpus.parquet")
+    import torch
+
+    threads = torch.get_num_threads()
+    run_scan(config(corpus, tiny_dir), str(root / "run"))
+    torch.set_num_threads(threads)  # the rest of the session keeps both cores
+    return corpus, pq.read_table(root / "run" / "results")
+
+
+def worker_pids() -> set[int]:
+    out = subprocess.run(["pgrep", "-f", "ray::ShardWorker"], capture_output=True, text=True)
+    return {int(p) for p in out.stdout.split()}
+
+
+def test_ray_scan_equals_the_local_scan(local_ray, reference, tiny_dir, tmp_path):
+    corpus, want = reference
+    seen = []
+    stats = run_scan(config(corpus, tiny_dir), str(tmp_path / "run"), progress=seen.append,
+                     executor=ExecutorConfig(kind="ray", num_actors=2))
+    got = pq.read_table(tmp_path / "run" / "results")
+    assert comparable(got) == comparable(want)
+    assert stats["run"] == {"executor": "ray", "actors": 2, "actor_restarts": 0, "retries": 0, "failed_shards": {}}
+    assert sorted(s["shard"] for s in seen) == list(range(stats["shards_total"]))
+    assert len({s["pid"] for s in seen}) == 2, "both actors took shards"
+    assert (tmp_path / "run" / "provenance.json").exists() and (tmp_path / "run" / "logs" / "shard-00000.log").exists()
+    assert got.schema.metadata[b"tokenizer_hash"] == want.schema.metadata[b"tokenizer_hash"]
+
+
+def test_an_actor_killed_mid_run_loses_nothing_and_duplicates_nothing(local_ray, reference, tiny_dir, tmp_path):
+    corpus, want = reference
+    killed = []
+
+    def kill_the_other_actor(stats: dict) -> None:
+        busy = worker_pids() - {stats["pid"]}
+        if not killed and busy:  # the actor that did not just finish is in the middle of a shard
+            victim = busy.pop()
+            os.kill(victim, signal.SIGKILL)
+            killed.append(victim)
+
+    stats = run_scan(config(corpus, tiny_dir), str(tmp_path / "run"), progress=kill_the_other_actor,
+                     executor=ExecutorConfig(kind="ray", num_actors=2))
+    assert killed, "no actor was killed; the test lost its point"
+    assert stats["run"]["actor_restarts"] == 1 and stats["run"]["failed_shards"] == {}
+    got = pq.read_table(tmp_path / "run" / "results")
+    assert len(set(got.column("span_id").to_pylist())) == got.num_rows
+    assert comparable(got) == comparable(want)
+
+
+def test_a_shard_out_of_retries_is_reported_and_a_relaunch_completes_it(local_ray, reference, tiny_dir, tmp_path):
+    corpus, want = reference
+    killed = []
+
+    def kill_the_other_actor(stats: dict) -> None:
+        busy = worker_pids() - {stats["pid"]}
+        if not killed and busy:
+            killed.append(busy.pop())
+            os.kill(killed[-1], signal.SIGKILL)
+
+    out = str(tmp_path / "run")
+    no_retry = ExecutorConfig(kind="ray", num_actors=2, max_retries=0)
+    stats = run_scan(config(corpus, tiny_dir), out, progress=kill_the_other_actor, executor=no_retry)
+    failed = stats["run"]["failed_shards"]
+    assert killed and len(failed) >= 1 and all("ActorDied" in e or "Actor" in e for e in failed.values())
+    assert stats["shards_done"] == stats["shards_total"] - len(failed)
+    again = run_scan(config(corpus, tiny_dir), out, executor=no_retry)
+    assert again["run"]["failed_shards"] == {} and again["shards_done"] == again["shards_total"]
+    assert comparable(pq.read_table(tmp_path / "run" / "results")) == comparable(want)
+
+
+def test_killed_driver_then_relaunch_resumes(reference, tiny_dir, tmp_path, ray_tmp):
+    corpus, want = reference
+    out = tmp_path / "run"
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp}
+    command = [sys.executable, "-m", "scanner", "scan", str(corpus), "--model", str(tiny_dir), "--out", str(out),
+               *CLI_SEARCH, "--executor", "ray", "--num-actors", "2"]
+    # Its own session: killing the group takes the driver's local Ray down with it, as a lost node would.
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline and not any((out / "done").glob("0*")):
+        time.sleep(0.2)
+    assert proc.poll() is None, "the scan finished before it could be killed; the test lost its point"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    done_before = len(list((out / "done").iterdir()))
+    assert 1 <= done_before < 7
+    final = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert final.returncode == 0, final.stderr
+    got = pq.read_table(out / "results")
+    assert len(set(got.column("span_id").to_pylist())) == got.num_rows
+    assert comparable(got) == comparable(want)
+
+
+def test_options_that_cannot_work_fail_before_anything_runs(reference, tiny_dir, tmp_path):
+    corpus, _ = reference
+    with pytest.raises(InputError, match="--max-candidates 3 is spent in corpus order.*--max-candidates-per-doc"):
+        run_scan(config(corpus, tiny_dir, max_candidates=3), str(tmp_path / "run"),
+                 executor=ExecutorConfig(kind="ray"))
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(InputError, match="--num-actors only apply to --executor ray"):
+        ExecutorConfig(kind="local", num_actors=2)
+    with pytest.raises(InputError, match="--executor 'dask' is not one of local, ray"):
+        ExecutorConfig(kind="dask")
+    with pytest.raises(InputError, match="--max-retries -1 must be >= 0"):
+        ExecutorConfig(kind="ray", max_retries=-1)
+
+
+def test_too_few_gpus_for_one_actor_names_the_fix(local_ray, reference, tiny_dir, tmp_path):
+    corpus, _ = reference
+    with pytest.raises(InputError, match=r"0 GPUs and 2 CPUs.*--gpus-per-actor 0 --num-actors N"):
+        run_scan(config(corpus, tiny_dir), str(tmp_path / "run"), executor=ExecutorConfig(kind="ray", gpus_per_actor=1))
