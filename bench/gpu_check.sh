@@ -2,7 +2,9 @@
 # Everything the GPU machine checks and times, in one call (about 8 minutes on an H200):
 #   1. the gpu-marked tests (canaries on CUDA in bf16, GPU vs CPU scores);
 #   2. bench/gcg_step.py: 1B and 8B random-weight Llama shapes, ours vs plain HF, vs the matmul floor;
-#   3. bench/miniprompt.py --size gpu: a model trained there, fast vs paper schedule, losses compared.
+#   3. bench/miniprompt.py --size gpu: a model trained there, fast vs paper schedule, losses compared;
+#   4. bench/screen_tokens.py: screening seconds per 20k-token book slice on the 8B shape, with and
+#      without the certificate rows (x5 for the 100k-token-book goal).
 # Usage (device tool): bash bench/gpu_check.sh   -> figures as JSON lines under $OUT (or ./bench_out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,3 +16,4 @@ mkdir -p "$out"
 timeout 150 python3 -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider 2>&1 | tail -5 | tee "$out/gpu_tests.txt"
 timeout 180 python3 bench/gcg_step.py --shapes 1b,8b --candidates 512 --free 20 --target 64 --steps 5 | tee "$out/gcg_step.jsonl"
 timeout 300 python3 bench/miniprompt.py --size gpu | tee "$out/miniprompt_gpu.jsonl"
+timeout 120 python3 bench/screen_tokens.py --shapes 8b --book-tokens 20000 | tee "$out/screen_tokens.jsonl"

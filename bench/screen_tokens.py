@@ -1,0 +1,90 @@
+"""Screening throughput: seconds to screen one book with stages/screen.py on a random-weight Llama shape.
+
+    python bench/screen_tokens.py --shapes 8b --book-tokens 100000            # GPU (the <10 s goal)
+    python bench/screen_tokens.py --shapes tiny --device cpu --dtype float32 --book-tokens 4000   # smoke test
+
+Two screens of the same book side by side: the default (32 tokens of context: a window row, a span row
+and one certificate row per context length) and the window-free screen (--context-tokens 0: the span
+row alone). Figures: book seconds, spans/s and tokens/s through the model (every row's tokens).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from types import SimpleNamespace
+
+import torch
+from gcg_step import SHAPES, build, matmul_floor
+
+from scanner.engine.hf import HFEngine
+from scanner.engine.loading import LoadedModel
+from scanner.engine.template import PromptTemplate
+from scanner.stages.screen import ScreenConfig, screen_spans
+from scanner.stages.spans import Span
+
+
+def book_spans(ids: list[int], span: int) -> list[Span]:
+    return [Span(doc_id="book", span_id=f"s{i}", token_start=i, token_end=i + span, char_start=i,
+                 char_end=i + span, text="", target_ids=ids[i:i + span])
+            for i in range(0, len(ids) - span + 1, span)]
+
+
+def rows_tokens(spans: int, span: int, context: int) -> int:
+    """Tokens through the model (BOS aside): window, span row, certificate rows j = 1..context
+    (the first spans of a book have less context; ignored)."""
+    return spans * ((context + span) + span + context * (context + 1) // 2 + context * span)
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def bench(engine: HFEngine, ids: list[int], args, context: int) -> dict:
+    spans = book_spans(ids, args.span)
+    config = ScreenConfig(context_tokens=context)
+    screen_spans(engine, ids, spans[:8], config)  # warm-up: kernels, allocator
+    sync(args.device)
+    start = time.perf_counter()
+    for i in range(0, len(spans), args.spans_per_call):  # a document at a time in a real scan
+        screen_spans(engine, ids, spans[i:i + args.spans_per_call], config)
+    sync(args.device)
+    seconds = time.perf_counter() - start
+    tokens = rows_tokens(len(spans), args.span, context)
+    return {"context_tokens": context, "spans": len(spans), "book_tokens": len(ids), "book_s": seconds,
+            "spans_per_s": len(spans) / seconds, "model_tokens_per_s": tokens / seconds}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", default="8b")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--book-tokens", type=int, default=100_000)
+    parser.add_argument("--span", type=int, default=32)
+    parser.add_argument("--spans-per-call", type=int, default=1024)
+    args = parser.parse_args()
+    dtype = getattr(torch, args.dtype)
+    floor = matmul_floor(args.device, dtype)
+    for shape in args.shapes.split(","):
+        model = build(shape, args.device, dtype)
+        vocab = SHAPES[shape]["vocab_size"]
+        loaded = LoadedModel(model=model, tokenizer=SimpleNamespace(pad_token_id=0), device=args.device,
+                             dtype=str(dtype), source="random")
+        engine = HFEngine.bare(loaded, PromptTemplate("", "", (1,), (1,), (), "BOS, uncounted"), [])
+        ids = torch.randint(3, vocab, (args.book_tokens,), generator=torch.Generator().manual_seed(0)).tolist()
+        params = sum(p.numel() for n, p in model.named_parameters() if "embed" not in n)
+        for context in (32, 0):
+            row = bench(engine, ids, args, context)
+            tflops = 2 * params * row["model_tokens_per_s"] / 1e12
+            print(json.dumps({"bench": "screen", "shape": shape, **row, "approx_tflops": tflops,
+                              "floor_tflops": floor}), flush=True)
+        del model, engine
+        if args.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
