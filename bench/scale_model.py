@@ -11,7 +11,7 @@ Pure arithmetic; every input says where its figure comes from (bench/RESULTS.md)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 def screen_tokens_per_span(span: int, context: int) -> int:
@@ -55,14 +55,19 @@ class CostInputs:
 GPU_FIGURES = CostInputs()
 
 
-def cost_table(inputs: CostInputs, efficiency: float, gpus: tuple[int, ...]) -> str:
-    """A markdown table: GPU-hours and wall-clock hours for each cluster size."""
-    screen_h, search_h = inputs.screen_gpu_s() / 3600, inputs.search_gpu_s() / 3600
-    lines = [f"{inputs.books} books x {inputs.tokens_per_book:,} tokens = {inputs.spans:,.0f} spans of "
-             f"{inputs.span} tokens; screen {screen_h:,.0f} GPU-h, search {search_h:,.0f} GPU-h "
-             f"(candidate share {inputs.candidate_share:.1%}), parallel efficiency {efficiency:.2f}", "",
-             "| GPUs | GPU-hours | wall-clock hours |", "|---|---|---|"]
-    for n in gpus:
-        total = screen_h + search_h
-        lines.append(f"| {n} | {total:,.0f} | {total / (n * efficiency):,.1f} |")
+def cost_table(inputs: CostInputs, efficiency: float, gpus: tuple[int, ...],
+               shares: tuple[float, ...] = (0.001, 0.005, 0.02)) -> str:
+    """Markdown: GPU-hours of screening (with and without certificate rows) and of search for a few
+    candidate shares, then wall-clock hours per cluster size."""
+    no_cert = replace(inputs, context=0)
+    lines = [f"{inputs.books:,} books x {inputs.tokens_per_book:,} tokens = {inputs.spans:,.0f} spans of "
+             f"{inputs.span} tokens; parallel efficiency {efficiency:.2f} (measured, bench/scale.py)", "",
+             "| candidate share | screen GPU-h (certificates / span row only) | search GPU-h | "
+             + " | ".join(f"{n} GPUs wall h" for n in gpus) + " |",
+             "|---" * (3 + len(gpus)) + "|"]
+    for share in shares:
+        case = replace(inputs, candidate_share=share)
+        screen, light, search = case.screen_gpu_s() / 3600, no_cert.screen_gpu_s() / 3600, case.search_gpu_s() / 3600
+        walls = " | ".join(f"{(screen + search) / (n * efficiency):,.1f}" for n in gpus)
+        lines.append(f"| {share:.1%} | {screen:,.0f} / {light:,.1f} | {search:,.0f} | {walls} |")
     return "\n".join(lines)
