@@ -9,7 +9,16 @@ from pathlib import Path
 
 import click
 
-from scanner.config import LOSSES, SCHEDULES, GCGConfig, ModelConfig, PromptConfig, SearchConfig
+from scanner.config import (
+    ENGINES,
+    LOSSES,
+    SCHEDULES,
+    EngineConfig,
+    GCGConfig,
+    ModelConfig,
+    PromptConfig,
+    SearchConfig,
+)
 from scanner.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -50,6 +59,37 @@ def search_options(f):
     ]):
         f = option(f)
     return f
+
+
+def engine_options(screen: bool):
+    """--verify-engine (and, where spans are screened, --screen-engine), vLLM's memory share, determinism."""
+    options = [click.option("--verify-engine", default="auto", show_default=True, type=click.Choice(ENGINES),
+                            help="Greedy generation that verifies every prompt: hf (transformers) or vllm; "
+                                 "auto: vllm where it is installed and a GPU is visible, else hf.")]
+    if screen:
+        options.append(click.option("--screen-engine", default="auto", show_default=True,
+                                    type=click.Choice(ENGINES),
+                                    help="Teacher-forced screen of the spans: hf or vllm (prompt log-probs); "
+                                         "auto as for --verify-engine."))
+    options += [
+        click.option("--vllm-gpu-memory", type=float, default=0.4, show_default=True,
+                     help="vLLM's share of the GPU (gpu_memory_utilization), built before the HF model, "
+                          "which gets the rest."),
+        click.option("--deterministic", is_flag=True,
+                     help="vLLM's batch-invariant mode (VLLM_BATCH_INVARIANT=1; GPU only)."),
+    ]
+
+    def decorate(f):
+        for option in reversed(options):
+            f = option(f)
+        return f
+    return decorate
+
+
+def engine_config(o: dict) -> EngineConfig:
+    # `acr` has no screen: its engines never include a vLLM screener.
+    return EngineConfig(verify=o["verify_engine"], screen=o.get("screen_engine", "hf"),
+                        gpu_memory_utilization=o["vllm_gpu_memory"], deterministic=o["deterministic"])
 
 
 def model_config(o: dict) -> ModelConfig:
@@ -108,6 +148,7 @@ def cli(verbose: int) -> None:
 @cli.command("acr")
 @model_options
 @search_options
+@engine_options(screen=False)
 @click.option("--natural-prefix", default=None, help="A prompt string known to precede the text (a certificate).")
 @click.option("--file", "file", default=None, help=".txt (a target per line) or .jsonl ({'text': ...}).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per target.")
@@ -121,7 +162,7 @@ def acr_command(texts, file, as_json, natural_prefix, **options) -> None:
         for t in targets:
             t.setdefault("natural_prefix", natural_prefix)
     configs = model_config(options), prompt_config(options), search_config(options)
-    emit_records(measure_many(*configs, targets), as_json)
+    emit_records(measure_many(*configs, targets, engines=engine_config(options)), as_json)
 
 
 def emit_records(records, as_json: bool) -> None:
@@ -173,7 +214,7 @@ def scan_config(o: dict, corpus: str):
     return ScanConfig(
         corpus=CorpusConfig(path=corpus, text_column=o["text_column"], id_column=o["id_column"],
                             keep_columns=keep, allow_duplicate_ids=o["allow_duplicate_ids"]),
-        model=model_config(o), prompt=prompt_config(o), search=search_config(o),
+        model=model_config(o), prompt=prompt_config(o), search=search_config(o), engines=engine_config(o),
         spans=SpanConfig(span_tokens=o["span_tokens"], stride=o["stride"]),
         screen=ScreenConfig(context_tokens=o["context_tokens"]), min_match_rate=o["min_match_rate"],
         max_candidates_per_doc=o["max_candidates_per_doc"], max_candidates=o["max_candidates"],
@@ -184,6 +225,7 @@ def scan_config(o: dict, corpus: str):
 @click.argument("corpus")
 @model_options
 @search_options
+@engine_options(screen=True)
 @scan_options
 def scan_command(corpus, out, **options) -> None:
     """Scan a Parquet CORPUS (file, directory or glob) span by span into the run directory --out."""

@@ -14,6 +14,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 BOS_POLICIES = ("auto", "always", "never")
 LOSSES = ("ce", "margin", "wrong_ce")
 SCHEDULES = ("fast", "paper")
+ENGINES = ("auto", "hf", "vllm")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,6 +109,49 @@ class SearchConfig:
     def paper(cls, **overrides: Any) -> SearchConfig:
         """The authors' MiniPrompt: their length schedule with their GCG settings."""
         return cls(**{"schedule": "paper", "gcg": GCGConfig.reference(), **overrides})
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineConfig:
+    """Which engine gives the final word on a prompt (verify) and ranks spans (screen); the HF model
+    always computes the GCG gradients. "auto" is resolved once, before a run is saved (resolved())."""
+
+    verify: str = "auto"
+    screen: str = "auto"
+    # vLLM is built first and takes this share of the GPU (weights + KV cache); the HF model and the
+    # GCG activations get what is left (the candidate chunk is sized from free memory).
+    gpu_memory_utilization: float = 0.4
+    deterministic: bool = False  # vLLM's batch-invariant mode (VLLM_BATCH_INVARIANT=1; GPU only)
+
+    def __post_init__(self) -> None:
+        for name in ("verify", "screen"):
+            value = getattr(self, name)
+            require(value in ENGINES, f"--{name}-engine {value}: choose one of {', '.join(ENGINES)}")
+        require(0 < self.gpu_memory_utilization < 1,
+                f"--vllm-gpu-memory {self.gpu_memory_utilization} must be in (0, 1), e.g. 0.4")
+
+    @property
+    def uses_vllm(self) -> bool:
+        return "vllm" in (self.verify, self.screen)
+
+    def resolved(self, model: ModelConfig) -> EngineConfig:
+        """"auto" -> vllm where vLLM is installed, a GPU is visible and the model is not a .gguf file
+        (vLLM loads HF directories and hub ids here); else hf."""
+        if "auto" not in (self.verify, self.screen):
+            return self
+        default = "vllm" if _vllm_fits(model) else "hf"
+        return dataclasses.replace(self, verify=default if self.verify == "auto" else self.verify,
+                                   screen=default if self.screen == "auto" else self.screen)
+
+
+def _vllm_fits(model: ModelConfig) -> bool:
+    import importlib.util
+
+    if model.device == "cpu" or model.model.endswith(".gguf") or importlib.util.find_spec("vllm") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def to_dict(config: Any) -> dict[str, Any]:

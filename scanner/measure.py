@@ -6,17 +6,17 @@ import logging
 from collections.abc import Iterator
 
 from scanner import __version__
-from scanner.config import ModelConfig, PromptConfig, SearchConfig
+from scanner.config import EngineConfig, ModelConfig, PromptConfig, SearchConfig
+from scanner.engine.build import build_engines
 from scanner.engine.hf import HFEngine
-from scanner.engine.loading import load_model
 from scanner.errors import InputError
 from scanner.search.miniprompt import effective_cap, measure
 
 log = logging.getLogger(__name__)
 
 
-def build_engine(model: ModelConfig, prompt: PromptConfig) -> HFEngine:
-    return HFEngine(load_model(model), prompt)
+def build_engine(model: ModelConfig, prompt: PromptConfig, engines: EngineConfig | None = None) -> HFEngine:
+    return build_engines(model, prompt, engines or EngineConfig())
 
 
 def validate_targets(engine: HFEngine, targets: list[dict], search: SearchConfig) -> None:
@@ -31,13 +31,14 @@ def validate_targets(engine: HFEngine, targets: list[dict], search: SearchConfig
 def record(engine: HFEngine, result, model: ModelConfig) -> dict:
     out = result.to_dict()
     out.update(model=model.model, revision=model.revision, device=engine.device, dtype=engine.dtype,
-               verify_engine="hf", package_version=__version__)
+               package_version=__version__)
     return out
 
 
 def measure_many(model: ModelConfig, prompt: PromptConfig, search: SearchConfig,
-                 targets: list[dict], engine: HFEngine | None = None) -> Iterator[dict]:
-    engine = engine or build_engine(model, prompt)
+                 targets: list[dict], engine: HFEngine | None = None,
+                 engines: EngineConfig | None = None) -> Iterator[dict]:
+    engine = engine or build_engine(model, prompt, engines)
     validate_targets(engine, targets, search)
     for target in targets:
         result = measure(engine, target["text"], search, natural_prefix=target.get("natural_prefix"))

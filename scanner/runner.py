@@ -13,7 +13,7 @@ import logging
 import time
 from dataclasses import asdict, dataclass, field, replace
 
-from scanner.config import ModelConfig, PromptConfig, SearchConfig
+from scanner.config import EngineConfig, ModelConfig, PromptConfig, SearchConfig
 from scanner.engine.hf import HFEngine
 from scanner.errors import require
 from scanner.search.miniprompt import AcrResult, measure
@@ -32,6 +32,7 @@ class ScanConfig:
     spans: SpanConfig = field(default_factory=SpanConfig)
     screen: ScreenConfig = field(default_factory=ScreenConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
+    engines: EngineConfig = field(default_factory=EngineConfig)  # "auto" is decided where the shard runs
     min_match_rate: float = 0.5  # screen: a span is a candidate at this greedy-match rate or with a certificate
     max_candidates_per_doc: int | None = None
     # Global budget, spent in corpus order (deterministic, resume-safe): the first spans to pass the
@@ -64,14 +65,16 @@ def _base_row(span: Span, shard: int, tau: float) -> dict:
             "prompt_tokens": None, "tau": tau, "thresholds": [], "greedy_match_rate": None, "mean_nll": None,
             "discoverable": None, "certificate_tokens": None, "certificate_prompt": None,
             "verified_generation": False, "teacher_forced": None, "verify_engine": None, "min_margin": None,
-            "steps": 0, "forwards": 0, "screen_s": 0.0, "search_s": 0.0, "shard": shard, "extra": None}
+            "steps": 0, "forwards": 0, "screen_s": 0.0, "search_s": 0.0, "shard": shard, "extra": None,
+            "verify_version": None, "verify_dtype": None, "verify_flags": None, "verify_disagrees": None,
+            "rejected_matches": None, "screen_engine": None}
 
 
-def _screened_row(row: dict, screened: Screened, certificate: str | None, seconds: float) -> dict:
+def _screened_row(row: dict, screened: Screened, certificate: str | None, seconds: float, engine: str) -> dict:
     return {**row, "status": "screened_out", "reason": None, "greedy_match_rate": screened.greedy_match_rate,
             "mean_nll": screened.mean_nll, "discoverable": screened.discoverable,
             "certificate_tokens": screened.certificate_tokens, "certificate_prompt": certificate,
-            "screen_s": seconds}
+            "screen_s": seconds, "screen_engine": engine}
 
 
 def _searched_row(row: dict, result: AcrResult, seconds: float) -> dict:
@@ -80,8 +83,10 @@ def _searched_row(row: dict, result: AcrResult, seconds: float) -> dict:
             "memorized": result.memorized, "prompt": result.prompt, "prompt_ids": result.prompt_ids,
             "prompt_tokens": result.prompt_tokens, "thresholds": flags,
             "verified_generation": result.verified_generation, "teacher_forced": result.teacher_forced,
-            "verify_engine": "hf", "min_margin": result.min_margin, "steps": result.steps,
-            "forwards": result.forwards, "search_s": seconds}
+            "verify_engine": result.verify_engine, "min_margin": result.min_margin, "steps": result.steps,
+            "forwards": result.forwards, "search_s": seconds, "verify_version": result.verify_version,
+            "verify_dtype": result.verify_dtype, "verify_flags": json.dumps(result.verify_flags, sort_keys=True),
+            "verify_disagrees": result.verify_disagrees, "rejected_matches": result.rejected_matches}
 
 
 def _is_candidate(row: dict, config: ScanConfig) -> bool:
@@ -112,6 +117,7 @@ def process_document(engine: HFEngine, doc: Document, config: ScanConfig, shard:
     if not live:
         return list(rows.values())
     ids, offsets = tokens
+    screen_engine = engine.screen_info()["engine"]
     for length in sorted({len(s.target_ids) for s in live}):
         group = [s for s in live if len(s.target_ids) == length]
         start = time.perf_counter()
@@ -119,7 +125,7 @@ def process_document(engine: HFEngine, doc: Document, config: ScanConfig, shard:
         each = (time.perf_counter() - start) / len(group)
         for span, screened in zip(group, results, strict=True):
             cert = None if screened.certificate_start is None else doc.text[offsets[screened.certificate_start][0]:span.char_start]
-            rows[span.span_id] = _screened_row(rows[span.span_id], screened, cert, each)
+            rows[span.span_id] = _screened_row(rows[span.span_id], screened, cert, each, screen_engine)
     chosen = _choose(live, rows, config)
     if budget is not None:
         for span in chosen[budget:]:

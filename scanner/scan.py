@@ -18,8 +18,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from scanner import __version__
+from scanner.engine.build import build_engines
 from scanner.engine.hf import HFEngine
-from scanner.engine.loading import load_model
 from scanner.rundir import Plan, RunDir, Shard, atomic_write_json, config_hash
 from scanner.runner import ScanConfig, process_document
 from scanner.schema import results_schema
@@ -50,13 +50,16 @@ def provenance(config: ScanConfig, engine: HFEngine) -> dict[bytes, bytes]:
     values = {"model": config.model.model, "model_revision": config.model.revision or "",
               "model_hash": model_hash(config.model.model), "tokenizer_hash": tokenizer_hash(engine.tokenizer),
               "package_version": __version__, "config_hash": config_hash(config.to_dict()),
-              "bos": engine.template.bos_policy, "device": engine.device, "dtype": engine.dtype}
+              "bos": engine.template.bos_policy, "device": engine.device, "dtype": engine.dtype,
+              "verify_engine": json.dumps(engine.verify_info(), sort_keys=True),
+              "screen_engine": json.dumps(engine.screen_info(), sort_keys=True)}
     return {k.encode(): str(v).encode() for k, v in values.items()}
 
 
 def open_engine(config: ScanConfig) -> tuple[HFEngine, dict[bytes, bytes]]:
-    """The one place a scan builds its engines (driver or Ray actor), with their provenance."""
-    engine = HFEngine(load_model(config.model), config.prompt)
+    """The one place a scan builds its engines (driver or Ray actor), with their provenance: vLLM
+    first with its share of the GPU, then the HF model (engine/build.py)."""
+    engine = build_engines(config.model, config.prompt, config.engines)
     return engine, provenance(config, engine)
 
 

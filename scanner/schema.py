@@ -136,9 +136,29 @@ def _cost_fields() -> list[pa.Field]:
     ]
 
 
+def _engine_fields() -> list[pa.Field]:
+    return [
+        _field("verify_version", pa.string(), "Version of the verify engine (transformers for 'hf', vLLM "
+               "for 'vllm'); null when nothing was verified.", nullable=True),
+        _field("verify_dtype", pa.string(), "The dtype the verify engine ran in, e.g. 'float32' or "
+               "'bfloat16'; null when nothing was verified.", nullable=True),
+        _field("verify_flags", pa.string(), "The verify engine's settings as a JSON object (device, "
+               "vLLM's enforce_eager, batch_invariant, gpu_memory_utilization, ...); null when nothing "
+               "was verified.", nullable=True),
+        _field("verify_disagrees", pa.bool_(), "The verify engine's greedy generation and the HF model's "
+               "teacher-forced check of the reported prompt disagree (verified_generation != "
+               "teacher_forced); recorded, never hidden. Null when no prompt was found.", nullable=True),
+        _field("rejected_matches", pa.int64(), "Prompts the search found by the HF teacher-forced check "
+               "that the verify engine's generation refuted; null when no search ran.", nullable=True),
+        _field("screen_engine", pa.string(), "The engine that ran the teacher-forced screen, 'hf' or "
+               "'vllm'; null when the screen did not run.", nullable=True),
+    ]
+
+
 def results_schema() -> pa.Schema:
     """One row per span. Column names are a public interface: add columns, never rename or retype."""
-    fields = _span_fields() + _verdict_fields() + _screen_fields() + _verify_fields() + _cost_fields()
+    fields = (_span_fields() + _verdict_fields() + _screen_fields() + _verify_fields() + _cost_fields()
+              + _engine_fields())
     return pa.schema(fields, metadata={b"name": b"acr-scanner results", b"version": SCHEMA_VERSION.encode()})
 
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
-from scanner.config import ModelConfig, PromptConfig
-from scanner.engine.hf import HFEngine
-from scanner.engine.loading import load_model
+from scanner.config import EngineConfig, ModelConfig, PromptConfig
+from scanner.engine.build import build_engines
 from scanner.rundir import RunDir
 
 
@@ -15,7 +15,9 @@ def verify_run(run_dir: str, model: str | None = None) -> tuple[list[dict], int]
     run = RunDir(run_dir)
     saved = json.loads((run.path / "run_config.json").read_text())["config"]
     model_config = ModelConfig(**{**saved["model"], "model": model or saved["model"]["model"]})
-    engine = HFEngine(load_model(model_config), PromptConfig(**saved["prompt"]))
+    # The run's verify engine (a run saved before engines were configurable verified with hf).
+    engines = EngineConfig(**saved.get("engines", {"verify": "hf", "screen": "hf"}))
+    engine = build_engines(model_config, PromptConfig(**saved["prompt"]), replace(engines, screen="hf"))
     flagged = [r for r in run.read_results().to_pylist() if r["status"] == "memorized"]
     failures = []
     for row in flagged:

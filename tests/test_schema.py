@@ -33,6 +33,9 @@ COLUMNS = {
     "verify_engine": (pa.string(), True), "min_margin": (pa.float64(), True), "steps": (pa.int64(), False),
     "forwards": (pa.int64(), False), "screen_s": (pa.float64(), False), "search_s": (pa.float64(), False),
     "shard": (pa.int32(), False), "extra": (pa.string(), True),
+    "verify_version": (pa.string(), True), "verify_dtype": (pa.string(), True),
+    "verify_flags": (pa.string(), True), "verify_disagrees": (pa.bool_(), True),
+    "rejected_matches": (pa.int64(), True), "screen_engine": (pa.string(), True),
 }
 
 

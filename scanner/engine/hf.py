@@ -1,11 +1,16 @@
 """The GPU engine on Hugging Face transformers: target loss, its gradient over the one-hot prompt,
-batched candidate scoring, and greedy verification by real generation from the prompt string."""
+batched candidate scoring, and greedy verification by real generation from the prompt string.
+
+Verification and screening can be handed to vLLM (`attach`): the HF model keeps computing gradients,
+candidate scores and the teacher-forced margins, and vLLM's greedy generation gives the verdict."""
 
 from __future__ import annotations
 
 import inspect
 import logging
+from collections import defaultdict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -15,6 +20,9 @@ from scanner.engine.template import PromptTemplate, build_template, free_ids, re
 from scanner.engine.vocab import allowed_token_ids
 from scanner.errors import InputError
 from scanner.search.losses import exact_match, target_loss, token_margins
+
+if TYPE_CHECKING:
+    from scanner.engine.vllm import VLLMEngine
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +42,12 @@ class Verification:
     teacher_forced: bool
     min_margin: float
     matched_tokens: int  # leading target tokens that generation reproduced
+    engine: str = "hf"  # the engine whose greedy generation decided verified_generation
+
+    @property
+    def disagrees(self) -> bool:
+        """Generation and the teacher-forced check of the same ids disagree (kept, never hidden)."""
+        return self.verified_generation != self.teacher_forced
 
 
 class HFEngine:
@@ -66,6 +80,26 @@ class HFEngine:
         self._keeps_logits = "logits_to_keep" in inspect.signature(self.model.forward).parameters
         self.chunk_size: int | None = None  # learned on OOM; persists across targets
         self.forwards = 0  # sequences through the model (candidates, gradients, verifications)
+        self.verifier: VLLMEngine | None = None  # greedy generation elsewhere (vLLM); None: HF generate
+        self.screener: VLLMEngine | None = None  # teacher-forced screen elsewhere (vLLM); None: HF
+
+    def attach(self, fast: VLLMEngine | None, verify: bool, screen: bool) -> None:
+        """Hand verification and/or screening to a set-up vLLM engine of the same model."""
+        self.verifier = fast if verify else None
+        self.screener = fast if screen else None
+
+    def info(self) -> dict:
+        """Engine, version, dtype and flags of this HF model, as results record them."""
+        import transformers
+
+        return {"engine": "hf", "version": transformers.__version__, "dtype": self.dtype,
+                "flags": {"device": str(self.device), "torch": torch.__version__}}
+
+    def verify_info(self) -> dict:
+        return self.verifier.info() if self.verifier is not None else self.info()
+
+    def screen_info(self) -> dict:
+        return self.screener.info() if self.screener is not None else self.info()
 
     def encode_target(self, text: str) -> list[int]:
         if not text or not text.strip():
@@ -99,17 +133,45 @@ class HFEngine:
 
     def verify(self, prompt: str, target_ids: list[int]) -> Verification:
         """Greedy generation from the typed prompt string, compared token by token with the target."""
-        ids = typed_ids(self.tokenizer, self.template, [prompt])[0]
-        if not ids:
-            return Verification(prompt, [], [], False, False, float("-inf"), 0)
-        generated = self._generate(ids, len(target_ids))
-        matched = next((i for i, (a, b) in enumerate(zip(generated, target_ids, strict=False)) if a != b),
-                       min(len(generated), len(target_ids)))
-        margins = self._teacher_forced_margins(ids, target_ids)
-        return Verification(
-            prompt=prompt, prompt_ids=free_ids(self.template, ids), generated_ids=generated,
-            verified_generation=generated[: len(target_ids)] == target_ids,
-            teacher_forced=bool((margins > 0).all()), min_margin=float(margins.min()), matched_tokens=matched)
+        return self.verify_many([prompt], target_ids)[0]
+
+    def verify_many(self, prompts: list[str], target_ids: list[int]) -> list[Verification]:
+        """`verify` of every prompt; with vLLM attached, all generations run in one call."""
+        if not prompts:
+            return []
+        typed = typed_ids(self.tokenizer, self.template, prompts)
+        live = [ids for ids in typed if ids]
+        generated = iter(self._generate_many(live, len(target_ids)))
+        margins = iter(self._teacher_forced_margins(live, target_ids))
+        engine = "hf" if self.verifier is None else "vllm"
+        return [_verification(p, self.template, ids, next(generated), next(margins), target_ids, engine)
+                if ids else Verification(p, [], [], False, False, float("-inf"), 0, engine)
+                for p, ids in zip(prompts, typed, strict=True)]
+
+    def verify_first(self, prompts: list[str], target_ids: list[int]) -> tuple[Verification | None, int]:
+        """The first prompt, in order, that generation verifies, and how many before it were refuted.
+        HF generates one at a time and stops at a success; vLLM checks them all in one call."""
+        if self.verifier is None:
+            for rank, prompt in enumerate(prompts):
+                check = self.verify(prompt, target_ids)
+                if check.verified_generation:
+                    return check, rank
+            return None, len(prompts)
+        checks = self.verify_many(prompts, target_ids)
+        rank = next((i for i, check in enumerate(checks) if check.verified_generation), None)
+        return (None, len(prompts)) if rank is None else (checks[rank], rank)
+
+    def _generate_many(self, inputs: list[list[int]], new_tokens: int) -> list[list[int]]:
+        if not inputs:
+            return []
+        if self.verifier is None:
+            return [self._generate(ids, new_tokens) for ids in inputs]
+        self.forwards += len(inputs)
+        return self.verifier.generate(inputs, [new_tokens] * len(inputs), self._eos_ids())
+
+    def _eos_ids(self) -> list[int]:
+        eos = self.model.generation_config.eos_token_id
+        return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
 
     @torch.no_grad()
     def _generate(self, ids: list[int], new_tokens: int) -> list[int]:
@@ -125,10 +187,30 @@ class HFEngine:
         return out[0, len(ids):].tolist()
 
     @torch.no_grad()
-    def _teacher_forced_margins(self, ids: list[int], target_ids: list[int]) -> torch.Tensor:
-        seq = torch.tensor([ids + target_ids], device=self.device)
-        logits = self.logits(seq, keep=len(target_ids) + 1)[:, :-1]
-        return token_margins(logits, torch.tensor(target_ids, device=self.device))[0].cpu()
+    def _teacher_forced_margins(self, inputs: list[list[int]], target_ids: list[int]) -> list[torch.Tensor]:
+        """[T] margins per input; inputs of one length share a forward (no padding, so no drift)."""
+        target = torch.tensor(target_ids, device=self.device)
+        by_length: dict[int, list[int]] = defaultdict(list)
+        for i, ids in enumerate(inputs):
+            by_length[len(ids)].append(i)
+        out: list[torch.Tensor] = [target] * len(inputs)
+        for rows in by_length.values():
+            seq = torch.tensor([inputs[i] + target_ids for i in rows], device=self.device)
+            margins = token_margins(self.logits(seq, keep=len(target_ids) + 1)[:, :-1], target).cpu()
+            for i, m in zip(rows, margins, strict=True):
+                out[i] = m
+        return out
+
+
+def _verification(prompt: str, template: PromptTemplate, ids: list[int], generated: list[int],
+                  margins: torch.Tensor, target_ids: list[int], engine: str) -> Verification:
+    matched = next((i for i, (a, b) in enumerate(zip(generated, target_ids, strict=False)) if a != b),
+                   min(len(generated), len(target_ids)))
+    return Verification(
+        prompt=prompt, prompt_ids=free_ids(template, ids), generated_ids=generated,
+        verified_generation=generated[: len(target_ids)] == target_ids,
+        teacher_forced=bool((margins > 0).all()), min_margin=float(margins.min()), matched_tokens=matched,
+        engine=engine)
 
 
 def _max_positions(model) -> int | None:

@@ -55,14 +55,11 @@ def keep_typeable(engine: HFEngine, candidates: torch.Tensor) -> torch.Tensor:
 
 def confirm(engine: HFEngine, candidates: torch.Tensor, scores: Scores, target_ids: list[int],
             limit: int) -> tuple[Verification | None, int]:
-    """Verify teacher-forced matches by generation, best loss first; the first that holds wins."""
+    """Verify teacher-forced matches by generation, best loss first; the first that holds wins (a
+    vLLM verifier checks all of them in one call). Returns it and the matches refuted before it."""
     matches = torch.nonzero(scores.exact).flatten()
     matches = matches[scores.loss[matches].argsort()][:limit]
-    for rank, index in enumerate(matches.tolist()):
-        check = engine.verify(engine.decode(candidates[index].tolist()), target_ids)
-        if check.verified_generation:
-            return check, rank
-    return None, len(matches)
+    return engine.verify_first([engine.decode(candidates[i].tolist()) for i in matches.tolist()], target_ids)
 
 
 def run_gcg(scorer: TargetScorer, init: list[int], steps: int, config: GCGConfig,

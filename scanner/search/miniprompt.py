@@ -41,6 +41,13 @@ class AcrResult:
     steps: int
     forwards: int
     rejected_matches: int  # teacher-forced matches that generation refuted (METHOD.md defect 1)
+    # The engine whose greedy generation decided `success` (hf or vllm), its version, dtype and flags.
+    verify_engine: str
+    verify_version: str
+    verify_dtype: str
+    verify_flags: dict
+    # That generation and HF's teacher-forced check of the reported prompt disagree (None: no prompt).
+    verify_disagrees: bool | None
     wall_s: float
     seed: int
     bos: str
@@ -187,6 +194,7 @@ def _result(engine: HFEngine, text: str, target_ids: list[int], cap: int, config
     tokens = len(best.prompt_ids) if best else None
     value = acr_math.acr(len(target_ids), tokens, cap)
     taus = {"tau": config.tau, **compression_thresholds(text)}
+    verifier = engine.verify_info()
     return AcrResult(
         target=text, target_ids=target_ids, target_tokens=len(target_ids),
         prompt=best.prompt if best else None, prompt_ids=best.prompt_ids if best else None,
@@ -195,5 +203,7 @@ def _result(engine: HFEngine, text: str, target_ids: list[int], cap: int, config
         verified_generation=bool(best and best.verified_generation),
         teacher_forced=bool(best and best.teacher_forced), min_margin=best.min_margin if best else None,
         certificate_tokens=certificate, cap=cap, schedule=config.schedule, tau=config.tau,
-        steps=state.steps, forwards=forwards, rejected_matches=state.rejected, wall_s=wall,
+        steps=state.steps, forwards=forwards, rejected_matches=state.rejected, verify_engine=verifier["engine"],
+        verify_version=verifier["version"], verify_dtype=verifier["dtype"], verify_flags=verifier["flags"],
+        verify_disagrees=best.disagrees if best else None, wall_s=wall,
         seed=config.seed, bos=engine.template.bos_policy, trace=state.trace)

@@ -7,6 +7,9 @@ Per span, from rows of a single batched forward (left-padded, so every row's tar
 - certificate rows [template][last j context tokens][span] for j = 1..context: the shortest j whose
   teacher-forced greedy output is the whole span is the natural-prefix certificate, a free bound
   |x*| <= j that the search later verifies by generation from the document's own text.
+
+With vLLM attached as the screener (--screen-engine vllm) the same rows go to it in one call, unpadded,
+and its prompt log-probs give the matches and NLL; HF's path pads and batches `max_rows` at a time.
 """
 
 from __future__ import annotations
@@ -62,11 +65,15 @@ def _rows(spans: list[Span], doc_ids: list[int], context: int) -> list[_Row]:
     return rows
 
 
+def _sequences(engine: HFEngine, rows: list[_Row], targets: list[list[int]]) -> list[list[int]]:
+    t = engine.template
+    return [list(t.prefix_ids) + list(r.context) + list(t.suffix_ids) + targets[r.span] for r in rows]
+
+
 @torch.no_grad()
 def _forward(engine: HFEngine, rows: list[_Row], targets: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """Per row: [T] greedy matches and [T] NLL of its span (all spans here have the same length T)."""
-    t = engine.template
-    seqs = [list(t.prefix_ids) + list(r.context) + list(t.suffix_ids) + targets[r.span] for r in rows]
+    seqs = _sequences(engine, rows, targets)
     width = max(len(s) for s in seqs)
     pad = engine.tokenizer.pad_token_id if engine.tokenizer.pad_token_id is not None else 0
     ids = torch.tensor([[pad] * (width - len(s)) + s for s in seqs], device=engine.device)
@@ -104,6 +111,10 @@ def screen_spans(engine: HFEngine, doc_ids: list[int], spans: list[Span], config
     require(len(lengths) == 1, f"screen_spans takes spans of one length, got {sorted(lengths)}")
     rows = _rows(spans, doc_ids, config.context_tokens)
     targets = [s.target_ids for s in spans]
+    if engine.screener is not None:
+        engine.forwards += len(rows)
+        scores = engine.screener.prompt_scores(_sequences(engine, rows, targets), lengths.pop())
+        return _summarize(rows, scores.matches, scores.nll, spans, config)
     parts = [_forward(engine, rows[i:i + config.max_rows], targets) for i in range(0, len(rows), config.max_rows)]
     matches = torch.cat([p[0] for p in parts])
     nll = torch.cat([p[1] for p in parts])

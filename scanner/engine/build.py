@@ -1,0 +1,33 @@
+"""The engines of a run, built in one process (one GPU actor on a cluster holds both).
+
+Order matters on a GPU: vLLM first, with an explicit share of the GPU (gpu_memory_utilization of the
+*total* memory, for its weights, activations and KV cache; it refuses to start when that much is not
+free), then the HF model, whose GCG batches are sized from the memory still free (hf._initial_chunk).
+Built the other way round, vLLM would find the HF model's memory taken and fail or starve.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from scanner.config import EngineConfig, ModelConfig, PromptConfig
+from scanner.engine.hf import HFEngine
+from scanner.engine.loading import load_model, resolve_device, resolve_dtype
+
+log = logging.getLogger(__name__)
+
+
+def build_engines(model: ModelConfig, prompt: PromptConfig, engines: EngineConfig) -> HFEngine:
+    """The HF engine (gradients, candidate scores, margins) with vLLM attached where `engines` asks."""
+    engines = engines.resolved(model)
+    fast = None
+    if engines.uses_vllm:
+        from scanner.engine.vllm import VLLMEngine
+
+        device = resolve_device(model.device)
+        dtype = str(resolve_dtype(model.dtype, device)).removeprefix("torch.")
+        fast = VLLMEngine(model, engines, dtype, device).setup()
+    engine = HFEngine(load_model(model), prompt)
+    engine.attach(fast, verify=engines.verify == "vllm", screen=engines.screen == "vllm")
+    log.info("verify engine: %s; screen engine: %s", engines.verify, engines.screen)
+    return engine

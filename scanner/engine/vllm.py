@@ -1,0 +1,153 @@
+"""vLLM as the verifying and screening engine (METHOD.md, defect 1: an engine independent of the
+search's teacher-forced check gives the final word).
+
+- `generate`: greedy continuations of many token-id prompts in one `LLM.generate` call (temperature 0,
+  max_tokens = the target's length, no detokenization).
+- `prompt_scores`: teacher-forced scores of many windows from `prompt_logprobs=1`: per position the
+  target token's log-prob (its NLL) and rank (rank 1: the greedy choice).
+
+It sees token ids only (`skip_tokenizer_init`): prompt strings are typed in and re-tokenized by the
+HF tokenizer the search uses, so both engines read the same ids. The `LLM` is built in `setup()`, not
+in `__init__`, so the object holds settings only until it runs where the accelerator is.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+import torch
+
+from scanner.config import EngineConfig, ModelConfig
+from scanner.errors import InputError, MissingDependency
+
+log = logging.getLogger(__name__)
+
+INSTALL = ("pip install 'acr-scanner[gpu]' on a CUDA machine, or on a CPU: pip install torch==2.13.0 && "
+           "pip install 'acr-scanner[cpu-vllm]' && pip uninstall -y torchvision torchaudio torchcodec")
+CPU_KV_CACHE_GIB = "1"
+MAX_MODEL_LEN = 8192  # prompts here are at most cap_factor * |y| + |y| tokens, far below this
+
+
+def import_vllm():
+    try:
+        import vllm
+    except ImportError as err:
+        raise MissingDependency(f"the vllm engine needs vLLM, which is not installed: {INSTALL}; "
+                                f"or pass --verify-engine hf --screen-engine hf") from err
+    return vllm
+
+
+@dataclass(frozen=True)
+class PromptScores:
+    matches: torch.Tensor  # [R, T] bool: the target token is the greedy choice at each scored position
+    nll: torch.Tensor  # [R, T] float32: its negative log-likelihood
+
+
+class VLLMEngine:
+    """Settings at construction; the `LLM` (weights, KV cache, worker processes) in `setup()`."""
+
+    def __init__(self, model: ModelConfig, engines: EngineConfig, dtype: str, device: str):
+        if model.model.endswith(".gguf"):
+            raise InputError(f"--model {model.model}: the vllm engine loads HF directories and hub ids "
+                             "here, not .gguf files; pass --verify-engine hf --screen-engine hf")
+        self.model_config, self.engines, self.dtype, self.device = model, engines, dtype, device
+        # Inductor compilation costs minutes on a CPU and pays off only on long decodes; CUDA keeps it.
+        self.enforce_eager = device == "cpu"
+        self.llm = None
+        self.version: str | None = None
+
+    def info(self) -> dict:
+        """What every result records about the engine that verified or screened it."""
+        flags = {"device": self.device, "enforce_eager": self.enforce_eager,
+                 "batch_invariant": self.engines.deterministic and self.device != "cpu",
+                 "gpu_memory_utilization": self.engines.gpu_memory_utilization if self.device != "cpu" else None,
+                 "cpu_kvcache_gib": os.environ.get("VLLM_CPU_KVCACHE_SPACE") if self.device == "cpu" else None}
+        return {"engine": "vllm", "version": self.version, "dtype": self.dtype, "flags": flags}
+
+    def setup(self) -> VLLMEngine:
+        if self.llm is not None:
+            return self
+        self._environment()
+        vllm = import_vllm()
+        self.version = vllm.__version__
+        self._check_platform()
+        config = self.model_config
+        self.llm = vllm.LLM(
+            model=config.model, revision=config.revision, trust_remote_code=config.trust_remote_code,
+            dtype=self.dtype, skip_tokenizer_init=True, seed=0, enforce_eager=self.enforce_eager,
+            gpu_memory_utilization=self.engines.gpu_memory_utilization, max_model_len=self._max_model_len())
+        log.info("vLLM %s built for %s (%s, %s)", self.version, config.model, self.device, self.dtype)
+        return self
+
+    def _check_platform(self) -> None:
+        from vllm.platforms import current_platform
+
+        built_for = current_platform.device_type
+        if built_for != self.device.split(":")[0]:
+            raise InputError(f"the installed vLLM runs on {built_for!r} but the model is on {self.device!r}; "
+                             f"pass --device {built_for} or --verify-engine hf --screen-engine hf")
+
+    def _environment(self) -> None:
+        # Read by vLLM's engine processes when they start, so it is set before the LLM exists.
+        if self.engines.deterministic:
+            os.environ["VLLM_BATCH_INVARIANT"] = "1"
+            if self.device == "cpu":
+                log.warning("--deterministic: vLLM's batch-invariant mode needs a GPU; its CPU backend "
+                            "ignores it (recorded as batch_invariant false)")
+        if self.device == "cpu":
+            # Unset, vLLM sizes the CPU KV cache from the node's free memory, which the HF model in this
+            # process (and other jobs on a shared machine) need; short prompts fit easily in 1 GiB.
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KV_CACHE_GIB)
+
+    def _max_model_len(self) -> int:
+        """The model's context, capped: a long-context model would otherwise have vLLM reserve KV
+        cache for 128k-token sequences inside its memory share."""
+        from transformers import AutoConfig
+
+        config = self.model_config
+        hf = AutoConfig.from_pretrained(config.model, revision=config.revision,
+                                        trust_remote_code=config.trust_remote_code)
+        text = hf.get_text_config()
+        return min(getattr(text, "max_position_embeddings", None) or MAX_MODEL_LEN, MAX_MODEL_LEN)
+
+    def _run(self, prompts: list[list[int]], params) -> list:
+        from vllm.inputs import TokensPrompt
+
+        if self.llm is None:
+            raise RuntimeError("VLLMEngine.setup() must run before generation")
+        return self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,
+                                 use_tqdm=False)
+
+    def generate(self, prompts: list[list[int]], new_tokens: list[int], stop_ids: list[int]) -> list[list[int]]:
+        """Greedy continuation of each prompt, `new_tokens[i]` tokens at most, in one call. Stops at
+        `stop_ids` (EOS) as HF generate does: without a tokenizer vLLM knows no EOS of its own."""
+        from vllm import SamplingParams
+
+        params = [SamplingParams(temperature=0.0, max_tokens=n, detokenize=False, stop_token_ids=stop_ids)
+                  for n in new_tokens]
+        return [list(out.outputs[0].token_ids) for out in self._run(prompts, params)]
+
+    def prompt_scores(self, seqs: list[list[int]], tail: int) -> PromptScores:
+        """Greedy matches and NLL of the last `tail` tokens of every sequence, in one call."""
+        from vllm import SamplingParams
+
+        # One generated token is the least vLLM runs; prompt log-probs skip the prefix cache by design.
+        params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=1, detokenize=False)
+        matches = torch.zeros(len(seqs), tail, dtype=torch.bool)
+        nll = torch.zeros(len(seqs), tail, dtype=torch.float32)
+        for row, (seq, out) in enumerate(zip(seqs, self._run(seqs, params), strict=True)):
+            positions = out.prompt_logprobs[len(seq) - tail:]
+            for col, (token, entry) in enumerate(zip(seq[len(seq) - tail:], positions, strict=True)):
+                logprob = entry[token]
+                matches[row, col] = logprob.rank == 1
+                nll[row, col] = -logprob.logprob
+        return PromptScores(matches=matches, nll=nll)
+
+    def close(self) -> None:
+        """Stop vLLM's engine processes now rather than at interpreter exit."""
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
+        self.llm = None
