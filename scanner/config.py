@@ -90,6 +90,9 @@ class SearchConfig:
     try_empty: bool = True
     decide_steps: int = 400  # per attempt at the decision length
     shrink_steps: int = 200  # per attempt while minimizing a memorized target
+    # A short first try below the decision length (0: none): memorized text is found there far more
+    # easily than with |y| - 1 random tokens (search/schedule.py, FastSchedule).
+    probe_length: int = 5
     restarts: int = 1  # extra attempts (fresh random prompt) before a length is declared failed
     verify_retries: int = 4  # teacher-forced matches that fail generation before a step moves on
     # After "not memorized", keep searching longer prompts (up to the cap, inserting tokens into the
@@ -103,6 +106,7 @@ class SearchConfig:
         for name in ("paper_start", "paper_increment", "paper_steps", "decide_steps", "shrink_steps"):
             require(getattr(self, name) >= 1, f"{name} {getattr(self, name)} must be >= 1")
         require(self.restarts >= 0, f"restarts {self.restarts} must be >= 0")
+        require(self.probe_length >= 0, f"probe_length {self.probe_length} must be >= 0 (0: no probe)")
         require(self.paper_step_growth >= 1, f"paper_step_growth {self.paper_step_growth} must be >= 1")
 
     @classmethod

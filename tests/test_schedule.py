@@ -70,13 +70,26 @@ def test_fast_schedule_finds_the_boundary_of_a_monotone_oracle(y, k, tau, templa
 
 
 def test_fast_schedule_decides_at_the_decision_length_first():
-    tried = drive(FastSchedule(32, 160, SearchConfig(), has_template=False), lambda n: False)
+    tried = drive(FastSchedule(32, 160, SearchConfig(probe_length=0), has_template=False), lambda n: False)
     assert [a.length for a in tried] == [31]
     assert tried[0].tries == 1 + SearchConfig().restarts
 
 
+def test_a_short_probe_comes_before_the_decision_length():
+    # Unmemorized: one try at 5 tokens, then the decision length with its restarts, fresh as without a probe.
+    tried = drive(FastSchedule(32, 160, SearchConfig(), has_template=True), lambda n: False)
+    assert [(a.length, a.tries, a.warm) for a in tried] == [(0, 1, "none"), (5, 1, "random"),
+                                                           (31, 1 + SearchConfig().restarts, "random")]
+    # Memorized: the probe proves ACR > tau and the descent starts below it; the decision length is skipped.
+    schedule = FastSchedule(32, 160, SearchConfig(), has_template=False)
+    assert [a.length for a in drive(schedule, lambda n: n >= 3)] == [5, 4, 3, 2]
+    assert schedule.found and schedule.hi == 3
+    # No probe at or above the decision length.
+    assert [a.length for a in drive(FastSchedule(5, 25, SearchConfig(), has_template=False), lambda n: False)] == [4]
+
+
 def test_fast_schedule_descends_with_warm_starts_after_a_success():
-    tried = drive(FastSchedule(10, 50, SearchConfig(), has_template=True), lambda n: n >= 6)
+    tried = drive(FastSchedule(10, 50, SearchConfig(probe_length=0), has_template=True), lambda n: n >= 6)
     assert [a.length for a in tried] == [0, 9, 8, 7, 6, 5]
     assert [a.warm for a in tried] == ["none", "random", "shrink", "shrink", "shrink", "shrink"]
 

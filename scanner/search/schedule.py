@@ -60,11 +60,15 @@ class FastSchedule:
     """Verdict first, then minimize.
 
     1. n = 0 when the fixed template is non-empty (one forward, no optimization);
-    2. the decision length n_d = ceil(|y| / tau) - 1: success proves ACR > tau, failure (after
+    2. a short probe (`probe_length`, 5 like the paper's start) when it is below n_d: a success
+       proves ACR > tau at once. Memorized text is found far more easily there: a prompt of |y| - 1
+       random tokens pulls the model off every context it saw in training, and GCG at that length
+       missed canaries seen 64 times that 5 tokens elicited (bench/validity.py, bench/RESULTS.md);
+    3. the decision length n_d = ceil(|y| / tau) - 1: success proves ACR > tau, failure (after
        restarts) settles "not memorized" and ends the search;
-    3. after a success at n, try n - 1 warm-started from the success (the driver first checks every
+    4. after a success at n, try n - 1 warm-started from the success (the driver first checks every
        one-token deletion in one batch) until a length fails;
-    4. with `bound_unmemorized`, a failure at the decision length grows the prompt instead (by at least
+    5. with `bound_unmemorized`, a failure at the decision length grows the prompt instead (by at least
        `paper_increment` or half, warm-started by inserting tokens into the best failed prompt) until
        a length succeeds or the cap is reached, then shrinks back as in 3.
     A certificate (`known_length`, e.g. a natural prefix) starts `hi` below the cap.
@@ -80,7 +84,10 @@ class FastSchedule:
         self.lo = -1 if has_template else 0
         self._decide = min(decision_length(target_tokens, config.tau), self.hi - 1)
         self._config = config
-        first = 0 if (config.try_empty and has_template and self.hi > 0) else self._decide
+        # No probe under a certificate: the descent from it already works at short lengths.
+        probe = config.probe_length if known_length is None else 0
+        self._probe = probe if 0 < probe < self._decide else None
+        first = 0 if (config.try_empty and has_template and self.hi > 0) else (self._probe or self._decide)
         if first <= self.lo and config.bound_unmemorized and self.lo + 1 < self.hi:
             first = self.lo + 1  # nothing short enough to prove memorization: go straight to bounding
         self._n: int | None = first if first > self.lo else None
@@ -92,9 +99,12 @@ class FastSchedule:
         if n == 0:
             return Attempt(length=0, steps=0, warm="none", tries=1)
         shrinking = self.found and n < self.hi
-        warm = "shrink" if shrinking else ("grow" if n > self.lo >= 1 else "random")  # grow: a failed prompt below
+        # grow: from a failed prompt below (not the probe's: the decision length starts fresh, as without one)
+        grow = n > self.lo >= 1 and self.lo != self._probe
+        warm = "shrink" if shrinking else ("grow" if grow else "random")
         steps = self._config.shrink_steps if shrinking and n < self._decide else self._config.decide_steps
-        return Attempt(length=n, steps=steps, warm=warm, tries=1 + self._config.restarts)
+        probing = n == self._probe and not self.found  # one try: the decision length has the restarts
+        return Attempt(length=n, steps=steps, warm=warm, tries=1 if probing else 1 + self._config.restarts)
 
     def report(self, success: bool) -> None:
         n = self._n
@@ -104,7 +114,9 @@ class FastSchedule:
             self._n = n - 1 if n - 1 > self.lo else None
             return
         self.lo = max(self.lo, n)
-        if n == 0 and self._decide > 0 and self._decide < self.hi:
+        if n == 0 and self._probe:
+            self._n = self._probe
+        elif (n == 0 or (n == self._probe and not self.found)) and 0 < self._decide < self.hi:
             self._n = self._decide
         elif self._config.bound_unmemorized and not self.found and n + 1 < self.hi:
             self._n = min(self.hi - 1, n + max(self._config.paper_increment, -(-n // 2)))
