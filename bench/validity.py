@@ -1,7 +1,7 @@
 """Validity study: ACR against duplication count and model size, on models trained here.
 
     python bench/validity.py                   # CPU: two small Llamas, counts 1/4/16/64 (~15 min, 2 cores)
-    python bench/validity.py --size gpu        # H200: ~20M and ~100M parameters, counts 1..64 (unmeasured)
+    python bench/validity.py --size gpu --device cuda   # H200: ~20M and ~100M parameters, counts 1..64 (unmeasured)
 
 Builds a corpus of real text (stdlib docstrings, installed distributions' METADATA and licenses),
 plants canary passages at each duplication count, trains every model size on it, then measures with
@@ -51,39 +51,54 @@ SIZES = {
         # (a prompt of |y| tokens or more can never show memorization), or the walk 5, 10, ... 5|y|
         # on one unmemorized canary alone takes most of an hour on 2 cores.
         "paper": SearchConfig.paper(paper_steps=60, cap_factor=1),
-        "paper_counts": (1, 64),
+        # Memorized canaries only: on an unmemorized one the paper walk (5, 10, ... up to |y|, x1.2
+        # steps each time) alone takes longer than the whole CPU budget.
+        "paper_counts": (64,),
+        "paper_per_count": 3,
     },
     "gpu": {
-        "corpus": CorpusSpec(counts=(1, 2, 4, 8, 16, 32, 64), canaries_per_count=4, heldout=8,
+        "corpus": CorpusSpec(counts=(1, 2, 4, 8, 16, 32, 64), canaries_per_count=3, heldout=5,
                              max_chars=6_000_000, stdlib_packages=True),
-        "vocab": 8192, "epochs": 4, "random_controls": 8, "prefix_tokens": 8,
+        "vocab": 8192, "epochs": 4, "random_controls": 5, "prefix_tokens": 8,
         "models": [ModelSize(name="20M", hidden=384, layers=8, heads=6, batch=32, lr=1e-3,
                              train_context=256),
                    ModelSize(name="100M", hidden=768, layers=10, heads=12, batch=32, lr=6e-4,
                              train_context=256)],
-        "fast": SearchConfig(restarts=0),
+        # Budget estimate (unmeasured): ~1.5M tokens x 4 epochs, about 20 s and 80 s of training; 31
+        # targets a model, ~20 of them unmemorized at ~8 s each (150 steps of 256 candidates).
+        "fast": SearchConfig(decide_steps=150, shrink_steps=100, restarts=0),
         "paper": SearchConfig.paper(cap_factor=1),
         "paper_counts": (1, 64),
+        "paper_per_count": 1,  # the paper walk on one unmemorized canary is ~1,500 GCG steps
     },
 }
 
 
-def train(setup: dict, corpus, workdir: Path, device: str) -> tuple[dict[str, Path], dict]:
-    start = time.perf_counter()
-    sizes = train_models(corpus, setup["models"], setup["vocab"], setup["epochs"], workdir, device)
-    dirs = {name: workdir / name for name in sizes}
-    info = {"train_s": round(time.perf_counter() - start, 1), "epochs": setup["epochs"],
-            "models": {n: {**asdict(s), "parameters": parameters(dirs[n])} for n, s in sizes.items()}}
-    return dirs, info
+def train(setup: dict, corpus_spec: CorpusSpec, corpus, workdir: Path, device: str) -> tuple[dict[str, Path], dict]:
+    """Train every size, or reuse the models of an earlier run with the same settings (study.json)."""
+    key = json.dumps({"corpus": asdict(corpus_spec), "vocab": setup["vocab"], "epochs": setup["epochs"],
+                      "models": [asdict(s) for s in setup["models"]]}, sort_keys=True)
+    marker, start = workdir / "study.json", time.perf_counter()
+    if marker.is_file() and json.loads(marker.read_text())["key"] == key:
+        info = json.loads(marker.read_text())["info"]
+        log.info("reusing the models trained in %s", workdir)
+    else:
+        sizes = train_models(corpus, setup["models"], setup["vocab"], setup["epochs"], workdir, device)
+        info = {"train_s": round(time.perf_counter() - start, 1), "epochs": setup["epochs"],
+                "models": {n: {**asdict(s), "parameters": parameters(workdir / n)} for n, s in sizes.items()}}
+        marker.write_text(json.dumps({"key": key, "info": info}))
+    return {name: workdir / name for name in info["models"]}, info
 
 
 def measure_model(name: str, model_dir: Path, corpus, setup: dict, device: str, seed: int) -> list[dict]:
     engine = HFEngine(load_model(ModelConfig(model=str(model_dir), device=device)), PromptConfig())
     targets = study_targets(corpus, engine, setup["random_controls"], seed)
-    rows = []
+    rows, papers = [], {}
     for target in targets:
         jobs = [setup["fast"]]
-        if target["group"] == "canary" and target["count"] in setup["paper_counts"]:
+        count = target["count"]
+        if target["group"] == "canary" and count in setup["paper_counts"] and papers.get(count, 0) < setup["paper_per_count"]:
+            papers[count] = papers.get(count, 0) + 1
             jobs.append(setup["paper"])
         for config in jobs:
             row = {"model": name, **measure_target(engine, target, config, setup["prefix_tokens"])}
@@ -114,10 +129,10 @@ def plot(summary: list[dict], path: Path) -> None:
             rows = [s for s in summary if s["model"] == model and s["schedule"] == "fast"]
             canaries = [s for s in rows if s["group"] == "canary"]
             line = ax.plot([s["count"] for s in canaries], [s[key] for s in canaries], "o-", label=f"{model} canaries")
-            for s, marker in ((next((r for r in rows if r["group"] == "held-out"), None), "s"),
-                              (next((r for r in rows if r["group"] == "random"), None), "x")):
+            for s, marker, x in ((next((r for r in rows if r["group"] == "held-out"), None), "s", 0.45),
+                                 (next((r for r in rows if r["group"] == "random"), None), "x", 0.65)):
                 if s is not None:  # controls were seen 0 times: drawn at the left edge
-                    ax.plot([0.6 + 0.1 * i], [s[key]], marker, color=line[0].get_color(), label=f"{model} {s['group']}")
+                    ax.plot([x * (1.08 ** i)], [s[key]], marker, color=line[0].get_color(), label=f"{model} {s['group']}")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("duplication count in training (controls at the left: never seen)")
         ax.set_ylabel(label)
@@ -144,8 +159,9 @@ def main() -> None:
     setup, start = SIZES[args.size], time.perf_counter()
     out = Path(args.out or Path(__file__).parent / f"validity-{args.size}")
     out.mkdir(parents=True, exist_ok=True)
-    corpus = build_corpus(replace(setup["corpus"], seed=args.seed))
-    dirs, info = train(setup, corpus, Path(args.workdir), args.device)
+    corpus_spec = replace(setup["corpus"], seed=args.seed)
+    corpus = build_corpus(corpus_spec)
+    dirs, info = train(setup, corpus_spec, corpus, Path(args.workdir), args.device)
     rows = [r for name, path in dirs.items() for r in measure_model(name, path, corpus, setup, args.device, args.seed)]
     summary = summarize(rows)
     (out / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
