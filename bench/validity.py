@@ -20,6 +20,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from scanner.config import GCGConfig, ModelConfig, PromptConfig, SearchConfig
+from scanner.demo import default_workdir
 from scanner.engine.hf import HFEngine
 from scanner.engine.loading import load_model
 from scanner.validity import (
@@ -147,7 +148,8 @@ def main() -> None:
     parser.add_argument("--size", choices=sorted(SIZES), default="cpu")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is faster on a busy machine)")
-    parser.add_argument("--workdir", default="validity-work", help="trained models go here")
+    parser.add_argument("--workdir", default=None,
+                        help="trained models go here (default: the cache, beside the demo's tiny model)")
     parser.add_argument("--out", default=None, help="results folder (default bench/validity-<size>)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -161,7 +163,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     corpus_spec = replace(setup["corpus"], seed=args.seed)
     corpus = build_corpus(corpus_spec)
-    dirs, info = train(setup, corpus_spec, corpus, Path(args.workdir), args.device)
+    workdir = Path(args.workdir) if args.workdir else default_workdir().parent / f"validity-{args.size}"
+    dirs, info = train(setup, corpus_spec, corpus, workdir, args.device)
     rows = [r for name, path in dirs.items() for r in measure_model(name, path, corpus, setup, args.device, args.seed)]
     summary = summarize(rows)
     (out / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
