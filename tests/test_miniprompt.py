@@ -29,10 +29,10 @@ def test_canaries_are_memorized_and_verified_by_generation(engine, canary_result
         assert set(result.thresholds) == {"tau", "gzip", "zlib", "lzma", "smaz"}
 
 
-def test_the_search_descends_from_the_decision_length(canary_results):
+def test_the_search_probes_short_then_descends(canary_results):
     result = canary_results[1]
     lengths = [t["length"] for t in result.trace]
-    assert lengths[0] == 0 and lengths[1] == result.target_tokens - 1
+    assert lengths[0] == 0 and lengths[1] == 5 and result.trace[1]["success"]  # the probe proves it
     assert lengths[-1] == result.prompt_tokens - 1 and not result.trace[-1]["success"]
 
 
