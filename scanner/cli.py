@@ -204,6 +204,32 @@ def scan_options(f):
     return f
 
 
+def executor_options(f):
+    for option in reversed([
+        click.option("--executor", default="local", show_default=True, type=click.Choice(["local", "ray"]),
+                     help="local: this process; ray: long-lived actors on a Ray cluster."),
+        click.option("--ray-address", default=None,
+                     help="Ray cluster to join ('auto': the one this job runs in); default: start a local Ray."),
+        click.option("--num-actors", type=int, default=None,
+                     help="Ray actors; default: one per GPU slot, else one per --cpus-per-actor CPUs."),
+        click.option("--gpus-per-actor", type=float, default=None,
+                     help="GPUs per actor; default 1 where the cluster has GPUs, else 0 (CPU actors)."),
+        click.option("--cpus-per-actor", type=float, default=1.0, show_default=True),
+        click.option("--max-retries", type=int, default=3, show_default=True,
+                     help="Re-runs of a shard whose actor died or whose node was lost."),
+    ]):
+        f = option(f)
+    return f
+
+
+def executor_config(o: dict):
+    from scanner.executors import ExecutorConfig
+
+    return ExecutorConfig(kind=o["executor"], address=o["ray_address"], num_actors=o["num_actors"],
+                          gpus_per_actor=o["gpus_per_actor"], cpus_per_actor=o["cpus_per_actor"],
+                          max_retries=o["max_retries"])
+
+
 def scan_config(o: dict, corpus: str):
     from scanner.runner import ScanConfig
     from scanner.stages.read import CorpusConfig
@@ -227,12 +253,21 @@ def scan_config(o: dict, corpus: str):
 @search_options
 @engine_options(screen=True)
 @scan_options
+@executor_options
 def scan_command(corpus, out, **options) -> None:
     """Scan a Parquet CORPUS (file, directory or glob) span by span into the run directory --out."""
     from scanner.progress import run_with_progress
 
-    stats = run_with_progress(scan_config(options, corpus), out)
+    executor = executor_config(options)
+    stats = run_with_progress(scan_config(options, corpus), out, executor)
     click.echo(summary_line(stats, out))
+    failed = stats["run"]["failed_shards"]
+    if failed:
+        for shard, error in sorted(failed.items()):
+            click.echo(f"shard {shard:05d} failed after {executor.max_retries} retries: {error}", err=True)
+        click.echo(f"{len(failed)} shard(s) failed and stay pending; relaunch the same command to retry "
+                   "them (finished shards are kept)", err=True)
+        sys.exit(4)
 
 
 def summary_line(stats: dict, out: str) -> str:

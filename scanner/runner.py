@@ -1,21 +1,30 @@
-"""process_shard: one shard of documents through spans -> screen -> search -> result rows.
+"""run_shard: one shard of documents through spans -> screen -> search -> result rows.
 
-The same function runs in-process (local executor, tests) and, later, inside long-lived Ray actors.
+The same function runs in-process (local executor, tests) and inside long-lived Ray actors.
 Each span's search seed is derived from (seed, span_id), so a span's result does not depend on which
 shard, worker or relaunch ran it: resumed and uninterrupted runs give equal tables.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
+import pyarrow as pa
+
+from scanner import __version__
 from scanner.config import EngineConfig, ModelConfig, PromptConfig, SearchConfig
+from scanner.engine.build import build_engines
 from scanner.engine.hf import HFEngine
 from scanner.errors import require
+from scanner.rundir import Shard, config_hash
+from scanner.schema import results_schema
 from scanner.search.miniprompt import AcrResult, measure
 from scanner.stages.read import CorpusConfig, Document
 from scanner.stages.screen import ScreenConfig, Screened, screen_spans
@@ -147,3 +156,81 @@ def _choose(live: list[Span], rows: dict, config: ScanConfig) -> list[Span]:
         candidates = candidates[: config.max_candidates_per_doc]
     return sorted(candidates, key=lambda s: s.token_start)
 
+
+def tokenizer_hash(tokenizer) -> str:
+    return hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode()).hexdigest()
+
+
+def model_hash(model: str) -> str:
+    """A cheap identity of local weights: names and sizes of the files, and config.json's bytes."""
+    path = Path(model)
+    if not path.exists():
+        return ""
+    files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.is_file())
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f"{f.name}:{f.stat().st_size}".encode())
+        if f.name == "config.json":
+            digest.update(f.read_bytes())
+    return digest.hexdigest()
+
+
+def provenance(config: ScanConfig, engine: HFEngine) -> dict[bytes, bytes]:
+    values = {"model": config.model.model, "model_revision": config.model.revision or "",
+              "model_hash": model_hash(config.model.model), "tokenizer_hash": tokenizer_hash(engine.tokenizer),
+              "package_version": __version__, "config_hash": config_hash(config.to_dict()),
+              "bos": engine.template.bos_policy, "device": engine.device, "dtype": engine.dtype,
+              "verify_engine": json.dumps(engine.verify_info(), sort_keys=True),
+              "screen_engine": json.dumps(engine.screen_info(), sort_keys=True)}
+    return {k.encode(): str(v).encode() for k, v in values.items()}
+
+
+def open_engine(config: ScanConfig) -> tuple[HFEngine, dict[bytes, bytes]]:
+    """The one place a scan builds its engines (driver or Ray actor), with their provenance: vLLM
+    first with its share of the GPU, then the HF model (engine/build.py)."""
+    engine = build_engines(config.model, config.prompt, config.engines)
+    return engine, provenance(config, engine)
+
+
+def _searched(rows: list[dict]) -> int:
+    return sum(r["status"] in ("memorized", "not_memorized", "failed") for r in rows)
+
+
+def run_shard(engine: HFEngine, shard: Shard, docs: list[Document], config: ScanConfig,
+              meta: dict[bytes, bytes], budget: int | None = None) -> tuple[pa.Table, dict]:
+    start = time.perf_counter()
+    tokenizer_id = meta[b"tokenizer_hash"].decode()[:16]
+    rows: list[dict] = []
+    for doc in docs:
+        left = None if budget is None else max(budget - _searched(rows), 0)
+        rows += process_document(engine, doc, config, shard.shard, tokenizer_id, left)
+    table = pa.Table.from_pylist(rows, schema=results_schema()).replace_schema_metadata(meta)
+    counts = Counter(r["status"] for r in rows)
+    stats = {"documents": len(docs), "spans": len(rows), "rows": len(rows), "status_counts": dict(counts),
+             "candidates": counts["memorized"] + counts["not_memorized"] + counts["failed"],
+             "memorized": counts["memorized"], "seconds": time.perf_counter() - start,
+             "screen_s": sum(r["screen_s"] for r in rows), "search_s": sum(r["search_s"] for r in rows)}
+    return table, stats
+
+
+@contextlib.contextmanager
+def shard_log(path: Path):
+    """Everything logged while a shard runs also goes to logs/shard-NNNNN.log."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, mode="a", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    level = root.level
+    consoles = [(h, h.level) for h in root.handlers]
+    for h, h_level in consoles:  # the file gets INFO; the terminal keeps the verbosity asked for
+        h.setLevel(max(h_level, level))
+    root.addHandler(handler)
+    root.setLevel(min(level, logging.INFO))
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+        for h, h_level in consoles:
+            h.setLevel(h_level)
+        handler.close()
