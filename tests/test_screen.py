@@ -55,3 +55,29 @@ def test_padded_batch_equals_unpadded_forwards(engine, document):
         gold = torch.tensor(span.target_ids)
         assert result.greedy_match_rate == pytest.approx(float((logits.argmax(-1) == gold).float().mean()))
         assert result.mean_nll == pytest.approx(float(F.cross_entropy(logits, gold)), abs=1e-4)
+
+
+def test_two_phase_screen_keeps_every_likely_certificate_and_skips_the_rest(engine, document):
+    doc, ids, offsets, start, end = document
+    length = end - start
+    spans = [span_at(doc, ids, offsets, s, s + length) for s in range(start - 6, len(ids) - length, 3)]  # one starts at the canary
+    full = screen_spans(engine, ids, spans, ScreenConfig(context_tokens=16))
+    engine.forwards, before = 0, engine.forwards
+    fast = screen_spans(engine, ids, spans, ScreenConfig(context_tokens=16, certificate_min_match=0.5))
+    rows_fast, engine.forwards = engine.forwards, before
+    assert any(f.certificate_tokens is not None for f in full), "the canary must give a certificate"
+    for f, q in zip(full, fast, strict=True):
+        assert (q.greedy_match_rate, q.discoverable) == (f.greedy_match_rate, f.discoverable)
+        assert q.mean_nll == pytest.approx(f.mean_nll, abs=1e-5)
+        kept = f.greedy_match_rate >= 0.5
+        assert q.certificate_tokens == (f.certificate_tokens if kept else None)
+    likely = sum(f.greedy_match_rate >= 0.5 for f in full)
+    assert likely < len(spans)  # the salad spans were skipped, so the test measures a saving
+    exhaustive_rows = sum(2 + min(16, s.token_start) for s in spans)
+    assert rows_fast == 2 * len(spans) + sum(min(16, s.token_start) for s, f in zip(spans, full, strict=True)
+                                             if f.greedy_match_rate >= 0.5) < exhaustive_rows
+
+
+def test_certificate_min_match_is_validated():
+    with pytest.raises(Exception, match="--certificate-min-match 1.5 must be in"):
+        ScreenConfig(certificate_min_match=1.5)

@@ -32,12 +32,18 @@ class ScreenConfig:
     context_tokens: int = 32  # preceding document tokens in the window and the longest certificate
     discoverable_prefix: int | None = None  # k; None = half the span
     max_rows: int = 256  # rows per forward on the CPU; on CUDA the engine's chunking applies
+    # Certificate rows are ~95 % of the screen's tokens (j = 1..context rows per span). Above 0 they are
+    # built only for spans whose window row reaches this greedy-match rate: a span the model does not
+    # continue from its full context rarely follows from less of it. 0 keeps the exhaustive screen.
+    certificate_min_match: float = 0.0
 
     def __post_init__(self) -> None:
         require(self.context_tokens >= 0, f"--context-tokens {self.context_tokens} must be >= 0")
         require(self.discoverable_prefix is None or self.discoverable_prefix >= 1,
                 f"discoverable_prefix {self.discoverable_prefix} must be >= 1")
         require(self.max_rows >= 1, f"max_rows {self.max_rows} must be >= 1")
+        require(0 <= self.certificate_min_match <= 1,
+                f"--certificate-min-match {self.certificate_min_match} must be in [0, 1]")
 
 
 @dataclass(frozen=True)
@@ -56,12 +62,18 @@ class _Row:
     context: tuple[int, ...]
 
 
-def _rows(spans: list[Span], doc_ids: list[int], context: int) -> list[_Row]:
+def _rows(spans: list[Span], doc_ids: list[int], context: int, which: set[int] | None = None,
+          kinds: tuple[str, ...] = ("window", "span", "certificate")) -> list[_Row]:
+    """Rows of the spans in `which` (None: all), certificate rows shortest first within a span."""
     rows = []
     for i, span in enumerate(spans):
+        if which is not None and i not in which:
+            continue
         before = tuple(doc_ids[max(0, span.token_start - context):span.token_start])
-        rows += [_Row(i, "window", before), _Row(i, "span", ())]
-        rows += [_Row(i, "certificate", before[len(before) - j:]) for j in range(1, len(before) + 1)]
+        if "window" in kinds:
+            rows += [_Row(i, "window", before), _Row(i, "span", ())]
+        if "certificate" in kinds:
+            rows += [_Row(i, "certificate", before[len(before) - j:]) for j in range(1, len(before) + 1)]
     return rows
 
 
@@ -103,19 +115,35 @@ def _summarize(rows: list[_Row], matches: torch.Tensor, nll: torch.Tensor, spans
                      a.get("certificate_start")) for a in out]
 
 
+def _score(engine: HFEngine, rows: list[_Row], targets: list[list[int]], config: ScreenConfig
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    if not rows:
+        return torch.zeros(0, 0, dtype=torch.bool), torch.zeros(0, 0)
+    if engine.screener is not None:
+        engine.forwards += len(rows)
+        scores = engine.screener.prompt_scores(_sequences(engine, rows, targets), len(targets[rows[0].span]))
+        return scores.matches, scores.nll
+    parts = [_forward(engine, rows[i:i + config.max_rows], targets) for i in range(0, len(rows), config.max_rows)]
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+
 def screen_spans(engine: HFEngine, doc_ids: list[int], spans: list[Span], config: ScreenConfig) -> list[Screened]:
     """Screen the non-skipped spans of one document (all of one target length) in batched forwards."""
     if not spans:
         return []
     lengths = {len(s.target_ids) for s in spans}
     require(len(lengths) == 1, f"screen_spans takes spans of one length, got {sorted(lengths)}")
-    rows = _rows(spans, doc_ids, config.context_tokens)
     targets = [s.target_ids for s in spans]
-    if engine.screener is not None:
-        engine.forwards += len(rows)
-        scores = engine.screener.prompt_scores(_sequences(engine, rows, targets), lengths.pop())
-        return _summarize(rows, scores.matches, scores.nll, spans, config)
-    parts = [_forward(engine, rows[i:i + config.max_rows], targets) for i in range(0, len(rows), config.max_rows)]
-    matches = torch.cat([p[0] for p in parts])
-    nll = torch.cat([p[1] for p in parts])
+    context = config.context_tokens
+    if config.certificate_min_match == 0:  # one pass over every row
+        rows = _rows(spans, doc_ids, context)
+        return _summarize(rows, *_score(engine, rows, targets, config), spans, config)
+    rows = _rows(spans, doc_ids, context, kinds=("window",))
+    matches, nll = _score(engine, rows, targets, config)
+    likely = {row.span for row, match in zip(rows, matches, strict=True)
+              if row.kind == "window" and float(match.float().mean()) >= config.certificate_min_match}
+    more = _rows(spans, doc_ids, context, likely, kinds=("certificate",))
+    if more:
+        extra_matches, extra_nll = _score(engine, more, targets, config)
+        rows, matches, nll = rows + more, torch.cat([matches, extra_matches]), torch.cat([nll, extra_nll])
     return _summarize(rows, matches, nll, spans, config)
