@@ -1,6 +1,6 @@
 """Validity study: ACR against duplication count and model size, on models trained here.
 
-    python bench/validity.py                   # CPU: two small Llamas, counts 1/4/16/64 (~15 min, 2 cores)
+    python bench/validity.py                   # CPU: two small Llamas, counts 1/4/16/64 (5 min, 2 idle cores)
     python bench/validity.py --size gpu --device cuda   # H200: ~20M and ~100M parameters, counts 1..64 (unmeasured)
 
 Builds a corpus of real text (stdlib docstrings, installed distributions' METADATA and licenses),
