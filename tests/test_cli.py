@@ -65,3 +65,15 @@ def test_demo_runs_the_embedded_default(tiny_dir):
     assert "memorized spans with their prompts" in out.stdout and (scan / "report.html").is_file()
     flagged = [json.loads(line) for line in (scan / "flagged.jsonl").read_text().splitlines()]
     assert {r["doc_id"] for r in flagged} == {"doc-0", "doc-1", "doc-2", "doc-3"}
+
+
+@pytest.mark.parametrize("engine", ["hf", "vllm"])
+def test_a_wrong_model_path_is_named_before_any_engine_is_built(tmp_path, engine):
+    from scanner.config import EngineConfig, ModelConfig, PromptConfig
+    from scanner.engine.build import build_engines
+    from scanner.errors import InputError
+
+    empty = tmp_path / "model"
+    empty.mkdir()
+    with pytest.raises(InputError, match=r"--model .*model: the directory has no config.json"):
+        build_engines(ModelConfig(model=str(empty)), PromptConfig(), EngineConfig(verify=engine, screen=engine))

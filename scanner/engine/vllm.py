@@ -107,8 +107,11 @@ class VLLMEngine:
         from transformers import AutoConfig
 
         config = self.model_config
-        hf = AutoConfig.from_pretrained(config.model, revision=config.revision,
-                                        trust_remote_code=config.trust_remote_code)
+        try:
+            hf = AutoConfig.from_pretrained(config.model, revision=config.revision,
+                                            trust_remote_code=config.trust_remote_code)
+        except OSError as err:  # hub id offline, or a directory without a usable config
+            raise InputError(f"--model {config.model}: vLLM cannot read its config: {err}") from err
         text = hf.get_text_config()
         return min(getattr(text, "max_position_embeddings", None) or MAX_MODEL_LEN, MAX_MODEL_LEN)
 
