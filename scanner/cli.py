@@ -281,11 +281,13 @@ def summary_line(stats: dict, out: str) -> str:
 
 @cli.command("status")
 @click.argument("run_dir")
-def status_command(run_dir) -> None:
+@click.option("--workers", type=int, default=1, show_default=True,
+              help="Shards running at once (the Ray actors), for the ETA.")
+def status_command(run_dir, workers) -> None:
     """Shards done and total, rows by status, throughput, ETA."""
     from scanner.rundir import RunDir
 
-    click.echo(json.dumps(RunDir(run_dir).status(), indent=1))
+    click.echo(json.dumps(RunDir(run_dir).status(workers), indent=1))
 
 
 @cli.command("export")

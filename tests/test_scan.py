@@ -68,6 +68,8 @@ def test_status_export_report_and_verify(scanned, tmp_path):
     _, out, _ = scanned
     status = json.loads(cli("status", str(out)).stdout)
     assert status["shards_done"] == status["shards_total"] == 3 and status["eta_s"] == 0
+    bad = cli("status", str(out), "--workers", "0")
+    assert bad.returncode == 2 and "workers 0 must be >= 1" in bad.stderr
     export = tmp_path / "flagged.jsonl"
     assert cli("export", str(out), "--out", str(export)).returncode == 0
     rows = [json.loads(line) for line in export.read_text().splitlines()]
