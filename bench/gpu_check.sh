@@ -3,7 +3,7 @@
 # call ends within 8 minutes on an H200 even when a step runs long (its figures are then cut short):
 #   1. the gpu-marked tests (canaries on CUDA in bf16, GPU vs CPU scores);
 #   2. bench/gcg_step.py: 1B and 8B random-weight Llama shapes, ours vs plain HF, vs the matmul floor;
-#   3. bench/miniprompt.py --size gpu: a model trained there, fast vs paper schedule, losses compared;
+#   3. bench/miniprompt.py --size gpu: a model trained there, fast (margin) vs paper schedule;
 #   4. bench/screen_tokens.py: screening seconds per 20k-token book slice on the 8B shape, with and
 #      without the certificate rows (x5 for the 100k-token-book goal).
 # Usage (device tool): bash bench/gpu_check.sh   -> figures as JSON lines under $OUT (or ./bench_out).
