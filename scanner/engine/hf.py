@@ -88,6 +88,11 @@ class HFEngine:
         self.verifier = fast if verify else None
         self.screener = fast if screen else None
 
+    def close(self) -> None:
+        """Stop an attached vLLM's processes now (the HF model needs nothing)."""
+        for fast in {id(e): e for e in (self.verifier, self.screener) if e is not None}.values():
+            fast.close()
+
     def info(self) -> dict:
         """Engine, version, dtype and flags of this HF model, as results record them."""
         import transformers

@@ -13,6 +13,7 @@ in `__init__`, so the object holds settings only until it runs where the acceler
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 from dataclasses import dataclass
@@ -79,6 +80,9 @@ class VLLMEngine:
             dtype=self.dtype, skip_tokenizer_init=True, seed=0, enforce_eager=self.enforce_eager,
             gpu_memory_utilization=self.engines.gpu_memory_utilization, max_model_len=self._max_model_len())
         log.info("vLLM %s built for %s (%s, %s)", self.version, config.model, self.device, self.dtype)
+        # Left to interpreter exit, vLLM's engine threads can abort the process (SIGABRT, "terminate
+        # called without an active exception") after all the work is done: stop them first.
+        atexit.register(self.close)
         return self
 
     def _check_platform(self) -> None:

@@ -43,11 +43,14 @@ def run_local(config: ScanConfig, corpus: Corpus, run: RunDir, plan: Plan, pendi
     engine, meta = open_engine(config)
     write_provenance(run, meta)
     budget = None if config.max_candidates is None else config.max_candidates - spent(run, pending)
-    for shard, docs in shard_documents(corpus, plan, pending):
-        with shard_log(run.log_path(shard.shard)):
-            table, stats = run_shard(engine, shard, docs, config, meta, budget)
-        budget = None if budget is None else budget - stats["candidates"]
-        run.write_shard(shard.shard, table, stats)
-        if progress:
-            progress(stats)
+    try:
+        for shard, docs in shard_documents(corpus, plan, pending):
+            with shard_log(run.log_path(shard.shard)):
+                table, stats = run_shard(engine, shard, docs, config, meta, budget)
+            budget = None if budget is None else budget - stats["candidates"]
+            run.write_shard(shard.shard, table, stats)
+            if progress:
+                progress(stats)
+    finally:
+        engine.close()
     return {"executor": "local", "failed_shards": {}}

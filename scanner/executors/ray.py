@@ -59,8 +59,9 @@ class ShardWorker:
         self.run.write_shard(shard.shard, table, stats)
         return {**stats, "shard": shard.shard, "pid": os.getpid()}
 
-    def pid(self) -> int:
-        return os.getpid()
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
 
 
 def cluster_shape(ray, executor: ExecutorConfig) -> tuple[int, float, float]:
@@ -216,6 +217,14 @@ def _schedule(ray, config: ScanConfig, run: RunDir, pending: list[Shard], execut
             wrote_provenance = True
         if finished and progress:
             progress(finished[1])
+    # vLLM's engine processes stop cleanly before the actors go (a failed close is only logged).
+    loading = {slot for slot, shard in scheduler.busy.values() if shard is None}
+    closing = [actor.close.remote() for slot, actor in scheduler.slots.items() if slot not in loading]
+    for ref in closing:
+        try:
+            ray.get(ref, timeout=60)
+        except Exception as err:  # an actor that is gone or stuck is killed below anyway
+            log.warning("closing a Ray actor: %s", _cause(err))
     for actor in scheduler.slots.values():
         ray.kill(actor)
     return {"executor": "ray", "actors": actors, "actor_restarts": scheduler.restarts,
