@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import tempfile
 import time
 from pathlib import Path
@@ -40,7 +39,7 @@ def timed(config: ScanConfig, out: Path, executor: ExecutorConfig) -> dict:
     seconds = time.perf_counter() - start
     return {"seconds": seconds, "spans": stats["spans"], "spans_per_s": stats["spans"] / seconds,
             "candidates": stats["candidates"], "memorized": stats["memorized"], "screen_s": stats["screen_s"],
-            "search_s": stats["search_s"], "steps": None, "run": stats["run"]}
+            "search_s": stats["search_s"], "run": stats["run"]}
 
 
 def per_span_figures(out: Path) -> dict:
@@ -88,7 +87,6 @@ def main() -> None:
     print(json.dumps({"bench": "scale", **{k: v for k, v in results.items() if not isinstance(v, dict)},
                       "parallel_efficiency": efficiency, "measured": results["measured"]}), flush=True)
     print(cost_table(GPU_FIGURES, efficiency=min(efficiency, 1.0), gpus=(1, 8, 64, 256)))
-    assert math.isfinite(efficiency)
 
 
 if __name__ == "__main__":

@@ -147,11 +147,10 @@ class Scheduler:
                                    f"model ({_cause(err)}); check its memory (--gpus-per-actor) and logs")
         else:
             self._retry(shard, err)
-        if self.slots.get(slot) is not None:
-            # Other tasks of the same dead actor fail too; they find the slot already replaced.
-            log.warning("Ray actor %d died (%s); starting a new one", slot, _cause(err))
-            self.restarts += 1
-            self._spawn(slot)
+        # A slot holds one task at a time, so each death is seen once.
+        log.warning("Ray actor %d died (%s); starting a new one", slot, _cause(err))
+        self.restarts += 1
+        self._spawn(slot)
 
     def _retry(self, shard: Shard, err: Exception) -> None:
         self.attempts[shard.shard] += 1

@@ -63,16 +63,17 @@ class _Row:
 
 
 def _rows(spans: list[Span], doc_ids: list[int], context: int, which: set[int] | None = None,
-          kinds: tuple[str, ...] = ("window", "span", "certificate")) -> list[_Row]:
-    """Rows of the spans in `which` (None: all), certificate rows shortest first within a span."""
+          windows: bool = True, certificates: bool = True) -> list[_Row]:
+    """Rows of the spans in `which` (None: all): window and span rows, then certificate rows shortest
+    first."""
     rows = []
     for i, span in enumerate(spans):
         if which is not None and i not in which:
             continue
         before = tuple(doc_ids[max(0, span.token_start - context):span.token_start])
-        if "window" in kinds:
+        if windows:
             rows += [_Row(i, "window", before), _Row(i, "span", ())]
-        if "certificate" in kinds:
+        if certificates:
             rows += [_Row(i, "certificate", before[len(before) - j:]) for j in range(1, len(before) + 1)]
     return rows
 
@@ -138,11 +139,11 @@ def screen_spans(engine: HFEngine, doc_ids: list[int], spans: list[Span], config
     if config.certificate_min_match == 0:  # one pass over every row
         rows = _rows(spans, doc_ids, context)
         return _summarize(rows, *_score(engine, rows, targets, config), spans, config)
-    rows = _rows(spans, doc_ids, context, kinds=("window",))
+    rows = _rows(spans, doc_ids, context, certificates=False)
     matches, nll = _score(engine, rows, targets, config)
     likely = {row.span for row, match in zip(rows, matches, strict=True)
               if row.kind == "window" and float(match.float().mean()) >= config.certificate_min_match}
-    more = _rows(spans, doc_ids, context, likely, kinds=("certificate",))
+    more = _rows(spans, doc_ids, context, likely, windows=False)
     if more:
         extra_matches, extra_nll = _score(engine, more, targets, config)
         rows, matches, nll = rows + more, torch.cat([matches, extra_matches]), torch.cat([nll, extra_nll])
