@@ -22,6 +22,7 @@ from scanner.config import ModelConfig, PromptConfig
 from scanner.demo import CPU_SEARCH
 from scanner.engine.hf import HFEngine, TargetScorer
 from scanner.engine.loading import load_model
+from scanner.search.driver import run_one
 from scanner.search.gcg import run_gcg
 from scanner.search.miniprompt import random_prompt
 from scanner.tiny import CANARIES, build_tiny
@@ -53,8 +54,8 @@ def main() -> None:
             for loss in LOSSES:
                 gcg = replace(CPU_SEARCH.gcg, loss=loss, patience=None)
                 start = time.perf_counter()
-                out = run_gcg(TargetScorer(engine, ids, loss), init, args.steps, gcg,
-                              torch.Generator().manual_seed(seed), 4)
+                out = run_one(engine, run_gcg(TargetScorer(engine, ids, loss), init, args.steps, gcg,
+                                              torch.Generator().manual_seed(seed), 4)).value
                 t = totals[loss]
                 t["runs"] += 1
                 t["seconds"] += time.perf_counter() - start

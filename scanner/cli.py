@@ -77,6 +77,10 @@ def engine_options(screen: bool):
                           "which gets the rest."),
         click.option("--deterministic", is_flag=True,
                      help="vLLM's batch-invariant mode (VLLM_BATCH_INVARIANT=1; GPU only)."),
+        click.option("--targets-per-forward", type=int, default=0, show_default=True,
+                     help="Targets searched together, their GCG forwards shared (fills a GPU that one "
+                          "small model's candidates leave idle); 0: auto (1 on the CPU, by model size "
+                          "on a GPU)."),
     ]
 
     def decorate(f):
@@ -89,7 +93,8 @@ def engine_options(screen: bool):
 def engine_config(o: dict) -> EngineConfig:
     # `acr` has no screen: its engines never include a vLLM screener.
     return EngineConfig(verify=o["verify_engine"], screen=o.get("screen_engine", "hf"),
-                        gpu_memory_utilization=o["vllm_gpu_memory"], deterministic=o["deterministic"])
+                        gpu_memory_utilization=o["vllm_gpu_memory"], deterministic=o["deterministic"],
+                        targets_per_forward=o["targets_per_forward"])
 
 
 def model_config(o: dict) -> ModelConfig:

@@ -126,11 +126,15 @@ class EngineConfig:
     # GCG activations get what is left (the candidate chunk is sized from free memory).
     gpu_memory_utilization: float = 0.4
     deterministic: bool = False  # vLLM's batch-invariant mode (VLLM_BATCH_INVARIANT=1; GPU only)
+    # Targets whose GCG forwards are shared (search/driver.py); 0: auto (engine/batched.py, width).
+    targets_per_forward: int = 0
 
     def __post_init__(self) -> None:
         for name in ("verify", "screen"):
             value = getattr(self, name)
             require(value in ENGINES, f"--{name}-engine {value}: choose one of {', '.join(ENGINES)}")
+        require(self.targets_per_forward >= 0,
+                f"--targets-per-forward {self.targets_per_forward} must be >= 0 (0: auto)")
         require(0 < self.gpu_memory_utilization < 1,
                 f"--vllm-gpu-memory {self.gpu_memory_utilization} must be in (0, 1), e.g. 0.4")
 

@@ -7,10 +7,12 @@ from collections.abc import Iterator
 
 from scanner import __version__
 from scanner.config import EngineConfig, ModelConfig, PromptConfig, SearchConfig
+from scanner.engine import batched
 from scanner.engine.build import build_engines
 from scanner.engine.hf import HFEngine
 from scanner.errors import InputError
-from scanner.search.miniprompt import effective_cap, measure
+from scanner.search.miniprompt import AcrResult, Target, effective_cap
+from scanner.search.miniprompt import measure_many as measure_targets
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +40,21 @@ def record(engine: HFEngine, result, model: ModelConfig) -> dict:
 def measure_many(model: ModelConfig, prompt: PromptConfig, search: SearchConfig,
                  targets: list[dict], engine: HFEngine | None = None,
                  engines: EngineConfig | None = None) -> Iterator[dict]:
+    """Records in the order of `targets`, each as soon as it and those before it are done; several
+    targets share forwards where `engines.targets_per_forward` asks. An error stops the run."""
+    engines = engines or EngineConfig()
     engine = engine or build_engine(model, prompt, engines)
     validate_targets(engine, targets, search)
-    for target in targets:
-        result = measure(engine, target["text"], search, natural_prefix=target.get("natural_prefix"))
-        log.info("ACR %.2f (%s tokens -> %s) for %r", result.acr, result.target_tokens,
-                 result.prompt_tokens, target["text"][:40])
-        yield record(engine, result, model)
+    jobs = [(Target(t["text"], t.get("natural_prefix")), search) for t in targets]
+    finished: dict[int, AcrResult] = {}
+    emitted = 0
+    for index, result in measure_targets(engine, jobs, batched.width(engine, engines.targets_per_forward)):
+        if isinstance(result, Exception):
+            raise result
+        finished[index] = result
+        while emitted in finished:
+            done = finished.pop(emitted)
+            log.info("ACR %.2f (%s tokens -> %s) for %r", done.acr, done.target_tokens,
+                     done.prompt_tokens, done.target[:40])
+            yield record(engine, done, model)
+            emitted += 1

@@ -20,12 +20,13 @@ import pyarrow as pa
 
 from scanner import __version__
 from scanner.config import EngineConfig, ModelConfig, PromptConfig, SearchConfig
+from scanner.engine import batched
 from scanner.engine.build import build_engines
 from scanner.engine.hf import HFEngine
 from scanner.errors import require
 from scanner.rundir import Shard, config_hash
 from scanner.schema import results_schema
-from scanner.search.miniprompt import AcrResult, measure
+from scanner.search.miniprompt import AcrResult, Target, measure_many
 from scanner.stages.read import CorpusConfig, Document
 from scanner.stages.screen import ScreenConfig, Screened, screen_spans
 from scanner.stages.spans import Span, SpanConfig, make_spans, tokenize_document
@@ -102,21 +103,25 @@ def _is_candidate(row: dict, config: ScanConfig) -> bool:
     return row["certificate_tokens"] is not None or row["greedy_match_rate"] >= config.min_match_rate
 
 
-def _search(engine: HFEngine, row: dict, span: Span, config: ScanConfig) -> dict:
-    start = time.perf_counter()
-    search = replace(config.search, seed=span_seed(config.search.seed, span.span_id))
-    try:
-        result = measure(engine, span.text, search, natural_prefix=row["certificate_prompt"],
-                         target_ids=span.target_ids)
-    except Exception as err:  # one bad span is a failed row, never a lost shard
-        log.exception("span %s failed", span.span_id)
-        return {**row, "status": "failed", "reason": f"{type(err).__name__}: {err}"[:500]}
-    return _searched_row(row, result, time.perf_counter() - start)
+def _search_spans(engine: HFEngine, rows: dict, chosen: list[Span], config: ScanConfig, width: int) -> None:
+    """MiniPrompt on the chosen spans, `width` at a time sharing forwards; each row replaced by its
+    result. A span that raises is a failed row, never a lost shard."""
+    jobs = [(Target(s.text, rows[s.span_id]["certificate_prompt"], list(s.target_ids)),
+             replace(config.search, seed=span_seed(config.search.seed, s.span_id))) for s in chosen]
+    for index, result in measure_many(engine, jobs, width):
+        span = chosen[index]
+        row = rows[span.span_id]
+        if isinstance(result, Exception):
+            log.error("span %s failed: %s", span.span_id, result)
+            rows[span.span_id] = {**row, "status": "failed", "reason": f"{type(result).__name__}: {result}"[:500]}
+        else:
+            rows[span.span_id] = _searched_row(row, result, result.wall_s)
 
 
-def process_document(engine: HFEngine, doc: Document, config: ScanConfig, shard: int, tokenizer_id: str,
-                     budget: int | None = None) -> list[dict]:
-    """Result rows of one document; at most `budget` spans are searched (None: no global limit)."""
+def screen_document(engine: HFEngine, doc: Document, config: ScanConfig, shard: int, tokenizer_id: str,
+                    budget: int | None = None) -> tuple[dict, list[Span]]:
+    """Rows of one document's spans after the screen (by span_id, in order), and the spans chosen for
+    search: at most `budget` (None: no global limit)."""
     tokens = tokenize_document(doc.text, engine.tokenizer) if doc.text and doc.text.strip() else None
     spans = make_spans(doc, engine.tokenizer, config.spans, tokenizer_id, tokens)
     tau = config.search.tau
@@ -124,7 +129,7 @@ def process_document(engine: HFEngine, doc: Document, config: ScanConfig, shard:
     extra = json.dumps(doc.extra, ensure_ascii=False, default=str) if doc.extra else None
     rows = {s.span_id: {**_base_row(s, shard, tau), "extra": extra} for s in spans}
     if not live:
-        return list(rows.values())
+        return rows, []
     ids, offsets = tokens
     screen_engine = engine.screen_info()["engine"]
     for length in sorted({len(s.target_ids) for s in live}):
@@ -140,9 +145,7 @@ def process_document(engine: HFEngine, doc: Document, config: ScanConfig, shard:
         for span in chosen[budget:]:
             rows[span.span_id]["reason"] = "candidate budget spent (--max-candidates)"
         chosen = chosen[:budget]
-    for span in chosen:
-        rows[span.span_id] = _search(engine, rows[span.span_id], span, config)
-    return [rows[s.span_id] for s in spans]
+    return rows, chosen
 
 
 def _choose(live: list[Span], rows: dict, config: ScanConfig) -> list[Span]:
@@ -181,7 +184,8 @@ def provenance(config: ScanConfig, engine: HFEngine) -> dict[bytes, bytes]:
               "package_version": __version__, "config_hash": config_hash(config.to_dict()),
               "bos": engine.template.bos_policy, "device": engine.device, "dtype": engine.dtype,
               "verify_engine": json.dumps(engine.verify_info(), sort_keys=True),
-              "screen_engine": json.dumps(engine.screen_info(), sort_keys=True)}
+              "screen_engine": json.dumps(engine.screen_info(), sort_keys=True),
+              "targets_per_forward": batched.width(engine, config.engines.targets_per_forward)}
     return {k.encode(): str(v).encode() for k, v in values.items()}
 
 
@@ -192,18 +196,21 @@ def open_engine(config: ScanConfig) -> tuple[HFEngine, dict[bytes, bytes]]:
     return engine, provenance(config, engine)
 
 
-def _searched(rows: list[dict]) -> int:
-    return sum(r["status"] in ("memorized", "not_memorized", "failed") for r in rows)
-
-
 def run_shard(engine: HFEngine, shard: Shard, docs: list[Document], config: ScanConfig,
               meta: dict[bytes, bytes], budget: int | None = None) -> tuple[pa.Table, dict]:
+    """Every document screened, then the shard's candidates searched together (several targets per
+    forward where the engine config asks, across documents)."""
     start = time.perf_counter()
     tokenizer_id = meta[b"tokenizer_hash"].decode()[:16]
-    rows: list[dict] = []
+    rows: dict = {}
+    chosen: list[Span] = []
     for doc in docs:
-        left = None if budget is None else max(budget - _searched(rows), 0)
-        rows += process_document(engine, doc, config, shard.shard, tokenizer_id, left)
+        left = None if budget is None else max(budget - len(chosen), 0)
+        doc_rows, doc_chosen = screen_document(engine, doc, config, shard.shard, tokenizer_id, left)
+        rows.update(doc_rows)
+        chosen += doc_chosen
+    _search_spans(engine, rows, chosen, config, int(meta[b"targets_per_forward"]))
+    rows = list(rows.values())
     table = pa.Table.from_pylist(rows, schema=results_schema()).replace_schema_metadata(meta)
     counts = Counter(r["status"] for r in rows)
     stats = {"documents": len(docs), "spans": len(rows), "rows": len(rows), "status_counts": dict(counts),

@@ -28,6 +28,14 @@ def test_acr_json_has_the_documented_fields(tiny_dir):
     assert record["thresholds"]["tau"] == {"tau": 1.0, "memorized": True}
 
 
+def test_targets_sharing_forwards_are_reported_in_input_order(tiny_dir):
+    out = run("acr", "--model", str(tiny_dir), "--json", "--targets-per-forward", "2", *FAST, *CANARIES[:3])
+    assert out.returncode == 0, out.stderr
+    records = [json.loads(line) for line in out.stdout.strip().splitlines()]
+    assert [r["target"] for r in records] == list(CANARIES[:3])
+    assert all(r["memorized"] and r["forwards"] > 0 for r in records)
+
+
 def test_acr_table_and_file_input(tiny_dir, tmp_path):
     targets = tmp_path / "t.jsonl"
     targets.write_text(json.dumps({"text": CANARIES[1]}) + "\n")
@@ -44,6 +52,7 @@ def test_acr_table_and_file_input(tiny_dir, tmp_path):
     (["--model", "{tiny}", "word " * 400], "positions but the model has 256"),
     (["--model", "{tiny}", "--schedule", "slow", "hello"], "'slow' is not one of"),
     (["--model", "{tiny}"], "no target text"),
+    (["--model", "{tiny}", "--targets-per-forward", "-1", "hi"], "--targets-per-forward -1 must be >= 0"),
 ])
 def test_bad_input_exits_2_with_a_message_that_names_the_fix(tiny_dir, args, message):
     out = run("acr", *[a.replace("{tiny}", str(tiny_dir)) for a in args])

@@ -4,6 +4,7 @@ import torch
 
 from scanner.config import GCGConfig
 from scanner.engine.hf import TargetScorer
+from scanner.search.driver import run_one
 from scanner.search.gcg import run_gcg, sample_candidates
 from scanner.search.losses import exact_match, target_loss, token_margins
 from scanner.tiny import CANARIES
@@ -68,7 +69,7 @@ def test_gradient_points_to_the_canary_and_same_seed_same_run(engine):
     assert grad.shape == (3, engine.model.get_input_embeddings().weight.shape[0])
     assert torch.isinf(grad[:, ~engine.allowed_mask]).all() and torch.isfinite(grad[:, engine.allowed_mask]).all()
     config = GCGConfig(top_k=32, num_candidates=32, patience=None)
-    runs = [run_gcg(scorer, engine.allowed_ids[:3], 5, config, torch.Generator().manual_seed(7), 2)
+    runs = [run_one(engine, run_gcg(scorer, engine.allowed_ids[:3], 5, config, torch.Generator().manual_seed(7), 2)).value
             for _ in range(2)]
     assert runs[0].losses == runs[1].losses and runs[0].best_ids == runs[1].best_ids
     assert runs[0].best_loss <= loss

@@ -119,6 +119,19 @@ def test_kill_9_at_several_points_then_relaunch_equals_an_uninterrupted_run(scan
     assert _comparable(got) == _comparable(want)
 
 
+def test_spans_sharing_forwards_give_the_same_table(scanned, tiny_dir, tmp_path):
+    corpus, reference, _ = scanned
+    out = tmp_path / "run"
+    done = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SCAN, "--targets-per-forward", "3")
+    assert done.returncode == 0, done.stderr
+    got, want = pq.read_table(out / "results"), pq.read_table(reference / "results")
+    assert _comparable(got) == _comparable(want)  # bitwise on this CPU; on a GPU up to float rounding
+    assert got.schema.metadata[b"targets_per_forward"] == b"3"
+    assert want.schema.metadata[b"targets_per_forward"] == b"1"  # auto on the CPU
+    shards = [pq.read_table(p).column("status").to_pylist() for p in sorted((out / "results").glob("part-*"))]
+    assert max(s.count("memorized") + s.count("not_memorized") for s in shards) > 3, "several spans shared"
+
+
 def test_global_candidate_budget_is_spent_in_corpus_order(tiny_dir, tmp_path):
     corpus = demo_corpus(tmp_path / "corpus.parquet")
     out = tmp_path / "run"
@@ -181,10 +194,10 @@ def test_kept_columns_logs_and_failed_rows_are_retried(tiny_dir, tmp_path, monke
                         model=ModelConfig(model=str(tiny_dir), device="cpu"), spans=SpanConfig(span_tokens=12, stride=2),
                         screen=ScreenConfig(context_tokens=16), min_match_rate=0.95, docs_per_shard=3,
                         max_candidates=2)
-    import scanner.runner as runner
+    import scanner.search.miniprompt as miniprompt
 
-    real = runner.measure
-    monkeypatch.setattr(runner, "measure", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+    real = miniprompt.effective_cap  # the first call inside every span's search
+    monkeypatch.setattr(miniprompt, "effective_cap", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
     out = tmp_path / "run"
     run_scan(config, str(out))
     rows = pq.read_table(out / "results").to_pylist()
@@ -192,7 +205,7 @@ def test_kept_columns_logs_and_failed_rows_are_retried(tiny_dir, tmp_path, monke
                                                                      if r["status"] == "failed")
     assert json.loads(rows[0]["extra"]) == {"title": "t0"}
     assert "span" in (out / "logs" / "shard-00000.log").read_text()  # the failure was logged per shard
-    monkeypatch.setattr(runner, "measure", real)
+    monkeypatch.setattr(miniprompt, "effective_cap", real)
     run_scan(config, str(out))  # relaunch: the shard with failed rows runs again
     rows = pq.read_table(out / "results").to_pylist()
     assert [r["status"] for r in rows].count("failed") == 0

@@ -79,6 +79,7 @@ class HFEngine:
         self.max_positions = _max_positions(self.model)
         self._keeps_logits = "logits_to_keep" in inspect.signature(self.model.forward).parameters
         self.chunk_size: int | None = None  # learned on OOM; persists across targets
+        self.batchable: bool | None = None  # several targets per forward work (engine/batched.py)
         self.forwards = 0  # sequences through the model (candidates, gradients, verifications)
         self.verifier: VLLMEngine | None = None  # greedy generation elsewhere (vLLM); None: HF generate
         self.screener: VLLMEngine | None = None  # teacher-forced screen elsewhere (vLLM); None: HF
@@ -241,18 +242,30 @@ class TargetScorer:
     def keep(self) -> int:
         return self.target.numel() + 1
 
+    def start(self, n: int) -> int:
+        """The position whose logits predict the first target token, after a prompt of n tokens."""
+        return self.prefix.numel() + n + self.suffix.numel() - 1
+
+    def embedded(self, prompt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The prompt's one-hot [n, V] (requires grad) and the whole input's embeddings [L, H]."""
+        weight = self.engine.model.get_input_embeddings().weight
+        one_hot = torch.zeros(prompt.numel(), weight.shape[0], dtype=weight.dtype, device=weight.device)
+        one_hot.scatter_(1, prompt.view(-1, 1), 1.0).requires_grad_(True)
+        parts = [weight[self.prefix], one_hot @ weight, weight[self.suffix], weight[self.target]]
+        return one_hot, torch.cat(parts)
+
+    def masked(self, grad: torch.Tensor) -> torch.Tensor:
+        """The one-hot gradient as float32, disallowed ids at +inf (never drawn)."""
+        return grad.float().masked_fill(~self.engine.allowed_mask, float("inf"))
+
     def gradient(self, prompt: torch.Tensor) -> tuple[torch.Tensor, float, bool]:
         """d loss / d one-hot prompt [n, V] (disallowed ids set to +inf), the loss and its exact match."""
-        weight = self.engine.model.get_input_embeddings().weight
         with torch.enable_grad():
-            one_hot = torch.zeros(prompt.numel(), weight.shape[0], dtype=weight.dtype, device=weight.device)
-            one_hot.scatter_(1, prompt.view(-1, 1), 1.0).requires_grad_(True)
-            parts = [weight[self.prefix], one_hot @ weight, weight[self.suffix], weight[self.target]]
-            logits = self.engine.logits(inputs_embeds=torch.cat(parts)[None], keep=self.keep)[:, :-1]
+            one_hot, embeds = self.embedded(prompt)
+            logits = self.engine.logits(inputs_embeds=embeds[None], keep=self.keep)[:, :-1]
             loss = target_loss(logits, self.target, self.loss)[0]
             (grad,) = torch.autograd.grad(loss, one_hot)
-        grad = grad.float().masked_fill(~self.engine.allowed_mask, float("inf"))
-        return grad, loss.item(), bool(exact_match(logits.detach(), self.target)[0])
+        return self.masked(grad), loss.item(), bool(exact_match(logits.detach(), self.target)[0])
 
     def sequences(self, prompts: torch.Tensor) -> torch.Tensor:
         b = prompts.shape[0]
@@ -263,7 +276,7 @@ class TargetScorer:
     def score(self, prompts: torch.Tensor) -> Scores:
         """Loss and teacher-forced exact match of every prompt [B, n], in memory-sized chunks."""
         seqs = self.sequences(prompts)
-        chunk = self.engine.chunk_size or _initial_chunk(self.engine, seqs.shape, self.keep)
+        chunk = self.engine.chunk_size or initial_chunk(self.engine, seqs.shape, self.keep)
         losses, exact, start = [], [], 0
         while start < seqs.shape[0]:
             try:
@@ -281,7 +294,7 @@ class TargetScorer:
         return Scores(loss=torch.cat(losses), exact=torch.cat(exact))
 
 
-def _initial_chunk(engine: HFEngine, shape: torch.Size, keep: int) -> int:
+def initial_chunk(engine: HFEngine, shape: torch.Size, keep: int) -> int:
     """Candidates per forward from free GPU memory: activations of one sequence plus its fp32 logits."""
     batch, length = shape
     if not str(engine.device).startswith("cuda"):

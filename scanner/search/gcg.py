@@ -4,12 +4,17 @@ Each step: the gradient of the target loss over the one-hot prompt, per-position
 negative, B distinct single/multi-swap candidates that re-tokenize to themselves, one batched
 forward, and a move to the lowest-loss candidate. Every candidate's teacher-forced exact match is read
 from the logits already computed; matches are confirmed by real greedy generation before success.
+
+The loop is a generator: it yields its model work (`Gradient`, `Score`) and receives the answers, so a
+driver (search/driver.py) can run one search alone or put the work of several targets in one forward.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Generator
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -17,6 +22,40 @@ from scanner.config import GCGConfig
 from scanner.engine.hf import HFEngine, Scores, TargetScorer, Verification
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Gradient:
+    """Ask for d loss / d one-hot prompt; answered with scorer.gradient's (grad, loss, exact)."""
+
+    scorer: TargetScorer
+    prompt: torch.Tensor  # [n] on the CPU
+
+    @property
+    def rows(self) -> int:
+        return 1
+
+    def run(self) -> tuple[torch.Tensor, float, bool]:
+        return self.scorer.gradient(self.prompt.to(self.scorer.target.device))
+
+
+@dataclass(frozen=True)
+class Score:
+    """Ask for the loss and teacher-forced match of candidate prompts; answered with Scores."""
+
+    scorer: TargetScorer
+    candidates: torch.Tensor  # [B, n] on the CPU
+
+    @property
+    def rows(self) -> int:
+        return self.candidates.shape[0]
+
+    def run(self) -> Scores:
+        return self.scorer.score(self.candidates)
+
+
+Request = Gradient | Score
+Search = Generator[Request, Any, Any]  # yields requests, receives their answers, returns its result
 
 
 @dataclass
@@ -63,14 +102,14 @@ def confirm(engine: HFEngine, candidates: torch.Tensor, scores: Scores, target_i
 
 
 def run_gcg(scorer: TargetScorer, init: list[int], steps: int, config: GCGConfig,
-            generator: torch.Generator, verify_limit: int) -> GCGOutcome:
+            generator: torch.Generator, verify_limit: int) -> Generator[Request, Any, GCGOutcome]:
     """Optimize a prompt of len(init) tokens for at most `steps` steps; stop at a verified match."""
     engine, target_ids = scorer.engine, scorer.target.tolist()
     current = torch.tensor(init, dtype=torch.long)
     outcome = GCGOutcome(success=None, best_ids=list(init), best_loss=float("inf"))
     since_best = 0
     for step in range(steps):
-        grad, loss, exact = scorer.gradient(current.to(scorer.target.device))
+        grad, loss, exact = yield Gradient(scorer, current)
         if step == 0 and exact:
             check = engine.verify(engine.decode(init), target_ids)
             if check.verified_generation:
@@ -83,7 +122,7 @@ def run_gcg(scorer: TargetScorer, init: list[int], steps: int, config: GCGConfig
         outcome.steps = step + 1
         if candidates.shape[0] == 0:
             continue
-        scores = scorer.score(candidates)
+        scores = yield Score(scorer, candidates)
         outcome.success, rejected = confirm(engine, candidates, scores, target_ids, verify_limit)
         outcome.rejected += rejected
         best = int(scores.loss.argmin())

@@ -1,11 +1,15 @@
 """MiniPrompt: the length schedule (search/schedule.py) driving GCG, with warm starts and restarts,
-and the result record of one target."""
+and the result record of one target.
+
+`search` is a generator of model requests (search/gcg.py); `measure` runs one alone and
+`measure_many` runs several with their forwards shared (search/driver.py)."""
 
 from __future__ import annotations
 
 import logging
-import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Generator, Iterator
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 import torch
 
@@ -13,7 +17,8 @@ from scanner import acr as acr_math
 from scanner.compression import thresholds as compression_thresholds
 from scanner.config import SearchConfig
 from scanner.engine.hf import HFEngine, TargetScorer, Verification
-from scanner.search.gcg import GCGOutcome, confirm, keep_typeable, run_gcg
+from scanner.search.driver import run_many, run_one
+from scanner.search.gcg import GCGOutcome, Request, Score, confirm, keep_typeable, run_gcg
 from scanner.search.schedule import Attempt, make_schedule
 
 log = logging.getLogger(__name__)
@@ -79,7 +84,7 @@ def random_prompt(engine: HFEngine, n: int, generator: torch.Generator, tries: i
     return ids
 
 
-def _shrink(scorer: TargetScorer, source: list[int], n: int, state: _State, verify_limit: int):
+def _shrink(scorer: TargetScorer, source: list[int], n: int, state: _State, verify_limit: int) -> Generator:
     """From a success of length m > n: every one-token deletion in one batch (m == n + 1), else the
     last n tokens. Returns (verified success or None, init ids or None)."""
     engine, target_ids = scorer.engine, scorer.target.tolist()
@@ -89,7 +94,7 @@ def _shrink(scorer: TargetScorer, source: list[int], n: int, state: _State, veri
     deletions = keep_typeable(engine, torch.tensor([source[:i] + source[i + 1:] for i in range(len(source))]))
     if deletions.shape[0] == 0:
         return None, None
-    scores = scorer.score(deletions)
+    scores = yield Score(scorer, deletions)
     success, rejected = confirm(engine, deletions, scores, target_ids, verify_limit)
     state.rejected += rejected
     return success, deletions[int(scores.loss.argmin())].tolist()
@@ -103,9 +108,9 @@ def _grow(engine: HFEngine, source: list[int], n: int, generator: torch.Generato
     return ids if engine.retokenizes([ids])[0] else None
 
 
-def _empty_prompt(scorer: TargetScorer) -> GCGOutcome:
+def _empty_prompt(scorer: TargetScorer) -> Generator[Request, Any, GCGOutcome]:
     check = scorer.engine.verify("", scorer.target.tolist())
-    loss = float(scorer.score(torch.empty(1, 0, dtype=torch.long)).loss[0])
+    loss = float((yield Score(scorer, torch.empty(1, 0, dtype=torch.long))).loss[0])
     return GCGOutcome(success=check if check.verified_generation else None, best_ids=[], best_loss=loss)
 
 
@@ -118,21 +123,22 @@ def _record(state: _State, attempt: Attempt, trial: int, warm: str, outcome: GCG
 
 
 def _run_length(scorer: TargetScorer, attempt: Attempt, state: _State, config: SearchConfig,
-                generator: torch.Generator) -> GCGOutcome:
+                generator: torch.Generator) -> Generator[Request, Any, GCGOutcome]:
     if attempt.warm == "none":
-        return _record(state, attempt, 0, "none", _empty_prompt(scorer))
+        return _record(state, attempt, 0, "none", (yield from _empty_prompt(scorer)))
     outcome = None
     for trial in range(attempt.tries):
         init = None
         if trial == 0 and attempt.warm == "shrink" and state.best is not None:
-            success, init = _shrink(scorer, state.best.prompt_ids, attempt.length, state, config.verify_retries)
+            success, init = yield from _shrink(scorer, state.best.prompt_ids, attempt.length, state,
+                                               config.verify_retries)
             if success is not None:  # a deletion already works: no optimization at this length
                 outcome = GCGOutcome(success=success, best_ids=success.prompt_ids, best_loss=0.0)
                 return _record(state, attempt, 0, "deletion", outcome)
         elif trial == 0 and attempt.warm == "grow" and state.best_failed:
             init = _grow(scorer.engine, state.best_failed, attempt.length, generator)
         init = init or random_prompt(scorer.engine, attempt.length, generator)
-        outcome = run_gcg(scorer, init, attempt.steps, config.gcg, generator, config.verify_retries)
+        outcome = yield from run_gcg(scorer, init, attempt.steps, config.gcg, generator, config.verify_retries)
         _record(state, attempt, trial, attempt.warm if trial == 0 else "random", outcome)
         if outcome.success is not None:
             break
@@ -161,31 +167,53 @@ def effective_cap(engine: HFEngine, target_tokens: int, config: SearchConfig) ->
     return max(cap, 1)
 
 
+@dataclass(frozen=True)
+class Target:
+    text: str
+    natural_prefix: str | None = None  # a prompt string known to precede the text (a certificate)
+    # The target as tokenized inside its document (a scanned span), where a standalone encoding of
+    # `text` could split its first token differently.
+    target_ids: list[int] | None = None
+
+
 def measure(engine: HFEngine, text: str, config: SearchConfig, natural_prefix: str | None = None,
             target_ids: list[int] | None = None) -> AcrResult:
-    """The ACR of one target text: MiniPrompt under `config.schedule`, every success verified.
+    """The ACR of one target text: MiniPrompt under `config.schedule`, every success verified."""
+    done = run_one(engine, search(engine, Target(text, natural_prefix, target_ids), config))
+    return replace(done.value, wall_s=done.seconds, forwards=done.forwards)
 
-    `target_ids`: the target as tokenized inside its document (a scanned span), where a standalone
-    encoding of `text` could split its first token differently."""
-    start, forwards = time.perf_counter(), engine.forwards
-    target_ids = list(target_ids) if target_ids is not None else engine.encode_target(text)
+
+def measure_many(engine: HFEngine, jobs: list[tuple[Target, SearchConfig]],
+                 width: int) -> Iterator[tuple[int, AcrResult | Exception]]:
+    """`measure` of every (target, config), up to `width` sharing forwards; (index, result or the
+    error that ended that target) as each finishes."""
+    searches = (search(engine, target, config) for target, config in jobs)
+    for done in run_many(engine, searches, width):
+        value = done.error or replace(done.value, wall_s=done.seconds, forwards=done.forwards)
+        yield done.index, value
+
+
+def search(engine: HFEngine, target: Target, config: SearchConfig) -> Generator[Request, Any, AcrResult]:
+    """MiniPrompt of one target as a generator of model requests (wall_s and forwards left 0: the
+    driver attributes them)."""
+    text = target.text
+    target_ids = list(target.target_ids) if target.target_ids is not None else engine.encode_target(text)
     cap = effective_cap(engine, len(target_ids), config)
     generator = torch.Generator().manual_seed(config.seed)
     scorer = TargetScorer(engine, target_ids, config.gcg.loss)
-    state = _State(best=_certificate(engine, natural_prefix, target_ids))
+    state = _State(best=_certificate(engine, target.natural_prefix, target_ids))
     certificate = len(state.best.prompt_ids) if state.best else None
     schedule = make_schedule(len(target_ids), cap, config, has_template=engine.template.has_fixed_tokens,
                              known_length=certificate)
     while (attempt := schedule.next()) is not None:
-        outcome = _run_length(scorer, attempt, state, config, generator)
+        outcome = yield from _run_length(scorer, attempt, state, config, generator)
         ok = outcome.success is not None
         if ok:
             state.best = outcome.success
         else:
             state.best_failed = outcome.best_ids
         schedule.report(ok)
-    return _result(engine, text, target_ids, cap, config, state, certificate,
-                   time.perf_counter() - start, engine.forwards - forwards)
+    return _result(engine, text, target_ids, cap, config, state, certificate, 0.0, 0)
 
 
 def _result(engine: HFEngine, text: str, target_ids: list[int], cap: int, config: SearchConfig,

@@ -1,0 +1,140 @@
+"""Several targets in one forward (search/driver.py): their rows right-padded into one batch, the LM
+head on each row's target positions only, gathered into one contiguous matrix.
+
+Right padding needs no attention mask: attention is causal, so pad tokens after a row's last real
+token cannot change any real position, and position ids stay 0..L-1. The model is split into body
+(`base_model`: embeddings, layers, final norm) and head (output embeddings); `supported` checks once,
+on the model itself, that the head of the body's states is its logits. Models that scale or cap
+logits outside the head fail the check and run one target per forward.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+import torch.nn.functional as F
+
+from scanner.engine.hf import HFEngine, Scores, TargetScorer, initial_chunk
+from scanner.search.losses import exact_match, target_loss
+
+log = logging.getLogger(__name__)
+
+
+# Auto width on a GPU: targets per forward ~ this many parameters / the model's, at most MAX_AUTO.
+# A 135M model gets 8 targets, 360M 5, 1B and up one. A first guess: bench/gcg_step.py --widths
+# measures it on the GPU (bench/RESULTS.md).
+AUTO_PARAMETERS = 2e9
+MAX_AUTO = 8
+
+
+def width(engine: HFEngine, asked: int) -> int:
+    """Targets per forward: `asked` when > 0; auto (0): one on the CPU, where a forward is already
+    compute-bound and candidate logits are not chunked, else by model size."""
+    if asked > 0:
+        return asked
+    if not str(engine.device).startswith("cuda"):
+        return 1
+    parameters = sum(p.numel() for p in engine.model.parameters())
+    return max(1, min(MAX_AUTO, int(AUTO_PARAMETERS // parameters)))
+
+
+def supported(engine: HFEngine) -> bool:
+    if engine.batchable is None:
+        engine.batchable = _check(engine)
+    return engine.batchable
+
+
+@torch.no_grad()
+def _check(engine: HFEngine) -> bool:
+    body, head = engine.model.base_model, engine.model.get_output_embeddings()
+    if head is None or body is engine.model:
+        return False
+    ids = torch.tensor([engine.allowed_ids[:8]], device=engine.device)
+    try:
+        want = engine.model(input_ids=ids, use_cache=False).logits.float()
+        got = head(body(input_ids=ids, use_cache=False).last_hidden_state).float()
+    except Exception as err:  # a model whose parts do not take these arguments
+        log.info("no batching of targets: %s", err)
+        return False
+    return got.shape == want.shape and bool(torch.allclose(got, want, rtol=1e-3, atol=1e-3 * float(want.abs().max())))
+
+
+def _head_logits(engine: HFEngine, hidden: torch.Tensor, spans: list[tuple[int, int, int, int]]) -> list[torch.Tensor]:
+    """[b, T, V] logits per (first row, rows, start, T): one head matmul over all target states."""
+    width = hidden.shape[-1]
+    states = torch.cat([hidden[r:r + b, s:s + t].reshape(-1, width) for r, b, s, t in spans])
+    logits = engine.model.get_output_embeddings()(states)
+    return [part.view(b, t, -1) for part, (_, b, _, t) in
+            zip(logits.split([b * t for _, b, _, t in spans]), spans, strict=True)]
+
+
+def gradients(engine: HFEngine, items: list[tuple[TargetScorer, torch.Tensor]]) -> list[tuple[torch.Tensor, float, bool]]:
+    """scorer.gradient of every (scorer, prompt [n]) from one forward and backward of all of them."""
+    with torch.enable_grad():
+        pieces = [scorer.embedded(prompt.to(engine.device)) for scorer, prompt in items]
+        length = max(e.shape[0] for _, e in pieces)
+        embeds = torch.stack([F.pad(e, (0, 0, 0, length - e.shape[0])) for _, e in pieces])
+        hidden = engine.model.base_model(inputs_embeds=embeds, use_cache=False).last_hidden_state
+        spans = [(i, 1, s.start(p.numel()), s.target.numel()) for i, (s, p) in enumerate(items)]
+        logits = _head_logits(engine, hidden, spans)
+        losses = [target_loss(lg, s.target, s.loss)[0] for lg, (s, _) in zip(logits, items, strict=True)]
+        grads = torch.autograd.grad(torch.stack(losses).sum(), [one_hot for one_hot, _ in pieces])
+    engine.forwards += len(items)
+    return [(s.masked(g), loss.item(), bool(exact_match(lg.detach(), s.target)[0]))
+            for (s, _), g, loss, lg in zip(items, grads, losses, logits, strict=True)]
+
+
+@torch.no_grad()
+def scores(engine: HFEngine, items: list[tuple[TargetScorer, torch.Tensor]]) -> list[Scores]:
+    """scorer.score of every (scorer, candidates [B, n]), all rows in memory-sized chunks; longest
+    rows first so each chunk pads to little more than its own rows."""
+    seqs = [scorer.sequences(c) for scorer, c in items]
+    order = sorted(range(len(items)), key=lambda j: -seqs[j].shape[1])
+    total = sum(s.shape[0] for s in seqs)
+    keep = max(s.target.numel() for s, _ in items) + 1
+    chunk = engine.chunk_size or initial_chunk(engine, torch.Size((total, seqs[order[0]].shape[1])), keep)
+    losses, exact = [[] for _ in items], [[] for _ in items]
+    start = 0
+    while start < total:
+        parts = _segments(order, [seqs[j].shape[0] for j in order], start, min(start + chunk, total))
+        try:
+            results = _score_chunk(engine, items, seqs, parts)
+        except torch.OutOfMemoryError:
+            if chunk == 1:
+                raise
+            chunk = engine.chunk_size = max(chunk // 2, 1)  # as in TargetScorer.score: no gc.collect
+            log.warning("out of memory: candidate chunk halved to %d", chunk)
+            continue
+        for j, loss, match in results:
+            losses[j].append(loss)
+            exact[j].append(match)
+        start += chunk
+    return [Scores(loss=torch.cat(a), exact=torch.cat(b)) for a, b in zip(losses, exact, strict=True)]
+
+
+def _segments(order: list[int], sizes: list[int], lo: int, hi: int) -> list[tuple[int, int, int]]:
+    """(item, first row, end row) of the rows lo..hi of the items laid end to end in `order`."""
+    parts, offset = [], 0
+    for j, size in zip(order, sizes, strict=True):
+        a, b = max(lo, offset), min(hi, offset + size)
+        if a < b:
+            parts.append((j, a - offset, b - offset))
+        offset += size
+    return parts
+
+
+def _score_chunk(engine: HFEngine, items, seqs, parts) -> list[tuple[int, torch.Tensor, torch.Tensor]]:
+    length = max(seqs[j].shape[1] for j, _, _ in parts)
+    pad = engine.allowed_ids[0]  # any id: nothing real attends to it
+    ids = torch.cat([F.pad(seqs[j][a:b], (0, length - seqs[j].shape[1]), value=pad) for j, a, b in parts])
+    hidden = engine.model.base_model(input_ids=ids, use_cache=False).last_hidden_state
+    spans, row = [], 0
+    for j, a, b in parts:
+        scorer, candidates = items[j]
+        spans.append((row, b - a, scorer.start(candidates.shape[1]), scorer.target.numel()))
+        row += b - a
+    engine.forwards += row
+    return [(j, target_loss(lg, items[j][0].target, items[j][0].loss).float().cpu(),
+             exact_match(lg, items[j][0].target).cpu())
+            for (j, _, _), lg in zip(parts, _head_logits(engine, hidden, spans), strict=True)]

@@ -1,0 +1,128 @@
+"""Runs searches (generators that yield `Gradient` and `Score` requests, search/gcg.py) to completion.
+
+With width 1 each request runs alone, exactly as a plain loop would. With width K up to K searches
+are live at once (continuous batching: a finished search is replaced by the next at once), and each
+round the gradients of all live searches share one forward and backward, and their candidate sets
+share forwards (engine/batched.py). A small model leaves an H200 idle on one target's 256-512
+candidates; several targets fill it. Rows differ from width 1 only by float rounding (batch shapes).
+
+Time and forwards are attributed per search: its own work between requests (verification) fully,
+a shared forward by its share of the rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from scanner.engine import batched
+from scanner.engine.hf import HFEngine
+from scanner.search.gcg import Gradient, Request, Score, Search
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Finished:
+    index: int  # position of the search in the input
+    value: object  # what the search returned (None when it raised)
+    error: Exception | None
+    forwards: int  # sequences through the model on this search's behalf
+    seconds: float
+
+
+@dataclass
+class _Live:
+    index: int
+    search: Search
+    request: Request | None = None
+    forwards: int = 0
+    seconds: float = 0.0
+
+
+def run_one(engine: HFEngine, search: Search) -> Finished:
+    """One search alone; its errors propagate."""
+    (done,) = run_many(engine, [search], width=1)
+    if done.error is not None:
+        raise done.error
+    return done
+
+
+def run_many(engine: HFEngine, searches: Iterable[Search], width: int) -> Iterator[Finished]:
+    """Every search to its end, at most `width` at a time; yields each as it finishes. An error in
+    one search finishes that search only (Finished.error); the others go on."""
+    if width > 1 and not batched.supported(engine):
+        log.warning("the model's logits are not its head on its body's states; one target per forward")
+        width = 1
+    pending, live, index = iter(searches), [], 0
+    while True:
+        while len(live) < width and (search := next(pending, None)) is not None:
+            job = _Live(index, search)
+            index += 1
+            if (done := _advance(engine, job, None)) is not None:
+                yield done
+            else:
+                live.append(job)
+        if not live:
+            return
+        answers = _answer(engine, live)
+        still = []
+        for job in live:
+            done = _advance(engine, job, answers[id(job)])
+            if done is not None:
+                yield done
+            else:
+                still.append(job)
+        live = still
+
+
+def _advance(engine: HFEngine, job: _Live, answer: object) -> Finished | None:
+    """Send the answer; the search runs (verifying, sampling) until its next request or its end."""
+    if isinstance(answer, Exception):  # its forward failed: the search ends with that error
+        return Finished(job.index, None, answer, job.forwards, job.seconds)
+    start, forwards = time.perf_counter(), engine.forwards
+    try:
+        job.request = job.search.send(answer)
+        outcome = None
+    except StopIteration as stop:
+        outcome = (stop.value, None)
+    except Exception as err:  # one bad target fails alone
+        log.exception("search %d failed", job.index)
+        outcome = (None, err)
+    job.seconds += time.perf_counter() - start
+    job.forwards += engine.forwards - forwards
+    if outcome is None:
+        return None
+    return Finished(job.index, outcome[0], outcome[1], job.forwards, job.seconds)
+
+
+def _answer(engine: HFEngine, live: list[_Live]) -> dict[int, object]:
+    """Every live search's request answered: gradients together, then scores together."""
+    answers: dict[int, object] = {}
+    for kind in (Gradient, Score):
+        jobs = [job for job in live if isinstance(job.request, kind)]
+        if not jobs:
+            continue
+        start = time.perf_counter()
+        try:
+            values = _run(engine, kind, [job.request for job in jobs])
+        except Exception as err:  # e.g. out of memory at one candidate: those searches fail, not the run
+            log.exception("a %s forward of %d searches failed", kind.__name__, len(jobs))
+            values = [err] * len(jobs)
+        seconds = time.perf_counter() - start
+        rows = sum(job.request.rows for job in jobs)
+        for job, value in zip(jobs, values, strict=True):
+            job.forwards += job.request.rows
+            job.seconds += seconds * job.request.rows / max(rows, 1)
+            answers[id(job)] = value
+    return answers
+
+
+def _run(engine: HFEngine, kind: type, requests: list[Request]) -> list[object]:
+    if len(requests) == 1:  # alone: exactly the unbatched arithmetic
+        return [requests[0].run()]
+    if kind is Gradient:
+        return batched.gradients(engine, [(r.scorer, r.prompt) for r in requests])
+    return batched.scores(engine, [(r.scorer, r.candidates) for r in requests])
