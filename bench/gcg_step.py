@@ -3,10 +3,14 @@ side in one run, against the measured bf16 matmul floor of the same GPU.
 
     python bench/gcg_step.py --shapes 1b,8b --candidates 512 --free 20 --target 64     # GPU
     python bench/gcg_step.py --shapes tiny --device cpu --dtype float32               # smoke test
+    python bench/gcg_step.py --shapes none --widths 1,2,4,8 --width-shapes 135m,1b    # targets per forward
 
 Plain HF: candidates as inputs_embeds, logits at every position, fp32 cross-entropy on the target
 slice, one chunk, gc.collect() + empty_cache() after it (as nanoGCG does). Ours: input ids, LM head on
 the target positions only (logits_to_keep), chunks sized from free memory, no garbage collection.
+
+--widths: one GCG step (gradient, top-k sampling, candidate scores) of 8 targets, run `width` targets
+per forward (engine/batched.py, as search/driver.py runs them), in seconds per target-step.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from scanner.config import GCGConfig
+from scanner.engine import batched
 from scanner.engine.hf import HFEngine, TargetScorer
 from scanner.engine.loading import LoadedModel
 from scanner.engine.template import PromptTemplate
@@ -28,6 +33,8 @@ from scanner.search.gcg import sample_candidates
 SHAPES = {
     "tiny": dict(hidden_size=64, num_hidden_layers=2, intermediate_size=256, num_attention_heads=4,
                  num_key_value_heads=4, vocab_size=512),
+    "135m": dict(hidden_size=576, num_hidden_layers=30, intermediate_size=1536, num_attention_heads=9,
+                 num_key_value_heads=3, vocab_size=49152),  # SmolLM2-135M
     "1b": dict(hidden_size=2048, num_hidden_layers=16, intermediate_size=8192, num_attention_heads=32,
                num_key_value_heads=8, vocab_size=128256),
     "8b": dict(hidden_size=4096, num_hidden_layers=32, intermediate_size=14336, num_attention_heads=32,
@@ -93,12 +100,16 @@ def matmul_floor(device: str, dtype: torch.dtype) -> float:
     return 2 * n**3 / seconds / 1e12
 
 
+def bare_engine(model, args, dtype: torch.dtype) -> HFEngine:
+    loaded = LoadedModel(model=model, tokenizer=None, device=args.device, dtype=str(dtype), source="random")
+    template = PromptTemplate("", "", (1,), (1,), (), "BOS, uncounted")
+    return HFEngine.bare(loaded, template, list(range(3, model.config.vocab_size)))
+
+
 def bench_shape(shape: str, args, dtype: torch.dtype) -> dict:
     model = build(shape, args.device, dtype)
     vocab = model.config.vocab_size
-    loaded = LoadedModel(model=model, tokenizer=None, device=args.device, dtype=str(dtype), source="random")
-    template = PromptTemplate("", "", (1,), (1,), (), "BOS, uncounted")
-    engine = HFEngine.bare(loaded, template, list(range(3, vocab)))
+    engine = bare_engine(model, args, dtype)
     gen = torch.Generator().manual_seed(0)
     target = torch.randint(3, vocab, (args.target,), generator=gen)
     prompt = torch.randint(3, vocab, (args.free,), generator=gen)
@@ -131,6 +142,43 @@ def bench_shape(shape: str, args, dtype: torch.dtype) -> dict:
             "loss_max_abs_diff": agreement, "peak_gib_ours": peak_ours}
 
 
+def bench_widths(shape: str, args, dtype: torch.dtype) -> list[dict]:
+    """Seconds per target-step for 8 targets, `width` of them per forward, side by side."""
+    model = build(shape, args.device, dtype)
+    engine, config = bare_engine(model, args, dtype), GCGConfig(top_k=256, num_candidates=args.candidates, loss="ce")
+    gen = torch.Generator().manual_seed(0)
+    vocab, count = model.config.vocab_size, max(args.widths)
+    scorers = [TargetScorer(engine, torch.randint(3, vocab, (args.target,), generator=gen).tolist(), "ce")
+               for _ in range(count)]
+    prompts = [torch.randint(3, vocab, (args.free,), generator=gen) for _ in range(count)]
+
+    def step(width: int) -> list[torch.Tensor]:
+        losses = []
+        for at in range(0, count, width):
+            group = list(zip(scorers[at:at + width], prompts[at:at + width], strict=True))
+            grads = ([s.gradient(p.to(args.device)) for s, p in group] if width == 1
+                     else batched.gradients(engine, group))
+            cands = [sample_candidates(p, g, config, torch.Generator().manual_seed(1))
+                     for (_, p), (g, _, _) in zip(group, grads, strict=True)]
+            scores = ([s.score(c) for (s, _), c in zip(group, cands, strict=True)] if width == 1
+                      else batched.scores(engine, [(s, c) for (s, _), c in zip(group, cands, strict=True)]))
+            losses += [sc.loss for sc in scores]
+        return losses
+
+    reference = step(1)
+    rows = []
+    for width in args.widths:
+        diff = max(float((a - b).abs().max()) for a, b in zip(reference, step(width), strict=True))
+        seconds = timed(lambda w=width: step(w), args.steps, args.device) / count
+        rows.append({"bench": "targets_per_forward", "shape": shape, "width": width, "targets": count,
+                     "candidates": args.candidates, "free": args.free, "target": args.target,
+                     "s_per_target_step": seconds, "loss_max_abs_diff_vs_width_1": diff})
+    base = rows[0]["s_per_target_step"]
+    for row in rows:
+        row["speedup_vs_width_1"] = base / row["s_per_target_step"]
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", default="1b,8b")
@@ -140,11 +188,19 @@ def main() -> None:
     parser.add_argument("--free", type=int, default=20)
     parser.add_argument("--target", type=int, default=64)
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--widths", default="", help="targets per forward to compare, e.g. 1,2,4,8")
+    parser.add_argument("--width-shapes", default="135m,1b")
     args = parser.parse_args()
+    args.widths = sorted({1, *map(int, filter(None, args.widths.split(",")))})
     dtype = getattr(torch, args.dtype)
     floor = matmul_floor(args.device, dtype)
     print(json.dumps({"bench": "matmul_floor", "device": args.device, "tflops": floor}), flush=True)
-    for shape in args.shapes.split(","):
+    for shape in (args.width_shapes.split(",") if len(args.widths) > 1 else []):
+        for row in bench_widths(shape, args, dtype):
+            print(json.dumps(row), flush=True)
+        if args.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+    for shape in filter(lambda s: s in SHAPES, args.shapes.split(",")):
         row = bench_shape(shape, args, dtype)
         row.update(bench="gcg_step", floor_tflops=floor, pct_floor_ours=100 * row["tflops_ours"] / floor)
         print(json.dumps(row), flush=True)

@@ -2,10 +2,13 @@
 
     python bench/miniprompt.py                      # CPU: the tiny model, CPU-sized GCG
     python bench/miniprompt.py --size gpu           # GPU: a larger model trained on the GPU first
+    python bench/miniprompt.py --variants fast/margin --widths 1,4   # targets sharing forwards
 
 Variants: `paper` (the authors' schedule and GCG: ce loss, top-k 250, 100 candidates, 200 steps at the
 first length) against `fast` (ours) with each loss. Per variant: canaries memorized, average ACR of the
 canaries (higher = shorter prompts found), controls wrongly flagged, forward passes and wall time.
+--widths runs each fast variant also with that many targets per forward (`name@wN`, search/driver.py);
+the paper variant, the authors' reference, runs one target at a time.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from scanner.config import ModelConfig, PromptConfig, SearchConfig
 from scanner.demo import CPU_SEARCH, random_string
 from scanner.engine.hf import HFEngine
 from scanner.engine.loading import load_model
-from scanner.search.miniprompt import measure
+from scanner.search.miniprompt import Target, measure_many
 from scanner.tiny import CANARIES, TinySpec, build_tiny, salad
 
 GPU_SPEC = TinySpec(vocab_size=1024, hidden=256, layers=4, heads=8, documents=1200, steps=1200, batch=64,
@@ -48,19 +51,21 @@ def targets(size: str, controls: bool = True) -> list[tuple[str, str]]:
     return rows
 
 
-def run_variant(engine: HFEngine, name: str, config: SearchConfig, rows) -> dict:
+def run_variant(engine: HFEngine, name: str, config: SearchConfig, rows, width: int = 1) -> dict:
     sync = torch.cuda.synchronize if engine.device.startswith("cuda") else (lambda: None)
     results = []
     start = time.perf_counter()
-    for group, text in rows:
-        r = measure(engine, text, config)
+    done = dict(measure_many(engine, [(Target(text), config) for _, text in rows], width))
+    for index, (group, _) in enumerate(rows):
+        r = done[index]
         results.append({"group": group, "acr": r.acr, "memorized": r.memorized, "prompt_tokens": r.prompt_tokens,
                         "target_tokens": r.target_tokens, "forwards": r.forwards, "steps": r.steps,
                         "wall_s": r.wall_s, "rejected": r.rejected_matches})
     sync()
     canaries = [x for x in results if x["group"] == "canary"]
     controls = [x for x in results if x["group"] == "control"]
-    return {"variant": name, "canaries_memorized": sum(x["memorized"] for x in canaries), "canaries": len(canaries),
+    return {"variant": name if width == 1 else f"{name}@w{width}", "width": width,
+            "canaries_memorized": sum(x["memorized"] for x in canaries), "canaries": len(canaries),
             "canary_avg_acr": sum(x["acr"] for x in canaries) / len(canaries),
             "controls_flagged": sum(x["memorized"] for x in controls),
             "forwards": sum(x["forwards"] for x in results), "steps": sum(x["steps"] for x in results),
@@ -75,6 +80,7 @@ def main() -> None:
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--losses", default="margin,ce,wrong_ce")
     parser.add_argument("--variants", default=None, help="comma list to run a subset, e.g. paper,fast/margin")
+    parser.add_argument("--widths", default="1", help="targets per forward for the fast variants, e.g. 1,4")
     parser.add_argument("--no-controls", action="store_true", help="canaries only (the paper schedule is slow on controls)")
     args = parser.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="acr-bench-")
@@ -85,10 +91,11 @@ def main() -> None:
     chosen = variants(args.size, args.losses.split(","))
     if args.variants:
         chosen = {k: v for k, v in chosen.items() if k in args.variants.split(",")}
+    rows = targets(args.size, controls=not args.no_controls)
     for name, config in chosen.items():
-        rows = targets(args.size, controls=not args.no_controls)
-        print(json.dumps({"bench": "miniprompt", "size": args.size, **run_variant(engine, name, config, rows)}),
-              flush=True)
+        for width in [1] if name == "paper" else map(int, args.widths.split(",")):
+            row = run_variant(engine, name, config, rows, width)
+            print(json.dumps({"bench": "miniprompt", "size": args.size, **row}), flush=True)
 
 
 if __name__ == "__main__":
