@@ -3,7 +3,7 @@ side in one run, against the measured bf16 matmul floor of the same GPU.
 
     python bench/gcg_step.py --shapes 1b,8b --candidates 512 --free 20 --target 64     # GPU
     python bench/gcg_step.py --shapes tiny --device cpu --dtype float32               # smoke test
-    python bench/gcg_step.py --shapes none --widths 1,2,4,8 --width-shapes 135m,1b    # targets per forward
+    python bench/gcg_step.py --shapes none --widths 1,2,4,8 --width-shapes 135m,360m  # targets per forward
 
 Plain HF: candidates as inputs_embeds, logits at every position, fp32 cross-entropy on the target
 slice, one chunk, gc.collect() + empty_cache() after it (as nanoGCG does). Ours: input ids, LM head on
@@ -35,6 +35,8 @@ SHAPES = {
                  num_key_value_heads=4, vocab_size=512),
     "135m": dict(hidden_size=576, num_hidden_layers=30, intermediate_size=1536, num_attention_heads=9,
                  num_key_value_heads=3, vocab_size=49152),  # SmolLM2-135M
+    "360m": dict(hidden_size=960, num_hidden_layers=32, intermediate_size=2560, num_attention_heads=15,
+                 num_key_value_heads=5, vocab_size=49152),  # SmolLM2-360M
     "1b": dict(hidden_size=2048, num_hidden_layers=16, intermediate_size=8192, num_attention_heads=32,
                num_key_value_heads=8, vocab_size=128256),
     "8b": dict(hidden_size=4096, num_hidden_layers=32, intermediate_size=14336, num_attention_heads=32,
@@ -169,7 +171,7 @@ def bench_widths(shape: str, args, dtype: torch.dtype) -> list[dict]:
     rows = []
     for width in args.widths:
         diff = max(float((a - b).abs().max()) for a, b in zip(reference, step(width), strict=True))
-        seconds = timed(lambda w=width: step(w), args.steps, args.device) / count
+        seconds = timed(lambda w=width: step(w), args.width_steps, args.device) / count
         rows.append({"bench": "targets_per_forward", "shape": shape, "width": width, "targets": count,
                      "candidates": args.candidates, "free": args.free, "target": args.target,
                      "s_per_target_step": seconds, "loss_max_abs_diff_vs_width_1": diff})
@@ -189,23 +191,29 @@ def main() -> None:
     parser.add_argument("--target", type=int, default=64)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--widths", default="", help="targets per forward to compare, e.g. 1,2,4,8")
-    parser.add_argument("--width-shapes", default="135m,1b")
+    parser.add_argument("--width-shapes", default="135m,360m")
+    parser.add_argument("--width-steps", type=int, default=2, help="timed rounds of 8 target-steps per width")
     args = parser.parse_args()
     args.widths = sorted({1, *map(int, filter(None, args.widths.split(",")))})
     dtype = getattr(torch, args.dtype)
     floor = matmul_floor(args.device, dtype)
     print(json.dumps({"bench": "matmul_floor", "device": args.device, "tflops": floor}), flush=True)
-    for shape in (args.width_shapes.split(",") if len(args.widths) > 1 else []):
-        for row in bench_widths(shape, args, dtype):
-            print(json.dumps(row), flush=True)
-        if args.device.startswith("cuda"):
-            torch.cuda.empty_cache()
-    for shape in filter(lambda s: s in SHAPES, args.shapes.split(",")):
+    for shape in filter(lambda s: s in SHAPES, args.shapes.split(",")):  # "none": widths only
         row = bench_shape(shape, args, dtype)
         row.update(bench="gcg_step", floor_tflops=floor, pct_floor_ours=100 * row["tflops_ours"] / floor)
         print(json.dumps(row), flush=True)
-        if args.device.startswith("cuda"):
-            torch.cuda.empty_cache()
+        free_memory(args.device)
+    for shape in (args.width_shapes.split(",") if len(args.widths) > 1 else []):
+        for row in bench_widths(shape, args, dtype):
+            print(json.dumps(row), flush=True)
+        free_memory(args.device)
+
+
+def free_memory(device: str) -> None:
+    """The last shape's model and tensors gone before the next is built (an 8B model is 16 GB)."""
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

@@ -48,14 +48,15 @@ def test_scores_match_per_candidate_forwards_and_survive_oom(engine, monkeypatch
     single = [scorer.score(p[None]) for p in prompts]
     assert torch.allclose(whole.loss, torch.cat([s.loss for s in single]), atol=1e-5)
     assert whole.exact.tolist() == [bool(s.exact[0]) for s in single]
-    real = engine.logits
+    body = engine.model.base_model  # what every scoring forward runs through
+    real = body.forward
 
-    def small_memory(input_ids=None, keep=0, **kw):
+    def small_memory(input_ids=None, **kw):
         if input_ids is not None and input_ids.shape[0] > 4:
             raise torch.OutOfMemoryError("simulated")
-        return real(input_ids, keep, **kw)
+        return real(input_ids=input_ids, **kw)
 
-    monkeypatch.setattr(engine, "logits", small_memory)
+    monkeypatch.setattr(body, "forward", small_memory)
     monkeypatch.setattr(engine, "chunk_size", None)
     halved = scorer.score(prompts)
     assert engine.chunk_size == 2  # 20 -> 10 -> 5 -> 2: halved until it fits

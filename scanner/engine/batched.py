@@ -1,11 +1,13 @@
-"""Several targets in one forward (search/driver.py): their rows right-padded into one batch, the LM
-head on each row's target positions only, gathered into one contiguous matrix.
+"""Candidate scoring, of one target or of several in one forward (search/driver.py): rows right-padded
+into one batch, the LM head on each row's target positions only, gathered into one contiguous matrix
+(HF's `logits_to_keep` hands the head a strided slice, whose GEMM ran at ~240 TFLOP/s against ~740
+for the body's on an H200: bench/RESULTS.md).
 
 Right padding needs no attention mask: attention is causal, so pad tokens after a row's last real
 token cannot change any real position, and position ids stay 0..L-1. The model is split into body
 (`base_model`: embeddings, layers, final norm) and head (output embeddings); `supported` checks once,
 on the model itself, that the head of the body's states is its logits. Models that scale or cap
-logits outside the head fail the check and run one target per forward.
+logits outside the head fail the check and run one target per forward, with `logits_to_keep`.
 """
 
 from __future__ import annotations
@@ -87,8 +89,11 @@ def gradients(engine: HFEngine, items: list[tuple[TargetScorer, torch.Tensor]]) 
 
 @torch.no_grad()
 def scores(engine: HFEngine, items: list[tuple[TargetScorer, torch.Tensor]]) -> list[Scores]:
-    """scorer.score of every (scorer, candidates [B, n]), all rows in memory-sized chunks; longest
-    rows first so each chunk pads to little more than its own rows."""
+    """Loss and exact match of every (scorer, candidates [B, n]), all rows in memory-sized chunks
+    (halved on out-of-memory, no gc.collect: 0.24 s a call on an H200); longest rows first so each
+    chunk pads to little more than its own rows. Several items need `supported(engine)`."""
+    if len(items) > 1 and not supported(engine):
+        raise ValueError("several targets per forward need a model whose logits are head(body(x))")
     seqs = [scorer.sequences(c) for scorer, c in items]
     order = sorted(range(len(items)), key=lambda j: -seqs[j].shape[1])
     total = sum(s.shape[0] for s in seqs)
@@ -103,7 +108,7 @@ def scores(engine: HFEngine, items: list[tuple[TargetScorer, torch.Tensor]]) -> 
         except torch.OutOfMemoryError:
             if chunk == 1:
                 raise
-            chunk = engine.chunk_size = max(chunk // 2, 1)  # as in TargetScorer.score: no gc.collect
+            chunk = engine.chunk_size = max(chunk // 2, 1)
             log.warning("out of memory: candidate chunk halved to %d", chunk)
             continue
         for j, loss, match in results:
@@ -125,6 +130,18 @@ def _segments(order: list[int], sizes: list[int], lo: int, hi: int) -> list[tupl
 
 
 def _score_chunk(engine: HFEngine, items, seqs, parts) -> list[tuple[int, torch.Tensor, torch.Tensor]]:
+    out = []
+    for (j, _, _), logits in zip(parts, _chunk_logits(engine, items, seqs, parts), strict=True):
+        target, kind = items[j][0].target, items[j][0].loss
+        out.append((j, target_loss(logits, target, kind).float().cpu(), exact_match(logits, target).cpu()))
+    return out
+
+
+def _chunk_logits(engine: HFEngine, items, seqs, parts) -> list[torch.Tensor]:
+    """[rows, T, V] target-position logits of each part of a chunk."""
+    if not supported(engine):  # one target: the model's own logits of its last positions
+        (j, a, b), scorer = parts[0], items[parts[0][0]][0]
+        return [engine.logits(seqs[j][a:b], keep=scorer.keep)[:, :-1]]
     length = max(seqs[j].shape[1] for j, _, _ in parts)
     pad = engine.allowed_ids[0]  # any id: nothing real attends to it
     ids = torch.cat([F.pad(seqs[j][a:b], (0, length - seqs[j].shape[1]), value=pad) for j, a, b in parts])
@@ -135,6 +152,4 @@ def _score_chunk(engine: HFEngine, items, seqs, parts) -> list[tuple[int, torch.
         spans.append((row, b - a, scorer.start(candidates.shape[1]), scorer.target.numel()))
         row += b - a
     engine.forwards += row
-    return [(j, target_loss(lg, items[j][0].target, items[j][0].loss).float().cpu(),
-             exact_match(lg, items[j][0].target).cpu())
-            for (j, _, _), lg in zip(parts, _head_logits(engine, hidden, spans), strict=True)]
+    return _head_logits(engine, hidden, spans)

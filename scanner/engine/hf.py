@@ -272,26 +272,11 @@ class TargetScorer:
         fixed = [t.expand(b, -1) for t in (self.prefix, self.suffix, self.target)]
         return torch.cat([fixed[0], prompts.to(self.target.device), fixed[1], fixed[2]], dim=1)
 
-    @torch.no_grad()
     def score(self, prompts: torch.Tensor) -> Scores:
         """Loss and teacher-forced exact match of every prompt [B, n], in memory-sized chunks."""
-        seqs = self.sequences(prompts)
-        chunk = self.engine.chunk_size or initial_chunk(self.engine, seqs.shape, self.keep)
-        losses, exact, start = [], [], 0
-        while start < seqs.shape[0]:
-            try:
-                logits = self.engine.logits(seqs[start:start + chunk], keep=self.keep)[:, :-1]
-            except torch.OutOfMemoryError:
-                if chunk == 1:
-                    raise
-                chunk = max(chunk // 2, 1)  # halve and go on; no gc.collect (0.24 s a call on an H200)
-                self.engine.chunk_size = chunk
-                log.warning("out of memory: candidate chunk halved to %d", chunk)
-                continue
-            losses.append(target_loss(logits, self.target, self.loss).float().cpu())
-            exact.append(exact_match(logits, self.target).cpu())
-            start += chunk
-        return Scores(loss=torch.cat(losses), exact=torch.cat(exact))
+        from scanner.engine.batched import scores  # one scoring loop for one target and for several
+
+        return scores(self.engine, [(self, prompts)])[0]
 
 
 def initial_chunk(engine: HFEngine, shape: torch.Size, keep: int) -> int:
