@@ -33,3 +33,19 @@ def test_gpu_scores_agree_with_cpu(cuda_engine, engine):
     cpu = TargetScorer(engine, ids, "ce").score(prompts)
     gpu = TargetScorer(cuda_engine, ids, "ce").score(prompts)
     assert torch.allclose(cpu.loss, gpu.loss, atol=0.1, rtol=0.05)  # bf16 against fp32
+
+
+def test_several_targets_per_forward_on_gpu(cuda_engine, fast_config):
+    from scanner.engine import batched
+    from scanner.search.miniprompt import Target, measure_many
+
+    assert batched.supported(cuda_engine)
+    gen = torch.Generator().manual_seed(0)
+    pool = torch.tensor(cuda_engine.allowed_ids)
+    items = [(TargetScorer(cuda_engine, cuda_engine.encode_target(c), "ce"),
+              pool[torch.randint(len(pool), (16, 2 + i), generator=gen)]) for i, c in enumerate(CANARIES)]
+    alone = [s.score(c) for s, c in items]
+    for a, b in zip(alone, batched.scores(cuda_engine, items), strict=True):
+        assert torch.allclose(a.loss, b.loss, atol=0.05, rtol=0.02)  # bf16 kernels of other shapes
+    results = dict(measure_many(cuda_engine, [(Target(c), fast_config) for c in CANARIES], width=4))
+    assert all(r.memorized and r.verified_generation for r in results.values())
