@@ -59,13 +59,14 @@ def _check(engine: HFEngine) -> bool:
     except Exception as err:  # a model whose parts do not take these arguments
         log.info("no batching of targets: %s", err)
         return False
-    return got.shape == want.shape and bool(torch.allclose(got, want, rtol=1e-3, atol=1e-3 * float(want.abs().max())))
+    # The same kernels on the same tensors: equal but for rounding; a scale or cap shows far above it.
+    return got.shape == want.shape and bool(torch.allclose(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max())))
 
 
 def _head_logits(engine: HFEngine, hidden: torch.Tensor, spans: list[tuple[int, int, int, int]]) -> list[torch.Tensor]:
     """[b, T, V] logits per (first row, rows, start, T): one head matmul over all target states."""
-    width = hidden.shape[-1]
-    states = torch.cat([hidden[r:r + b, s:s + t].reshape(-1, width) for r, b, s, t in spans])
+    size = hidden.shape[-1]
+    states = torch.cat([hidden[r:r + b, s:s + t].reshape(-1, size) for r, b, s, t in spans])
     logits = engine.model.get_output_embeddings()(states)
     return [part.view(b, t, -1) for part, (_, b, _, t) in
             zip(logits.split([b * t for _, b, _, t in spans]), spans, strict=True)]
