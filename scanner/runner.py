@@ -112,7 +112,7 @@ def _search_spans(engine: HFEngine, rows: dict, chosen: list[Span], config: Scan
         span = chosen[index]
         row = rows[span.span_id]
         if isinstance(result, Exception):
-            log.error("span %s failed: %s", span.span_id, result)
+            log.error("span %s failed", span.span_id, exc_info=result)
             rows[span.span_id] = {**row, "status": "failed", "reason": f"{type(result).__name__}: {result}"[:500]}
         else:
             rows[span.span_id] = _searched_row(row, result, result.wall_s)

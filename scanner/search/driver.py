@@ -88,8 +88,7 @@ def _advance(engine: HFEngine, job: _Live, answer: object) -> Finished | None:
         outcome = None
     except StopIteration as stop:
         outcome = (stop.value, None)
-    except Exception as err:  # one bad target fails alone
-        log.exception("search %d failed", job.index)
+    except Exception as err:  # one bad target fails alone; the caller reports it
         outcome = (None, err)
     job.seconds += time.perf_counter() - start
     job.forwards += engine.forwards - forwards
