@@ -103,19 +103,21 @@ def _is_candidate(row: dict, config: ScanConfig) -> bool:
     return row["certificate_tokens"] is not None or row["greedy_match_rate"] >= config.min_match_rate
 
 
-def _search_spans(engine: HFEngine, rows: dict, chosen: list[Span], config: ScanConfig, width: int) -> None:
-    """MiniPrompt on the chosen spans, `width` at a time sharing forwards; each row replaced by its
-    result. A span that raises is a failed row, never a lost shard."""
+def _search_spans(engine: HFEngine, rows: dict, chosen: list[Span], config: ScanConfig, width: int) -> dict:
+    """MiniPrompt on the chosen spans, `width` at a time sharing forwards: their new rows by span_id.
+    A span that raises is a failed row, never a lost shard."""
     jobs = [(Target(s.text, rows[s.span_id]["certificate_prompt"], list(s.target_ids)),
              replace(config.search, seed=span_seed(config.search.seed, s.span_id))) for s in chosen]
+    searched = {}
     for index, result in measure_many(engine, jobs, width):
-        span = chosen[index]
-        row = rows[span.span_id]
+        span_id = chosen[index].span_id
         if isinstance(result, Exception):
-            log.error("span %s failed", span.span_id, exc_info=result)
-            rows[span.span_id] = {**row, "status": "failed", "reason": f"{type(result).__name__}: {result}"[:500]}
+            log.error("span %s failed", span_id, exc_info=result)
+            searched[span_id] = {**rows[span_id], "status": "failed",
+                                 "reason": f"{type(result).__name__}: {result}"[:500]}
         else:
-            rows[span.span_id] = _searched_row(row, result, result.wall_s)
+            searched[span_id] = _searched_row(rows[span_id], result, result.wall_s)
+    return searched
 
 
 def screen_document(engine: HFEngine, doc: Document, config: ScanConfig, shard: int, tokenizer_id: str,
@@ -209,7 +211,7 @@ def run_shard(engine: HFEngine, shard: Shard, docs: list[Document], config: Scan
         doc_rows, doc_chosen = screen_document(engine, doc, config, shard.shard, tokenizer_id, left)
         rows.update(doc_rows)
         chosen += doc_chosen
-    _search_spans(engine, rows, chosen, config, int(meta[b"targets_per_forward"]))
+    rows.update(_search_spans(engine, rows, chosen, config, int(meta[b"targets_per_forward"])))
     rows = list(rows.values())
     table = pa.Table.from_pylist(rows, schema=results_schema()).replace_schema_metadata(meta)
     counts = Counter(r["status"] for r in rows)

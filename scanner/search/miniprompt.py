@@ -213,11 +213,12 @@ def search(engine: HFEngine, target: Target, config: SearchConfig) -> Generator[
         else:
             state.best_failed = outcome.best_ids
         schedule.report(ok)
-    return _result(engine, text, target_ids, cap, config, state, certificate, 0.0, 0)
+    return _result(engine, text, target_ids, cap, config, state, certificate)
 
 
 def _result(engine: HFEngine, text: str, target_ids: list[int], cap: int, config: SearchConfig,
-            state: _State, certificate: int | None, wall: float, forwards: int) -> AcrResult:
+            state: _State, certificate: int | None) -> AcrResult:
+    """The record of a finished search; wall_s and forwards are the driver's to fill in."""
     best = state.best
     tokens = len(best.prompt_ids) if best else None
     value = acr_math.acr(len(target_ids), tokens, cap)
@@ -231,7 +232,7 @@ def _result(engine: HFEngine, text: str, target_ids: list[int], cap: int, config
         verified_generation=bool(best and best.verified_generation),
         teacher_forced=bool(best and best.teacher_forced), min_margin=best.min_margin if best else None,
         certificate_tokens=certificate, cap=cap, schedule=config.schedule, tau=config.tau,
-        steps=state.steps, forwards=forwards, rejected_matches=state.rejected, verify_engine=verifier["engine"],
+        steps=state.steps, forwards=0, rejected_matches=state.rejected, verify_engine=verifier["engine"],
         verify_version=verifier["version"], verify_dtype=verifier["dtype"], verify_flags=verifier["flags"],
-        verify_disagrees=best.disagrees if best else None, wall_s=wall,
+        verify_disagrees=best.disagrees if best else None, wall_s=0.0,
         seed=config.seed, bos=engine.template.bos_policy, trace=state.trace)
