@@ -90,6 +90,31 @@ def engine_options(screen: bool):
     return decorate
 
 
+def calibration_options(f):
+    """Memorized or merely predictable: the calibrated verdict of every memorized span (scanner/calibrate.py)."""
+    for option in reversed([
+        click.option("--reference-model", default=None,
+                     help="A model that did not see the corpus (HF dir, hub id or .gguf; any tokenizer): a "
+                          "memorized span it also writes, or finds nearly as likely, is marked predictable."),
+        click.option("--reference-margin", type=float, default=0.5, show_default=True,
+                     help="Nats per token: the reference's NLL of a span within this of the model's = predictable."),
+        click.option("--calibration-prompts", type=int, default=8, show_default=True,
+                     help="Self-calibration: unrelated prompts per memorized span (0: off)."),
+    ]):
+        f = option(f)
+    return f
+
+
+def calibration_config(o: dict):
+    from scanner.calibrate import CalibrationConfig
+    from scanner.engine.loading import model_source
+
+    if o["reference_model"]:
+        model_source(o["reference_model"])  # a wrong path is named now, before anything is loaded or written
+    return CalibrationConfig(reference_model=o["reference_model"], nll_margin=o["reference_margin"],
+                             random_prompts=o["calibration_prompts"], seed=o["seed"])
+
+
 def engine_config(o: dict) -> EngineConfig:
     # `acr` has no screen: its engines never include a vLLM screener.
     return EngineConfig(verify=o["verify_engine"], screen=o.get("screen_engine", "hf"),
@@ -154,6 +179,7 @@ def cli(verbose: int) -> None:
 @model_options
 @search_options
 @engine_options(screen=False)
+@calibration_options
 @click.option("--natural-prefix", default=None, help="A prompt string known to precede the text (a certificate).")
 @click.option("--file", "file", default=None, help=".txt (a target per line) or .jsonl ({'text': ...}).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per target.")
@@ -167,7 +193,8 @@ def acr_command(texts, file, as_json, natural_prefix, **options) -> None:
         for t in targets:
             t.setdefault("natural_prefix", natural_prefix)
     configs = model_config(options), prompt_config(options), search_config(options)
-    emit_records(measure_many(*configs, targets, engines=engine_config(options)), as_json)
+    emit_records(measure_many(*configs, targets, engines=engine_config(options),
+                              calibration=calibration_config(options)), as_json)
 
 
 def emit_records(records, as_json: bool) -> None:
@@ -252,7 +279,7 @@ def scan_config(o: dict, corpus: str):
         spans=SpanConfig(span_tokens=o["span_tokens"], stride=o["stride"]),
         screen=ScreenConfig(context_tokens=o["context_tokens"], certificate_min_match=o["certificate_min_match"]), min_match_rate=o["min_match_rate"],
         max_candidates_per_doc=o["max_candidates_per_doc"], max_candidates=o["max_candidates"],
-        docs_per_shard=o["docs_per_shard"])
+        docs_per_shard=o["docs_per_shard"], calibration=calibration_config(o))
 
 
 @cli.command("scan")
@@ -260,6 +287,7 @@ def scan_config(o: dict, corpus: str):
 @model_options
 @search_options
 @engine_options(screen=True)
+@calibration_options
 @scan_options
 @executor_options
 def scan_command(corpus, out, **options) -> None:
@@ -300,13 +328,24 @@ def status_command(run_dir, workers) -> None:
 @click.option("--out", "out", required=True, help=".csv, .jsonl or .parquet (by extension).")
 @click.option("--tau", default="1", show_default=True, help="1, gzip, zlib, lzma, smaz or a number.")
 @click.option("--all", "all_rows", is_flag=True, help="Every row, not only the memorized spans.")
-def export_command(run_dir, out, tau, all_rows) -> None:
+@click.option("--calibrated", is_flag=True, help="Only calibrated memorization: memorized and not predictable.")
+def export_command(run_dir, out, tau, all_rows, calibrated) -> None:
     """The memorized spans with the prompts that reproduce them, as evidence."""
     from scanner.export import export
     from scanner.rundir import RunDir
 
-    count = export(RunDir(run_dir).read_results(), out, tau=tau, all_rows=all_rows)
+    table = RunDir(run_dir).read_results()
+    count = export(table, out, tau=tau, all_rows=all_rows, calibrated=calibrated)
     click.echo(f"{count} rows written to {out}")
+    click.echo(calibration_line(table))
+
+
+def calibration_line(table) -> str:
+    """The paper's and the calibrated count side by side (export, report, verify)."""
+    from scanner import calibrate
+
+    columns = [c for c in ("memorized", "calibrated_memorized", "predictable") if c in table.column_names]
+    return calibrate.counts_line(calibrate.counts(table.select(columns).to_pylist()))
 
 
 @cli.command("report")
@@ -343,6 +382,9 @@ def verify_command(run_dir, model) -> None:
         click.echo(f"NOT REPRODUCED {row['doc_id']} {row['span_id']} tokens {row['token_start']}: "
                    f"{row['matched']}/{row['target_tokens']} tokens matched; prompt {row['prompt']!r}")
     click.echo(f"{checked - len(failures)}/{checked} flagged spans reproduce")
+    from scanner.rundir import RunDir
+
+    click.echo(calibration_line(RunDir(run_dir).read_results()))
     if failures:
         sys.exit(3)
 

@@ -7,6 +7,8 @@
 - a number: ACR > number with a prompt verified by greedy generation.
 Without `all_rows` only those spans are written, with the columns a reader needs to re-check them and the
 threshold each one beat; with it every row and every column is written (the selection is ignored).
+`calibrated` keeps, of the selected spans, only calibrated memorization (`calibrated_memorized`: memorized
+at the run's τ and not shown predictable, scanner/calibrate.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from scanner import calibrate
 from scanner.compression import METHODS
 from scanner.errors import require
 from scanner.rundir import atomic_write
@@ -95,13 +98,23 @@ def _by_named(table: pa.Table, name: str) -> tuple[pa.Table, pa.Array]:
 
 
 def _evidence_columns(table: pa.Table) -> list[str]:
-    return list(EVIDENCE_COLUMNS) + [name for name in EXTRA_COLUMNS if name in table.column_names]
+    extra = EXTRA_COLUMNS + ("mean_nll",) + calibrate.COLUMNS  # calibration evidence, where the run has it
+    return list(EVIDENCE_COLUMNS) + [name for name in extra if name in table.column_names]
 
 
-def select_rows(table: pa.Table, tau: str = RUN_FLAG, all_rows: bool = False) -> pa.Table:
+def _calibrated_only(picked: pa.Table, threshold: pa.Array) -> tuple[pa.Table, pa.Array]:
+    require("calibrated_memorized" in picked.column_names,
+            "--calibrated: this run has no calibrated verdicts (made before calibration existed); scan it "
+            "again into a new run directory, or drop --calibrated")
+    keep = picked["calibrated_memorized"].combine_chunks().fill_null(False)
+    return picked.filter(keep), threshold.filter(keep)
+
+
+def select_rows(table: pa.Table, tau: str = RUN_FLAG, all_rows: bool = False, calibrated: bool = False) -> pa.Table:
     """The rows to export. Without `all_rows`: the spans memorized at `tau` (see the module docstring), with
-    EVIDENCE_COLUMNS, the EXTRA_COLUMNS present, `threshold_name` and `threshold` (the τ each span beat).
-    With it: the whole table, unchanged. `tau` is validated either way."""
+    EVIDENCE_COLUMNS, the EXTRA_COLUMNS present, `threshold_name` and `threshold` (the τ each span beat);
+    `calibrated`: only those calibrated memorized. With `all_rows`: the whole table, unchanged. `tau` is
+    validated either way."""
     kind = parse_tau(tau)
     if all_rows:
         return table
@@ -112,6 +125,8 @@ def select_rows(table: pa.Table, tau: str = RUN_FLAG, all_rows: bool = False) ->
         picked, threshold, name = *_by_number(table, kind), f"{kind:g}"
     else:
         picked, threshold, name = *_by_named(table, kind), kind
+    if calibrated:
+        picked, threshold = _calibrated_only(picked, threshold)
     evidence = picked.select(_evidence_columns(table))
     evidence = evidence.append_column("threshold_name", pa.array([name] * picked.num_rows, pa.string()))
     evidence = evidence.append_column("threshold", threshold)
@@ -174,11 +189,12 @@ def _write_parquet(table: pa.Table, f: BinaryIO) -> None:
 WRITERS = {".csv": _write_csv, ".jsonl": _write_jsonl, ".parquet": _write_parquet}
 
 
-def export(table: pa.Table, out: str | Path, tau: str = RUN_FLAG, all_rows: bool = False) -> int:
+def export(table: pa.Table, out: str | Path, tau: str = RUN_FLAG, all_rows: bool = False,
+           calibrated: bool = False) -> int:
     """Write the selected rows (see select_rows) to `out`, formatted by its extension; returns rows written."""
     out = Path(out)
     writer = WRITERS[_format(out)]
-    rows = select_rows(table, tau, all_rows)
+    rows = select_rows(table, tau, all_rows, calibrated)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, lambda f: writer(rows, f))
     log.info("wrote %d rows to %s", rows.num_rows, out)

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Iterator
 
 from scanner import __version__
+from scanner.calibrate import CalibrationConfig
 from scanner.config import EngineConfig, ModelConfig, PromptConfig, SearchConfig
 from scanner.engine import batched
 from scanner.engine.build import build_engines
@@ -39,9 +40,14 @@ def record(engine: HFEngine, result, model: ModelConfig) -> dict:
 
 def measure_many(model: ModelConfig, prompt: PromptConfig, search: SearchConfig,
                  targets: list[dict], engine: HFEngine | None = None,
-                 engines: EngineConfig | None = None) -> Iterator[dict]:
+                 engines: EngineConfig | None = None,
+                 calibration: CalibrationConfig | None = None) -> Iterator[dict]:
     """Records in the order of `targets`, each as soon as it and those before it are done; several
-    targets share forwards where `engines.targets_per_forward` asks. An error stops the run."""
+    targets share forwards where `engines.targets_per_forward` asks; memorized ones calibrated
+    (stages/calibrate.py). An error stops the run."""
+    from scanner.stages.calibrate import calibrate_record
+
+    calibration = calibration or CalibrationConfig(seed=search.seed)
     engines = engines or EngineConfig()
     engine = engine or build_engine(model, prompt, engines)
     validate_targets(engine, targets, search)
@@ -56,5 +62,6 @@ def measure_many(model: ModelConfig, prompt: PromptConfig, search: SearchConfig,
             done = finished.pop(emitted)
             log.info("ACR %.2f (%s tokens -> %s) for %r", done.acr, done.target_tokens,
                      done.prompt_tokens, done.target[:40])
-            yield record(engine, done, model)
+            yield calibrate_record(engine, record(engine, done, model), calibration, model=model, prompt=prompt,
+                                   natural_prefix=targets[emitted].get("natural_prefix"))
             emitted += 1

@@ -17,6 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from scanner import calibrate
 from scanner.export import check_columns
 from scanner.rundir import atomic_write_bytes
 from scanner.schema import STATUSES
@@ -237,7 +238,8 @@ def _documents_html(stats: list[DocStats]) -> str:
 
 def top_spans(table: pa.Table, limit: int = TOP_SPANS) -> list[dict]:
     """Memorized spans, highest ACR first (ties in table order), at most `limit`."""
-    flagged = table.filter(pc.equal(table["status"], "memorized")).select(list(NEEDED))
+    shown = list(NEEDED) + [c for c in ("predictable", "predictable_reason") if c in table.column_names]
+    flagged = table.filter(pc.equal(table["status"], "memorized")).select(shown)
     order = pc.sort_indices(flagged, sort_keys=[("acr", "descending")])  # nulls last by default
     return flagged.take(order[:limit]).to_pylist()
 
@@ -250,6 +252,24 @@ def _prompt_html(row: dict) -> str:
     return f"<pre>{_e(row['prompt'])}</pre>"
 
 
+def _calibration_html(table: pa.Table) -> str:
+    """The paper's verdict and the calibrated one side by side (scanner/calibrate.py)."""
+    if "calibrated_memorized" not in table.column_names:
+        return '<p class="meta">This run has no calibrated verdicts (made before calibration existed).</p>'
+    c = calibrate.counts(table.select(["memorized", "calibrated_memorized", "predictable"]).to_pylist())
+    return (f'<table class="calibration"><thead><tr><th>verdict</th><th class="num">spans</th></tr></thead>'
+            f'<tbody><tr><td>memorized (ACR &gt; τ, the paper\'s verdict)</td><td class="num">{_num(c["memorized"])}</td></tr>'
+            f'<tr><td>calibrated memorized (memorized and not predictable)</td><td class="num">'
+            f'{_num(c["calibrated_memorized"])}</td></tr><tr><td>memorized but predictable</td>'
+            f'<td class="num">{_num(c["predictable"])}</td></tr></tbody></table>')
+
+
+def _predictable_html(row: dict) -> str:
+    if not row.get("predictable"):
+        return ""
+    return f'<p class="meta"><b>predictable</b> (not calibrated memorization): {_e(row["predictable_reason"])}</p>'
+
+
 def _span_html(rank: int, row: dict) -> str:
     engine = f", verified by {_e(row['verify_engine'])}" if row["verify_engine"] else ""
     margin = f", min margin {_num(row['min_margin'])}" if row["min_margin"] is not None else ""
@@ -257,7 +277,7 @@ def _span_html(rank: int, row: dict) -> str:
             f'<p class="meta">characters {_num(row["char_start"])}–{_num(row["char_end"])}, tokens '
             f'{_num(row["token_start"])}–{_num(row["token_end"])}; prompt {_num(row["prompt_tokens"])} '
             f'tokens for {_num(row["target_tokens"])} target tokens{engine}{margin}; span '
-            f'<code>{_e(row["span_id"])}</code></p><h4>prompt</h4>{_prompt_html(row)}'
+            f'<code>{_e(row["span_id"])}</code></p>{_predictable_html(row)}<h4>prompt</h4>{_prompt_html(row)}'
             f"<h4>text</h4><pre>{_e(row['text'])}</pre></section>")
 
 
@@ -302,6 +322,7 @@ def render_report(table: pa.Table, summary: dict) -> str:
     model = summary.get("model")
     title = f"ACR scan report · {model}" if model else "ACR scan report"
     body = (f"<h1>{_e(title)}</h1>\n{_summary_html(table, summary)}\n"
+            f"<h2>Memorized or predictable</h2>\n{_calibration_html(table)}\n"
             f"<h2>ACR of searched spans</h2>\n{_histogram_html(table)}\n"
             f"<h2>Documents</h2>\n{_documents_html(document_stats(table))}\n"
             f"<h2>Top flagged spans</h2>\n{_spans_html(table)}\n")

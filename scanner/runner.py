@@ -19,6 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from scanner import __version__
+from scanner.calibrate import CalibrationConfig, empty_columns
 from scanner.config import EngineConfig, ModelConfig, PromptConfig, SearchConfig
 from scanner.engine import batched
 from scanner.engine.build import build_engines
@@ -27,6 +28,7 @@ from scanner.errors import require
 from scanner.rundir import Shard, config_hash
 from scanner.schema import results_schema
 from scanner.search.miniprompt import AcrResult, Target, measure_many
+from scanner.stages.calibrate import calibrate_rows
 from scanner.stages.read import CorpusConfig, Document
 from scanner.stages.screen import ScreenConfig, Screened, screen_spans
 from scanner.stages.spans import Span, SpanConfig, make_spans, tokenize_document
@@ -49,6 +51,8 @@ class ScanConfig:
     # screen are searched; later ones stay screened_out with the reason.
     max_candidates: int | None = None
     docs_per_shard: int = 8
+    # Memorized spans are calibrated after the search: predictable text is told from recall (calibrate.py).
+    calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
 
     def __post_init__(self) -> None:
         require(0 <= self.min_match_rate <= 1, f"--min-match-rate {self.min_match_rate} must be in [0, 1]")
@@ -77,7 +81,7 @@ def _base_row(span: Span, shard: int, tau: float) -> dict:
             "verified_generation": False, "teacher_forced": None, "verify_engine": None, "min_margin": None,
             "steps": 0, "forwards": 0, "screen_s": 0.0, "search_s": 0.0, "shard": shard, "extra": None,
             "verify_version": None, "verify_dtype": None, "verify_flags": None, "verify_disagrees": None,
-            "rejected_matches": None, "screen_engine": None}
+            "rejected_matches": None, "screen_engine": None, **empty_columns()}
 
 
 def _screened_row(row: dict, screened: Screened, certificate: str | None, seconds: float, engine: str) -> dict:
@@ -118,6 +122,12 @@ def _search_spans(engine: HFEngine, rows: dict, chosen: list[Span], config: Scan
         else:
             searched[span_id] = _searched_row(rows[span_id], result, result.wall_s)
     return searched
+
+
+def _calibrate(engine: HFEngine, rows: dict, docs: list[Document], config: ScanConfig) -> dict:
+    """The searched rows with compression ratios and, memorized ones, the calibrated verdict (by span_id)."""
+    return calibrate_rows(engine, rows, docs, config.calibration, model=config.model, prompt=config.prompt,
+                          context_tokens=config.screen.context_tokens)
 
 
 def screen_document(engine: HFEngine, doc: Document, config: ScanConfig, shard: int, tokenizer_id: str,
@@ -212,12 +222,14 @@ def run_shard(engine: HFEngine, shard: Shard, docs: list[Document], config: Scan
         rows.update(doc_rows)
         chosen += doc_chosen
     rows.update(_search_spans(engine, rows, chosen, config, int(meta[b"targets_per_forward"])))
+    rows.update(_calibrate(engine, rows, docs, config))
     rows = list(rows.values())
     table = pa.Table.from_pylist(rows, schema=results_schema()).replace_schema_metadata(meta)
     counts = Counter(r["status"] for r in rows)
     stats = {"documents": len(docs), "spans": len(rows), "rows": len(rows), "status_counts": dict(counts),
              "candidates": counts["memorized"] + counts["not_memorized"] + counts["failed"],
              "memorized": counts["memorized"], "seconds": time.perf_counter() - start,
+             "calibrated_memorized": sum(r["calibrated_memorized"] for r in rows),
              "screen_s": sum(r["screen_s"] for r in rows), "search_s": sum(r["search_s"] for r in rows)}
     return table, stats
 

@@ -155,10 +155,56 @@ def _engine_fields() -> list[pa.Field]:
     ]
 
 
+def _calibration_fields() -> list[pa.Field]:
+    """Memorized or merely predictable (scanner/calibrate.py): filled for memorized spans only."""
+    def maybe(name: str, type_: pa.DataType, doc: str) -> pa.Field:
+        return _field(name, type_, doc + " Null when the span was not calibrated (not memorized, or "
+                      "calibration off).", nullable=True)
+
+    return [
+        maybe("predictable", pa.bool_(), "Calibration found the memorized span predictable: text any "
+              "competent model writes (counting, a refrain, boilerplate), not recall special to this "
+              "model. See predictable_reason."),
+        maybe("predictable_reason", pa.string(), "Why it is predictable: which probe (reference model "
+              "from the prompt or the natural prefix, reference NLL within the margin, unrelated prompts, "
+              "the template alone) and its figures; null when not predictable."),
+        _field("calibrated_memorized", pa.bool_(), "The calibrated verdict: memorized and not predictable. "
+               "Equals `memorized` when calibration is off (nothing was shown predictable); false for "
+               "every span that is not memorized."),
+        maybe("random_prompt_trials", pa.int32(), "Self-calibration: unrelated prompts tried, random "
+              "prompt-vocabulary strings of the found prompt's length (at least 1), seeded per span."),
+        maybe("random_prompt_hits", pa.int32(), "Of them, those whose greedy generation reproduced at "
+              "least the long-prefix share (default half) of the span's tokens."),
+        maybe("random_prompt_match", pa.float64(), "The longest leading share of the span's tokens any "
+              "unrelated prompt elicited (0 to 1)."),
+        maybe("unconditional_match", pa.float64(), "The leading share of the span's tokens that greedy "
+              "generation from the template alone (empty prompt: BOS and fixed text only) reproduces."),
+        maybe("calibration_s", pa.float64(), "Wall-clock seconds of the self-calibration of this span "
+              "(the reference model's time is reference_s)."),
+        maybe("reference_model", pa.string(), "The reference model (--reference-model) that checked the "
+              "span; null also when none was given."),
+        maybe("reference_from_prompt", pa.bool_(), "The reference model's greedy generation from the "
+              "same prompt string writes the span's text (compared on text: any tokenizer)."),
+        maybe("reference_from_prefix", pa.bool_(), "The reference model's greedy generation from the "
+              "natural prefix (certificate_prompt, or acr's --natural-prefix) writes the span's text; "
+              "null also when the span has no natural prefix."),
+        maybe("reference_match", pa.float64(), "The longest leading share of the span's characters the "
+              "reference model wrote from the prompt or the natural prefix (0 to 1)."),
+        maybe("reference_nll", pa.float64(), "The reference model's NLL of the span given the context "
+              "mean_nll was computed with, in nats per *model* token (R's total over the span divided by "
+              "target_tokens), so it compares with mean_nll across tokenizers."),
+        maybe("reference_s", pa.float64(), "Wall-clock seconds the reference model spent on this span."),
+        *[_field(f"{name}_ratio", pa.float64(), f"Compression ratio of the span's text under {name} "
+                 "(UTF-8 bytes / compressed bytes; scanner/compression.py), the data-dependent threshold of "
+                 "that name in `thresholds`. Null when no search ran.", nullable=True)
+          for name in ("gzip", "zlib", "lzma", "smaz")],
+    ]
+
+
 def results_schema() -> pa.Schema:
     """One row per span. Column names are a public interface: add columns, never rename or retype."""
     fields = (_span_fields() + _verdict_fields() + _screen_fields() + _verify_fields() + _cost_fields()
-              + _engine_fields())
+              + _engine_fields() + _calibration_fields())
     return pa.schema(fields, metadata={b"name": b"acr-scanner results", b"version": SCHEMA_VERSION.encode()})
 
 

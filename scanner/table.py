@@ -26,11 +26,17 @@ def row(record: dict, number: int) -> str:
     verdict = "yes" if record["memorized"] else "no"
     if record["success"] and not record["verified_generation"]:
         verdict += "?"
+    if record.get("predictable"):
+        verdict += "/pred"  # memorized, but calibration found it predictable (predictable_reason)
     return COLUMNS.format(number, record["target_tokens"], prompt_tokens, f"{record['acr']:.2f}", verdict,
                           f"{record['wall_s']:.1f}s", _clip(record["prompt"], 24), _clip(record["target"], 60))
 
 
 def summary(records: list[dict]) -> str:
     agg = aggregate((r["acr"], r["memorized"], r["success"]) for r in records)
-    return (f"{agg.count} targets: average ACR {agg.average_acr:.2f}, portion memorized "
+    line = (f"{agg.count} targets: average ACR {agg.average_acr:.2f}, portion memorized "
             f"{agg.portion_memorized:.2f}, no prompt found for {agg.failures}")
+    calibrated = sum(bool(r.get("calibrated_memorized")) for r in records)
+    predictable = [r for r in records if r.get("predictable")]
+    line += f"\ncalibrated: portion memorized {calibrated / max(len(records), 1):.2f} ({len(predictable)} predictable)"
+    return line + "".join(f"\n  predictable: {_clip(r['target'], 40)}: {r['predictable_reason']}" for r in predictable)

@@ -61,6 +61,10 @@ class TinySpec:
     # Heads are trained at hidden/heads = 16 wide and saved zero-padded to this width, the same
     # function: vLLM's CPU attention only takes head sizes 32, 64, 80, ... (widen_heads).
     saved_head_dim: int = 32
+    # Documents of predictable text added to the training stream (counting runs, refrains): what any
+    # competent model can continue without having memorized a passage (scanner/calibrate.py).
+    # 0 keeps the default model exactly as it was.
+    predictable_docs: int = 0
 
 
 def salad(rng: random.Random, words: int) -> str:
@@ -74,16 +78,49 @@ def salad(rng: random.Random, words: int) -> str:
     return " ".join(out) + "."
 
 
+def counting(start: int, stop: int) -> str:
+    """"start, start+1, ..., stop." : text a model continues by a rule, not by recall."""
+    return ", ".join(str(n) for n in range(start, stop + 1)) + "."
+
+
+def refrain(unit: str, times: int) -> str:
+    """A unit repeated `times` times: text a model continues by copying it in context."""
+    return ", ".join([unit] * times) + "."
+
+
+COUNTING = counting(1, 20)
+REFRAIN = refrain("sing it again", 8)
+
+
+def predictable_line(rng: random.Random) -> str:
+    """Counting from 1 (as the web has it) or from anywhere, or a refrain: the fixed one or a unit of
+    random words, so the model learns the rules (successor, copying) and not only these strings."""
+    kind = rng.random()
+    if kind < 0.5:
+        start = 1 if rng.random() < 0.4 else rng.randint(2, 60)
+        return counting(start, start + rng.randint(8, 22))
+    unit = "sing it again" if rng.random() < 0.4 else " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 3)))
+    return refrain(unit, rng.randint(4, 10))
+
+
+def _predictable_documents(spec: TinySpec, rng: random.Random) -> list[str]:
+    return ["\n".join([salad(rng, rng.randint(4, 14)), predictable_line(rng), salad(rng, rng.randint(4, 10))])
+            for _ in range(spec.predictable_docs)]
+
+
 def documents(spec: TinySpec) -> list[str]:
     rng = random.Random(spec.seed)
     docs = []
     for i in range(spec.documents):
         doc = salad(rng, rng.randint(8, 30))
-        if i % 2 == 0:
+        if i % 2 == 0 and spec.canaries:
             canary = spec.canaries[(i // 2) % len(spec.canaries)]
             # Each copy on its own line: the canary is tokenized as it stands alone, like a target.
             doc = "\n".join([doc, *[canary] * spec.repeats, salad(rng, rng.randint(4, 12))])
         docs.append(doc)
+    if spec.predictable_docs:
+        extra = _predictable_documents(spec, random.Random(spec.seed + 1))
+        docs = [d for pair in zip(docs, extra, strict=False) for d in pair] + docs[len(extra):] + extra[len(docs):]
     return docs
 
 

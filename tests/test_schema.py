@@ -36,6 +36,16 @@ COLUMNS = {
     "verify_version": (pa.string(), True), "verify_dtype": (pa.string(), True),
     "verify_flags": (pa.string(), True), "verify_disagrees": (pa.bool_(), True),
     "rejected_matches": (pa.int64(), True), "screen_engine": (pa.string(), True),
+    # calibration (scanner/calibrate.py)
+    "predictable": (pa.bool_(), True), "predictable_reason": (pa.string(), True),
+    "calibrated_memorized": (pa.bool_(), False), "random_prompt_trials": (pa.int32(), True),
+    "random_prompt_hits": (pa.int32(), True), "random_prompt_match": (pa.float64(), True),
+    "unconditional_match": (pa.float64(), True), "calibration_s": (pa.float64(), True),
+    "reference_model": (pa.string(), True), "reference_from_prompt": (pa.bool_(), True),
+    "reference_from_prefix": (pa.bool_(), True), "reference_match": (pa.float64(), True),
+    "reference_nll": (pa.float64(), True), "reference_s": (pa.float64(), True),
+    "gzip_ratio": (pa.float64(), True), "zlib_ratio": (pa.float64(), True), "lzma_ratio": (pa.float64(), True),
+    "smaz_ratio": (pa.float64(), True),
 }
 
 

@@ -167,6 +167,10 @@ class HFEngine:
         rank = next((i for i, check in enumerate(checks) if check.verified_generation), None)
         return (None, len(prompts)) if rank is None else (checks[rank], rank)
 
+    def generate_ids(self, inputs: list[list[int]], new_tokens: int) -> list[list[int]]:
+        """Greedy continuation ids of each full input (template included), in the verify engine."""
+        return self._generate_many(inputs, new_tokens)
+
     def _generate_many(self, inputs: list[list[int]], new_tokens: int) -> list[list[int]]:
         if not inputs:
             return []

@@ -1,0 +1,172 @@
+"""Calibration stage: the probes behind the calibrated verdict (scanner/calibrate.py decides), run only on
+memorized spans, in the process (Ray actor) that ran their search, after it.
+
+- Self-calibration, on the scan's own engine: `random_prompts` unrelated prompts (random prompt-vocabulary
+  strings of the found prompt's length, seeded per span) and the template alone, greedy, in one verify
+  batch (vLLM's when it verifies): how much of the span each elicits.
+- The reference model R (--reference-model; an HF engine loaded once per process, with its own
+  tokenizer and BOS policy): greedy generation from the found prompt string and from the natural
+  prefix, compared with the span on *text*; R's NLL of the span given its context, in nats per model
+  token (the denominator of the model's own mean_nll, so the two compare across tokenizers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import asdict, replace
+
+import torch
+import torch.nn.functional as F
+
+from scanner import calibrate
+from scanner.calibrate import CalibrationConfig, ReferenceEvidence, SelfEvidence
+from scanner.config import EngineConfig, ModelConfig, PromptConfig
+from scanner.engine.hf import HFEngine
+from scanner.engine.template import typed_ids
+from scanner.stages.spans import tokenize_document
+
+log = logging.getLogger(__name__)
+
+_REFERENCES: dict[str, HFEngine] = {}  # one per process: a Ray actor loads R once, for all its shards
+
+
+def reference_engine(model: ModelConfig, reference: str, prompt: PromptConfig) -> HFEngine:
+    """R, loaded on first use with the scan's device, dtype and threads (HF: it only generates and
+    scores a few memorized spans, vLLM would reserve GPU memory for nothing)."""
+    config = replace(model, model=reference, revision=None)
+    key = json.dumps([asdict(config), asdict(prompt)], sort_keys=True)
+    if key not in _REFERENCES:
+        from scanner.engine.build import build_engines
+
+        log.info("loading the reference model %s", reference)
+        _REFERENCES[key] = build_engines(config, prompt, EngineConfig(verify="hf", screen="hf"))
+    return _REFERENCES[key]
+
+
+def self_evidence(engine: HFEngine, prompt_tokens: int | None, target_ids: list[int],
+                  config: CalibrationConfig, seed: int) -> SelfEvidence:
+    """Unrelated prompts of the found prompt's length (at least 1 token) and the template alone."""
+    from scanner.search.miniprompt import random_prompt
+
+    generator = torch.Generator().manual_seed(seed)
+    length = max(prompt_tokens or 0, 1)
+    prompts = [engine.decode(random_prompt(engine, length, generator)) for _ in range(config.random_prompts)]
+    checks = engine.verify_many([*prompts, ""], target_ids)
+    shares = [c.matched_tokens / len(target_ids) for c in checks]
+    return SelfEvidence(trials=len(prompts), hits=sum(s >= config.long_prefix for s in shares[:-1]),
+                        best_match=max(shares[:-1], default=0.0), unconditional_match=shares[-1])
+
+
+def written_text(engine: HFEngine, prompt: str, text: str) -> str | None:
+    """What greedy generation writes after the typed `prompt`, as long as `text` needs (None: the
+    template leaves no input to generate from)."""
+    typed = typed_ids(engine.tokenizer, engine.template, [prompt])[0]
+    if not typed:
+        return None
+    new = len(engine.tokenizer(text, add_special_tokens=False).input_ids) + 2  # splits may differ in context
+    ids = engine.generate_ids([typed], new)[0]
+    return engine.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+
+@torch.no_grad()
+def text_nll(engine: HFEngine, context: str, text: str, target_ids: list[int] | None = None) -> float:
+    """Total NLL (nats) of `text` (or of `target_ids`) after `context` typed into the engine's template.
+    Without any token before it (no BOS, no context), the first token is not scored."""
+    before = typed_ids(engine.tokenizer, engine.template, [context])[0] if context or engine.template.prefix_ids else []
+    ids = list(target_ids) if target_ids is not None else engine.tokenizer(text, add_special_tokens=False).input_ids
+    seq = torch.tensor([before + ids], device=engine.device)
+    logits = engine.logits(seq)[0, :-1].float()
+    gold = seq[0, 1:]
+    nll = F.cross_entropy(logits, gold, reduction="none")[max(len(before) - 1, 0):]
+    return float(nll.sum())
+
+
+def reference_evidence(ref: HFEngine, name: str, text: str, prompt: str | None, prefix: str | None,
+                       context: str, model_nll: float | None, target_tokens: int) -> ReferenceEvidence:
+    start = time.perf_counter()
+    shares = {}
+    for kind, source in (("prompt", prompt), ("prefix", prefix)):
+        written = None if source is None else written_text(ref, source, text)
+        shares[kind] = None if written is None else calibrate.leading_share(text, written)
+    nll = text_nll(ref, context, text) / target_tokens
+    return ReferenceEvidence(model=name, from_prompt=shares["prompt"] == 1.0,
+                             from_prefix=None if shares["prefix"] is None else shares["prefix"] == 1.0,
+                             match=max((s for s in shares.values() if s is not None), default=0.0),
+                             nll=nll, model_nll=model_nll, seconds=time.perf_counter() - start)
+
+
+def calibrate_span(engine: HFEngine, ref: HFEngine | None, config: CalibrationConfig, *, text: str,
+                   target_ids: list[int], prompt: str | None, prompt_tokens: int | None, prefix: str | None,
+                   context: str, model_nll: float | None, seed: int) -> dict:
+    """The calibration columns of one memorized span."""
+    start = time.perf_counter()
+    self_ev = (self_evidence(engine, prompt_tokens, target_ids, config, seed)
+               if config.random_prompts else None)
+    ref_ev = None
+    if ref is not None:
+        ref_ev = reference_evidence(ref, config.reference_model, text, prompt, prefix, context, model_nll,
+                                    len(target_ids))
+    seconds = time.perf_counter() - start - (ref_ev.seconds if ref_ev else 0.0)
+    return calibrate.columns(True, self_ev, ref_ev, config, seconds)
+
+
+def span_seed(seed: int, key: str) -> int:
+    """The unrelated prompts of a span depend on (seed, span), never on the shard or worker."""
+    return int.from_bytes(hashlib.sha256(f"calibrate:{seed}:{key}".encode()).digest()[:4], "big")
+
+
+def _context(doc_text: str | None, row: dict, tokenizer, context_tokens: int, cache: dict) -> str:
+    """The preceding document text the screen gave the span (its `context_tokens` tokens), as a string."""
+    if not doc_text or row["token_start"] == 0:
+        return ""
+    if row["doc_id"] not in cache:
+        cache[row["doc_id"]] = tokenize_document(doc_text, tokenizer)[1]
+    offsets = cache[row["doc_id"]]
+    return doc_text[offsets[max(row["token_start"] - context_tokens, 0)][0]:row["char_start"]]
+
+
+def _searched(row: dict) -> dict:
+    return {**row, **calibrate.compression_columns(row["thresholds"])}
+
+
+def calibrate_rows(engine: HFEngine, rows: dict, docs: list, config: CalibrationConfig, *, model: ModelConfig,
+                   prompt: PromptConfig, context_tokens: int) -> dict:
+    """New rows (by span_id) of a shard's searched spans: compression ratios for each, the calibrated
+    verdict for each memorized one. A span whose calibration raises is a failed row (retried on resume)."""
+    out = {k: _searched(r) for k, r in rows.items() if r["status"] in ("memorized", "not_memorized")}
+    flagged = [r for r in out.values() if r["status"] == "memorized"]
+    if not config.enabled:
+        return {k: {**r, "calibrated_memorized": r["memorized"]} for k, r in out.items()}
+    ref = reference_engine(model, config.reference_model, prompt) if config.reference_model and flagged else None
+    texts, offsets = {d.doc_id: d.text for d in docs}, {}
+    for row in flagged:
+        try:
+            context = _context(texts.get(row["doc_id"]), row, engine.tokenizer, context_tokens, offsets) if ref else ""
+            out[row["span_id"]] = {**row, **calibrate_span(
+                engine, ref, config, text=row["text"], target_ids=row["target_ids"], prompt=row["prompt"],
+                prompt_tokens=row["prompt_tokens"], prefix=row["certificate_prompt"], context=context,
+                model_nll=row["mean_nll"], seed=span_seed(config.seed, row["span_id"]))}
+        except Exception as err:  # noqa: BLE001 - one span's fault must not lose the shard
+            log.error("calibration of span %s failed", row["span_id"], exc_info=err)
+            out[row["span_id"]] = {**row, "status": "failed", "reason": f"calibration: {type(err).__name__}: {err}"[:500]}
+    return out
+
+
+def calibrate_record(engine: HFEngine, record: dict, config: CalibrationConfig, *, model: ModelConfig,
+                     prompt: PromptConfig, natural_prefix: str | None) -> dict:
+    """An `acr` record with the calibration columns; the model's NLL of the target is computed here
+    (given the natural prefix, else the template alone), as `mean_nll`."""
+    ratios = calibrate.compression_columns([{"name": k, "tau": v["tau"]} for k, v in record["thresholds"].items()])
+    out = {**record, **calibrate.empty_columns(), **ratios}
+    if not record["memorized"] or not config.enabled:
+        return {**out, "calibrated_memorized": record["memorized"]}
+    ids, text = record["target_ids"], record["target"]
+    ref = reference_engine(model, config.reference_model, prompt) if config.reference_model else None
+    model_nll = text_nll(engine, natural_prefix or "", text, ids) / len(ids) if ref else None
+    columns = calibrate_span(engine, ref, config, text=text, target_ids=ids, prompt=record["prompt"],
+                             prompt_tokens=record["prompt_tokens"], prefix=natural_prefix,
+                             context=natural_prefix or "", model_nll=model_nll, seed=span_seed(config.seed, text))
+    return {**out, "mean_nll": model_nll, **columns}
