@@ -5,9 +5,12 @@
 
 Builds a corpus of real text (stdlib docstrings, installed distributions' METADATA and licenses),
 plants canary passages at each duplication count, trains every model size on it, then measures with
-acr-scan's library: every canary, held-out passages and random token strings with the fast schedule,
-a subset with the paper schedule, and the natural continuation test (the target's first tokens ->
-greedy rest) alongside. Writes rows.jsonl, summary.json, table.md and validity.png to --out.
+acr-scan's library: every canary, held-out passages, random token strings and predictable text (counting
+and a refrain: the corpus holds counting runs and refrains, never these) with the fast schedule, a subset
+with the paper schedule, and the natural continuation test (the target's first tokens -> greedy rest)
+alongside. Memorized targets are calibrated (scanner/calibrate.py): self-calibration, and a reference
+model of the smallest size trained on the same corpus without the canaries. Writes rows.jsonl,
+summary.json, table.md and validity.png to --out.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from scanner.calibrate import CalibrationConfig
 from scanner.config import GCGConfig, ModelConfig, PromptConfig, SearchConfig
 from scanner.demo import default_workdir
 from scanner.engine.hf import HFEngine
@@ -40,7 +44,8 @@ log = logging.getLogger("validity")
 # paper subset: the canary counts measured with the paper schedule too, natural-prefix length).
 SIZES = {
     "cpu": {
-        "corpus": CorpusSpec(counts=(1, 4, 16, 64), canaries_per_count=3, heldout=3, max_chars=150_000),
+        "corpus": CorpusSpec(counts=(1, 4, 16, 64), canaries_per_count=3, heldout=3, max_chars=150_000,
+                             predictable=60),
         "vocab": 2048, "epochs": 10, "random_controls": 3, "prefix_tokens": 8,
         "models": [ModelSize(name="2x64", hidden=64, layers=2, heads=4, batch=8, lr=6e-3),
                    ModelSize(name="4x128", hidden=128, layers=4, heads=4, batch=8, lr=6e-3)],
@@ -59,7 +64,7 @@ SIZES = {
     },
     "gpu": {
         "corpus": CorpusSpec(counts=(1, 2, 4, 8, 16, 32, 64), canaries_per_count=3, heldout=5,
-                             max_chars=6_000_000, stdlib_packages=True),
+                             max_chars=6_000_000, stdlib_packages=True, predictable=600),
         "vocab": 8192, "epochs": 4, "random_controls": 5, "prefix_tokens": 8,
         "models": [ModelSize(name="20M", hidden=384, layers=8, heads=6, batch=32, lr=1e-3,
                              train_context=256),
@@ -85,6 +90,10 @@ def train(setup: dict, corpus_spec: CorpusSpec, corpus, workdir: Path, device: s
         log.info("reusing the models trained in %s", workdir)
     else:
         sizes = train_models(corpus, setup["models"], setup["vocab"], setup["epochs"], workdir, device)
+        # The reference: the smallest size on the same corpus without the canaries (it never saw them).
+        reference = replace(setup["models"][0], name="reference")
+        train_models(replace(corpus, documents=corpus.background), [reference], setup["vocab"], setup["epochs"],
+                     workdir, device)
         info = {"train_s": round(time.perf_counter() - start, 1), "epochs": setup["epochs"],
                 "models": {n: {**asdict(s), "parameters": parameters(workdir / n)} for n, s in sizes.items()}}
         marker.write_text(json.dumps({"key": key, "info": info}))
@@ -93,6 +102,9 @@ def train(setup: dict, corpus_spec: CorpusSpec, corpus, workdir: Path, device: s
 
 def measure_model(name: str, model_dir: Path, corpus, setup: dict, device: str, seed: int) -> list[dict]:
     engine = HFEngine(load_model(ModelConfig(model=str(model_dir), device=device)), PromptConfig())
+    ref_dir = model_dir.parent / "reference"
+    reference = HFEngine(load_model(ModelConfig(model=str(ref_dir), device=device)), PromptConfig())
+    calibration = CalibrationConfig(reference_model=str(ref_dir), seed=seed)
     targets = study_targets(corpus, engine, setup["random_controls"], seed)
     rows, papers = [], {}
     for target in targets:
@@ -102,7 +114,8 @@ def measure_model(name: str, model_dir: Path, corpus, setup: dict, device: str, 
             papers[count] = papers.get(count, 0) + 1
             jobs.append(setup["paper"])
         for config in jobs:
-            row = {"model": name, **measure_target(engine, target, config, setup["prefix_tokens"])}
+            row = {"model": name, **measure_target(engine, target, config, setup["prefix_tokens"], calibration,
+                                                   reference)}
             log.info("%s %s %s x%d: ACR %.2f memorized %s natural %s (%.1fs)", name, row["schedule"],
                      row["group"], row["count"], row["acr"], row["memorized"], row["natural"], row["wall_s"])
             rows.append(row)
@@ -110,11 +123,12 @@ def measure_model(name: str, model_dir: Path, corpus, setup: dict, device: str, 
 
 
 def table(summary: list[dict]) -> str:
-    lines = ["| model | schedule | group | duplicates | n | avg ACR | memorized | natural continuation | "
-             "longest copy in prompt |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | schedule | group | duplicates | n | avg ACR | memorized | calibrated memorized | "
+             "natural continuation | longest copy in prompt |", "|---|---|---|---|---|---|---|---|---|---|"]
     for s in summary:
         lines.append(f"| {s['model']} | {s['schedule']} | {s['group']} | {s['count'] or '-'} | {s['n']} | "
-                     f"{s['avg_acr']:.2f} | {s['memorized']:.2f} | {s['natural']:.2f} | {s['max_copied']} |")
+                     f"{s['avg_acr']:.2f} | {s['memorized']:.2f} | {s['calibrated']:.2f} | {s['natural']:.2f} | "
+                     f"{s['max_copied']} |")
     return "\n".join(lines)
 
 

@@ -110,7 +110,10 @@ def calibration_config(o: dict):
     from scanner.engine.loading import model_source
 
     if o["reference_model"]:
-        model_source(o["reference_model"])  # a wrong path is named now, before anything is loaded or written
+        try:  # a wrong path is named now, before anything is loaded or written
+            model_source(o["reference_model"])
+        except InputError as err:
+            raise InputError(f"--reference-model: {err}") from err
     return CalibrationConfig(reference_model=o["reference_model"], nll_margin=o["reference_margin"],
                              random_prompts=o["calibration_prompts"], seed=o["seed"])
 

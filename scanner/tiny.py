@@ -90,6 +90,9 @@ def refrain(unit: str, times: int) -> str:
 
 COUNTING = counting(1, 20)
 REFRAIN = refrain("sing it again", 8)
+# Boilerplate that opens many documents (a license line, a publisher's header): the model writes it from
+# the template alone, whatever it is asked.
+BOILERPLATE = "This copy is free to share under the open book license, with no warranty of any kind."
 
 
 def predictable_line(rng: random.Random) -> str:
@@ -104,8 +107,11 @@ def predictable_line(rng: random.Random) -> str:
 
 
 def _predictable_documents(spec: TinySpec, rng: random.Random) -> list[str]:
-    return ["\n".join([salad(rng, rng.randint(4, 14)), predictable_line(rng), salad(rng, rng.randint(4, 10))])
-            for _ in range(spec.predictable_docs)]
+    docs = []
+    for _ in range(spec.predictable_docs):
+        lines = [salad(rng, rng.randint(4, 14)), predictable_line(rng), salad(rng, rng.randint(4, 10))]
+        docs.append("\n".join([BOILERPLATE, *lines] if rng.random() < 0.6 else lines))
+    return docs
 
 
 def documents(spec: TinySpec) -> list[str]:

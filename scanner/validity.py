@@ -33,6 +33,9 @@ class CorpusSpec:
     # Canary length in characters; about 4 characters a token at vocabulary 1024, so 28-45 tokens:
     # long enough that in-context copying from a prompt shorter than the target cannot write it.
     passage_chars: tuple[int, int] = (100, 150)
+    # Lines of predictable text (counting runs, refrains: scanner/tiny.py predictable_line) planted into
+    # the background, so the model learns the rules and the "predictable" group can be reached (0: none).
+    predictable: int = 0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -48,6 +51,7 @@ class Corpus:
     documents: list[str]  # background with every canary planted `count` times
     canaries: list[tuple[str, int]]  # (passage, duplication count)
     heldout: list[str]  # passages removed from the corpus: never seen
+    background: list[str] = ()  # the documents before planting: what a reference model is trained on
 
     @property
     def chars(self) -> int:
@@ -176,14 +180,29 @@ def plant(docs: list[str], canaries: list[tuple[str, int]], seed: int) -> list[s
     return out
 
 
+def plant_predictable(docs: list[str], lines: int, seed: int) -> list[str]:
+    """`lines` counting runs and refrains, each a paragraph of a random document."""
+    from scanner.tiny import predictable_line
+
+    rng = random.Random(seed + 4)
+    return plant(docs, [(predictable_line(rng), 1) for _ in range(lines)], seed + 5)
+
+
+def predictable_targets() -> list[str]:
+    """Counting and a refrain as a model continues them (no end: the rules go on), never planted as such."""
+    from scanner.tiny import counting, refrain
+
+    return [counting(1, 16)[:-1], counting(31, 44)[:-1], refrain("sing it again", 6)[:-1]]
+
+
 def build_corpus(spec: CorpusSpec) -> Corpus:
     docs = real_documents(spec)
     wanted = len(spec.counts) * spec.canaries_per_count
     passages = pick_passages(docs, spec, wanted + spec.heldout)
     canaries = [(passages[i], spec.counts[i // spec.canaries_per_count]) for i in range(wanted)]
-    background = _remove(docs, set(passages))
+    background = plant_predictable(_remove(docs, set(passages)), spec.predictable, spec.seed)
     corpus = Corpus(documents=plant(background, canaries, spec.seed), canaries=canaries,
-                    heldout=passages[wanted:])
+                    heldout=passages[wanted:], background=background)
     log.info("corpus: %d documents, %d characters, %d canaries, %d held out", len(corpus.documents),
              corpus.chars, len(canaries), len(corpus.heldout))
     return corpus
@@ -246,6 +265,8 @@ def study_targets(corpus: Corpus, engine, random_controls: int, seed: int) -> li
     rng = random.Random(seed + 3)
     rows = [{"group": "canary", "count": n, "text": t} for t, n in corpus.canaries]
     rows += [{"group": "held-out", "count": 0, "text": t} for t in corpus.heldout]
+    if corpus.background and any("sing it again" in d for d in corpus.background):
+        rows += [{"group": "predictable", "count": 0, "text": t} for t in predictable_targets()]
     typical = sorted(len(engine.encode_target(r["text"])) for r in rows)[len(rows) // 2]
     rows += [{"group": "random", "count": 0, "text": random_control(engine, typical, rng)}
              for _ in range(random_controls)]
@@ -272,15 +293,32 @@ def longest_copy(prompt_ids: list[int] | None, target_ids: list[int]) -> int:
     return best
 
 
-def measure_target(engine, row: dict, config, prefix_tokens: int) -> dict:
+def measure_target(engine, row: dict, config, prefix_tokens: int, calibration=None, reference=None) -> dict:
+    """One target's ACR and natural continuation; with a CalibrationConfig, memorized targets get the
+    calibrated verdict (self-calibration, and `reference`, an HF engine, when given)."""
     from scanner.search.miniprompt import measure
 
     result = measure(engine, row["text"], config)
     natural, matched = natural_continuation(engine, result.target_ids, prefix_tokens)
-    return {**row, "schedule": config.schedule, "target_tokens": result.target_tokens, "acr": result.acr,
-            "memorized": result.memorized, "prompt": result.prompt, "prompt_tokens": result.prompt_tokens,
-            "copied_tokens": longest_copy(result.prompt_ids, result.target_ids), "natural": natural,
-            "natural_matched": matched, "wall_s": round(result.wall_s, 2), "steps": result.steps}
+    out = {**row, "schedule": config.schedule, "target_tokens": result.target_tokens, "acr": result.acr,
+           "memorized": result.memorized, "prompt": result.prompt, "prompt_tokens": result.prompt_tokens,
+           "copied_tokens": longest_copy(result.prompt_ids, result.target_ids), "natural": natural,
+           "natural_matched": matched, "wall_s": round(result.wall_s, 2), "steps": result.steps,
+           "calibrated": result.memorized, "predictable_reason": None}
+    if calibration is not None and result.memorized:
+        out.update(_calibrated(engine, result, calibration, reference))
+    return out
+
+
+def _calibrated(engine, result, calibration, reference) -> dict:
+    from scanner.stages.calibrate import calibrate_span, text_nll
+
+    ids = result.target_ids
+    model_nll = text_nll(engine, "", result.target, ids) / len(ids) if reference is not None else None
+    columns = calibrate_span(engine, reference, calibration, text=result.target, target_ids=ids,
+                             prompt=result.prompt, prompt_tokens=result.prompt_tokens, prefix=None, context="",
+                             model_nll=model_nll, seed=calibration.seed)
+    return {"calibrated": columns["calibrated_memorized"], "predictable_reason": columns["predictable_reason"]}
 
 
 def summarize(rows: list[dict]) -> list[dict]:
@@ -292,6 +330,7 @@ def summarize(rows: list[dict]) -> list[dict]:
         out.append({"model": key[0], "schedule": key[1], "group": key[2], "count": key[3], "n": len(hits),
                     "avg_acr": sum(r["acr"] for r in hits) / len(hits),
                     "memorized": sum(r["memorized"] for r in hits) / len(hits),
+                    "calibrated": sum(r.get("calibrated", r["memorized"]) for r in hits) / len(hits),
                     "natural": sum(r["natural"] for r in hits) / len(hits),
                     "max_copied": max(r["copied_tokens"] for r in hits)})
     return out

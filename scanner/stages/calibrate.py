@@ -160,7 +160,7 @@ def calibrate_record(engine: HFEngine, record: dict, config: CalibrationConfig, 
     """An `acr` record with the calibration columns; the model's NLL of the target is computed here
     (given the natural prefix, else the template alone), as `mean_nll`."""
     ratios = calibrate.compression_columns([{"name": k, "tau": v["tau"]} for k, v in record["thresholds"].items()])
-    out = {**record, **calibrate.empty_columns(), **ratios}
+    out = {**record, **calibrate.empty_columns(), **ratios, "mean_nll": None}
     if not record["memorized"] or not config.enabled:
         return {**out, "calibrated_memorized": record["memorized"]}
     ids, text = record["target_ids"], record["target"]
