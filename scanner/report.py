@@ -257,11 +257,10 @@ def _calibration_html(table: pa.Table) -> str:
     if "calibrated_memorized" not in table.column_names:
         return '<p class="meta">This run has no calibrated verdicts (made before calibration existed).</p>'
     c = calibrate.counts(table.select(["memorized", "calibrated_memorized", "predictable"]).to_pylist())
-    return (f'<table class="calibration"><thead><tr><th>verdict</th><th class="num">spans</th></tr></thead>'
-            f'<tbody><tr><td>memorized (ACR &gt; τ, the paper\'s verdict)</td><td class="num">{_num(c["memorized"])}</td></tr>'
-            f'<tr><td>calibrated memorized (memorized and not predictable)</td><td class="num">'
-            f'{_num(c["calibrated_memorized"])}</td></tr><tr><td>memorized but predictable</td>'
-            f'<td class="num">{_num(c["predictable"])}</td></tr></tbody></table>')
+    items = (("memorized (ACR &gt; τ, the paper's verdict)", c["memorized"]),
+             ("calibrated memorized (memorized and not predictable)", c["calibrated_memorized"]),
+             ("memorized but predictable", c["predictable"]))
+    return '<dl class="summary">' + "".join(f"<dt>{k}</dt><dd>{_num(v)}</dd>" for k, v in items) + "</dl>"
 
 
 def _predictable_html(row: dict) -> str:

@@ -170,7 +170,8 @@ def _calibration_fields() -> list[pa.Field]:
               "the template alone) and its figures; null when not predictable."),
         _field("calibrated_memorized", pa.bool_(), "The calibrated verdict: memorized and not predictable. "
                "Equals `memorized` when calibration is off (nothing was shown predictable); false for "
-               "every span that is not memorized."),
+               "every span that is not memorized. Never null in tables acr-scan writes (nullable so that "
+               "tables made by other tools without it still load).", nullable=True),
         maybe("random_prompt_trials", pa.int32(), "Self-calibration: unrelated prompts tried, random "
               "prompt-vocabulary strings of the found prompt's length (at least 1), seeded per span."),
         maybe("random_prompt_hits", pa.int32(), "Of them, those whose greedy generation reproduced at "

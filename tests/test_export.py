@@ -12,6 +12,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
+from scanner import calibrate
 from scanner import export as export_module
 from scanner.errors import InputError
 from scanner.export import EVIDENCE_COLUMNS, EXTRA_COLUMNS, export, parse_tau, select_rows
@@ -97,7 +98,8 @@ def test_tau_selection(table, tau, expected):
 
 def test_selection_has_evidence_columns_and_the_threshold_beaten(table):
     picked = select_rows(table, "gzip")
-    assert picked.column_names == [*EVIDENCE_COLUMNS, *EXTRA_COLUMNS, "threshold_name", "threshold"]
+    calibration = ["mean_nll", *calibrate.COLUMNS]  # the calibrated verdict and its evidence travel along
+    assert picked.column_names == [*EVIDENCE_COLUMNS, *EXTRA_COLUMNS, *calibration, "threshold_name", "threshold"]
     assert picked["threshold_name"].to_pylist() == ["gzip", "gzip"]
     assert picked["threshold"].to_pylist() == [2.5, 1.2]
     assert select_rows(table, "1")["threshold"].to_pylist() == [1.0, 1.0]

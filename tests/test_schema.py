@@ -38,7 +38,7 @@ COLUMNS = {
     "rejected_matches": (pa.int64(), True), "screen_engine": (pa.string(), True),
     # calibration (scanner/calibrate.py)
     "predictable": (pa.bool_(), True), "predictable_reason": (pa.string(), True),
-    "calibrated_memorized": (pa.bool_(), False), "random_prompt_trials": (pa.int32(), True),
+    "calibrated_memorized": (pa.bool_(), True), "random_prompt_trials": (pa.int32(), True),
     "random_prompt_hits": (pa.int32(), True), "random_prompt_match": (pa.float64(), True),
     "unconditional_match": (pa.float64(), True), "calibration_s": (pa.float64(), True),
     "reference_model": (pa.string(), True), "reference_from_prompt": (pa.bool_(), True),
