@@ -41,7 +41,7 @@ def config(corpus, tiny_dir, **overrides) -> ScanConfig:
 
 def comparable(table):
     """Rows by span_id without the wall-clock columns, which differ between any two runs."""
-    rows = [{k: v for k, v in r.items() if k not in ("screen_s", "search_s")} for r in table.to_pylist()]
+    rows = [{k: v for k, v in r.items() if not k.endswith("_s")} for r in table.to_pylist()]  # every *_s: seconds
     return sorted(rows, key=lambda r: r["span_id"])
 
 

@@ -84,14 +84,25 @@ def text_nll(engine: HFEngine, context: str, text: str, target_ids: list[int] | 
     return float(nll.sum())
 
 
+def _moved_space(prompt: str, text: str) -> tuple[str, str]:
+    """A prompt ending in whitespace is given to R without it, the whitespace then expected before the
+    text: in the model's tokens "1, 2, " may be a whole prompt, while R's tokenizer attaches a space to
+    the next word and would see a dangling space it rarely saw in training."""
+    kept = prompt.rstrip()
+    return kept, prompt[len(kept):] + text
+
+
 def reference_evidence(ref: HFEngine, name: str, text: str, prompt: str | None, prefix: str | None,
                        context: str, model_nll: float | None, target_tokens: int) -> ReferenceEvidence:
     start = time.perf_counter()
     shares = {}
     for kind, source in (("prompt", prompt), ("prefix", prefix)):
-        written = None if source is None else written_text(ref, source, text)
-        shares[kind] = None if written is None else calibrate.leading_share(text, written)
-    nll = text_nll(ref, context, text) / target_tokens
+        written = None
+        if source is not None:
+            source, expected = _moved_space(source, text)
+            written = written_text(ref, source, expected)
+        shares[kind] = None if written is None else calibrate.leading_share(expected, written)
+    nll = text_nll(ref, *_moved_space(context, text)) / target_tokens
     return ReferenceEvidence(model=name, from_prompt=shares["prompt"] == 1.0,
                              from_prefix=None if shares["prefix"] is None else shares["prefix"] == 1.0,
                              match=max((s for s in shares.values() if s is not None), default=0.0),
