@@ -107,7 +107,10 @@ def main() -> None:
     summary = {"model": model.model, "reference": reference, "wall_s": round(time.perf_counter() - start, 1),
                "memorized": sum(r["memorized"] for r in rows),
                "calibrated_memorized": sum(bool(r.get("calibrated_memorized")) for r in rows), "rows": rows}
-    Path(args.out).write_text(json.dumps(summary, indent=1))
+    blob = json.dumps(summary, indent=1)
+    for path in (model.model, reference):  # file names only: no path of this machine in the record
+        blob = blob.replace(path, Path(path).name)
+    Path(args.out).write_text(blob)
     print(json.dumps({k: v for k, v in summary.items() if k != "rows"}))
 
 

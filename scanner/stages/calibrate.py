@@ -85,10 +85,11 @@ def text_nll(engine: HFEngine, context: str, text: str, target_ids: list[int] | 
 
 
 def _moved_space(prompt: str, text: str) -> tuple[str, str]:
-    """A prompt ending in whitespace is given to R without it, the whitespace then expected before the
-    text: in the model's tokens "1, 2, " may be a whole prompt, while R's tokenizer attaches a space to
-    the next word and would see a dangling space it rarely saw in training."""
-    kept = prompt.rstrip()
+    """A prompt ending in spaces is given to R without them, the spaces then expected before the text:
+    in the model's tokens "1, 2, " may be a whole prompt, while R's tokenizer attaches a space to the
+    next word and would see a dangling space it rarely saw in training. (Newlines stay: they are tokens
+    of their own.)"""
+    kept = prompt.rstrip(" \t")
     return kept, prompt[len(kept):] + text
 
 
