@@ -51,7 +51,8 @@ def run_demo(*, workdir: str | None, seed: int, as_json: bool, echo: Callable[[s
     if not as_json:
         for group in dict.fromkeys(t["group"] for t in targets):
             hits = [r for r in records if r["group"] == group]
-            echo(f"  {group}: {sum(r['memorized'] for r in hits)}/{len(hits)} memorized")
+            echo(f"  {group}: {sum(r['memorized'] for r in hits)}/{len(hits)} memorized, "
+                 f"{sum(r['calibrated_memorized'] for r in hits)} calibrated memorized")
         scan_demo(where, model_dir, seed, echo)
     return records
 
@@ -60,7 +61,7 @@ def scan_demo(where: Path, model_dir: Path, seed: int, echo: Callable[[str], Non
     """The main job in miniature: corpus -> run directory -> report and evidence export."""
     import shutil
 
-    from scanner.cli import run_summary, summary_line
+    from scanner.cli import calibration_line, run_summary, summary_line
     from scanner.export import export
     from scanner.report import write_report
     from scanner.rundir import RunDir
@@ -85,6 +86,7 @@ def scan_demo(where: Path, model_dir: Path, seed: int, echo: Callable[[str], Non
     count = export(table, root / "flagged.jsonl")
     echo(summary_line(stats, str(root / "run")))
     echo(f"{count} memorized spans with their prompts: {root / 'flagged.jsonl'}")
+    echo(calibration_line(table))
     echo(f"report: {root / 'report.html'}")
     return root
 
