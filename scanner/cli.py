@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import sys
@@ -195,7 +196,9 @@ def scan_options(f):
         click.option("--keep-columns", default="", help="Comma-separated corpus columns carried through."),
         click.option("--allow-duplicate-ids", is_flag=True),
         click.option("--span-tokens", type=int, default=32, show_default=True),
-        click.option("--stride", type=int, default=None, help="Default: --span-tokens."),
+        click.option("--stride", type=int, default=None, help="Default: --span-tokens; larger only with --allow-gaps."),
+        click.option("--allow-gaps", is_flag=True, help="Admit a --stride larger than --span-tokens (text between "
+                     "windows is never scanned: a sample, not a scan)."),
         click.option("--context-tokens", type=int, default=32, show_default=True,
                      help="Preceding document tokens screened with each span (and the longest certificate)."),
         click.option("--certificate-min-match", type=float, default=0.0, show_default=True,
@@ -249,7 +252,7 @@ def scan_config(o: dict, corpus: str):
         corpus=CorpusConfig(path=corpus, text_column=o["text_column"], id_column=o["id_column"],
                             keep_columns=keep, allow_duplicate_ids=o["allow_duplicate_ids"]),
         model=model_config(o), prompt=prompt_config(o), search=search_config(o), engines=engine_config(o),
-        spans=SpanConfig(span_tokens=o["span_tokens"], stride=o["stride"]),
+        spans=SpanConfig(span_tokens=o["span_tokens"], stride=o["stride"], allow_gaps=o["allow_gaps"]),
         screen=ScreenConfig(context_tokens=o["context_tokens"], certificate_min_match=o["certificate_min_match"]), min_match_rate=o["min_match_rate"],
         max_candidates_per_doc=o["max_candidates_per_doc"], max_candidates=o["max_candidates"],
         docs_per_shard=o["docs_per_shard"])
@@ -292,7 +295,9 @@ def status_command(run_dir, workers) -> None:
     """Shards done and total, rows by status, throughput, ETA."""
     from scanner.rundir import RunDir
 
-    click.echo(json.dumps(RunDir(run_dir).status(workers), indent=1))
+    run = RunDir(run_dir)
+    run.require_run()
+    click.echo(json.dumps(run.status(workers), indent=1))
 
 
 @cli.command("export")
@@ -303,10 +308,22 @@ def status_command(run_dir, workers) -> None:
 def export_command(run_dir, out, tau, all_rows) -> None:
     """The memorized spans with the prompts that reproduce them, as evidence."""
     from scanner.export import export
+
+    count = export(readable_run(run_dir).read_results(), out, tau=tau, all_rows=all_rows)
+    click.echo(f"{count} rows written to {out}")
+
+
+def readable_run(run_dir: str):
+    """The run directory for export/report/verify: refused when it is none, a warning when unfinished."""
     from scanner.rundir import RunDir
 
-    count = export(RunDir(run_dir).read_results(), out, tau=tau, all_rows=all_rows)
-    click.echo(f"{count} rows written to {out}")
+    run = RunDir(run_dir)
+    run.require_run()
+    done, total = len(run.done_shards()), len(run.load_plan())
+    if done < total:
+        click.echo(f"warning: the run in {run_dir} is unfinished: {done} of {total} shards done; what "
+                   "follows covers the finished shards only (relaunch the scan to finish it)", err=True)
+    return run
 
 
 @cli.command("report")
@@ -315,15 +332,14 @@ def export_command(run_dir, out, tau, all_rows) -> None:
 def report_command(run_dir, out) -> None:
     """One self-contained HTML page: summary, ACR histogram, documents, top flagged spans."""
     from scanner.report import write_report
-    from scanner.rundir import RunDir
 
-    run = RunDir(run_dir)
+    run = readable_run(run_dir)
     write_report(run.read_results(), run_summary(run), out)
     click.echo(f"report written to {out}")
 
 
 def run_summary(run) -> dict:
-    config = json.loads((run.path / "run_config.json").read_text())
+    config = run.saved_config()
     status = run.status()
     return {"model": config["config"]["model"]["model"], "corpus": config["config"]["corpus"]["path"],
             "shards": f"{status['shards_done']}/{status['shards_total']}", "spans": status["rows"],
@@ -338,6 +354,7 @@ def verify_command(run_dir, model) -> None:
     """Regenerate greedily from every flagged prompt; list any that no longer reproduce (exit 3 if any)."""
     from scanner.verify import verify_run
 
+    readable_run(run_dir)
     failures, checked = verify_run(run_dir, model)
     for row in failures:
         click.echo(f"NOT REPRODUCED {row['doc_id']} {row['span_id']} tokens {row['token_start']}: "
@@ -358,19 +375,56 @@ def demo_command(workdir, seed, as_json) -> None:
     run_demo(workdir=workdir, seed=seed, as_json=as_json, echo=click.echo)
 
 
+def environment_fault(err: OSError) -> bool:
+    # Faults of the machine or of a path the user gave, not of the program: a full disk, no permission,
+    # a file where a folder should be. Other OSErrors stay internal errors with their traceback.
+    return err.errno in FIXES
+
+
+FIXES = {
+    errno.ENOSPC: "free space on that file system (or point --out elsewhere), then relaunch the same "
+                  "command: finished work is kept",
+    errno.EDQUOT: "free space within your quota (or point --out elsewhere), then relaunch the same command",
+    errno.EACCES: "choose a path you may write (and read), or change its permissions",
+    errno.EPERM: "choose a path you may write (and read), or change its permissions",
+    errno.EROFS: "the file system is read-only; choose a writable path",
+    errno.ENOTDIR: "a part of the path is a file, not a folder; choose another path",
+    errno.EEXIST: "a file stands where a folder is needed; choose another path or move that file",
+    errno.EISDIR: "a folder stands where a file is needed; name a file",
+    errno.ENAMETOOLONG: "choose a shorter path",
+}
+
+
+def os_error_message(err: OSError) -> str:
+    where = f" ({err.filename})" if err.filename else ""
+    return f"{err.strerror or err}{where}; {FIXES[err.errno]}"
+
+
 def main() -> None:
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:
-        sys.exit(1)
+        # Ctrl-C. Every commit is atomic, so an interrupted scan loses at most its unfinished shards.
+        click.echo("interrupted; a scan's finished shards are kept: relaunch the same command to resume",
+                   err=True)
+        sys.exit(130)
     except click.ClickException as err:
         err.show()
         sys.exit(2)
     except InputError as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
+    except OSError as err:
+        if not environment_fault(err):
+            raise_internal()
+        click.echo(f"error: {os_error_message(err)}", err=True)
+        sys.exit(2)
     except Exception:
-        log.exception("internal error")
-        click.echo("internal error (see the traceback above); please report it", err=True)
-        sys.exit(1)
+        raise_internal()
     sys.exit(0)
+
+
+def raise_internal() -> None:
+    log.exception("internal error")
+    click.echo("internal error (see the traceback above); please report it", err=True)
+    sys.exit(1)

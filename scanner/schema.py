@@ -48,8 +48,9 @@ def _span_fields() -> list[pa.Field]:
     return [
         _field("doc_id", pa.string(), "Document id: the corpus id column as a string, or '<file>:<row>' "
                "when the corpus has none."),
-        _field("span_id", pa.string(), "Stable span id: the first 16 hex digits of sha256 over (doc_id, "
-               "token_start, token count, tokenizer id); the same across runs of one corpus and tokenizer."),
+        _field("span_id", pa.string(), "Stable span id: the first 16 hex digits of sha256 over (doc_row, "
+               "doc_id, token_start, token count, tokenizer id); unique per corpus row (also where ids "
+               "repeat) and the same across runs of one corpus and tokenizer."),
         _field("char_start", pa.int64(), "Start of the span in the document text, in characters "
                "(Python string index), inclusive."),
         _field("char_end", pa.int64(), "End of the span in the document text, in characters, exclusive."),
@@ -155,10 +156,19 @@ def _engine_fields() -> list[pa.Field]:
     ]
 
 
+def _identity_fields() -> list[pa.Field]:
+    return [
+        _field("doc_row", pa.string(), "Where the document stands in the corpus: '<file>:<row>', the file "
+               "relative to the corpus files' common folder and the row counted from 0 within it. Unique "
+               "per corpus row, so documents that share an id (--allow-duplicate-ids) stay apart. Null only "
+               "in rows written without it (tables made by hand).", nullable=True),
+    ]
+
+
 def results_schema() -> pa.Schema:
     """One row per span. Column names are a public interface: add columns, never rename or retype."""
     fields = (_span_fields() + _verdict_fields() + _screen_fields() + _verify_fields() + _cost_fields()
-              + _engine_fields())
+              + _engine_fields() + _identity_fields())
     return pa.schema(fields, metadata={b"name": b"acr-scanner results", b"version": SCHEMA_VERSION.encode()})
 
 

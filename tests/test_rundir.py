@@ -14,8 +14,9 @@ import time
 import pyarrow as pa
 import pytest
 
+from scanner.atomic import atomic_write_bytes, atomic_write_json
 from scanner.errors import InputError
-from scanner.rundir import Plan, RunDir, Shard, atomic_write_bytes, atomic_write_json, config_hash
+from scanner.rundir import Plan, RunDir, Shard, config_hash
 from scanner.schema import STATUSES, results_schema
 
 CONFIG = {"model": "tiny", "span_tokens": 32, "tau": 1.0, "search": {"steps": 150, "top_k": 64}}

@@ -36,6 +36,7 @@ COLUMNS = {
     "verify_version": (pa.string(), True), "verify_dtype": (pa.string(), True),
     "verify_flags": (pa.string(), True), "verify_disagrees": (pa.bool_(), True),
     "rejected_matches": (pa.int64(), True), "screen_engine": (pa.string(), True),
+    "doc_row": (pa.string(), True),
 }
 
 

@@ -54,6 +54,9 @@ class Document:
     doc_id: str
     text: str | None
     extra: dict = field(default_factory=dict)
+    # Where the row stands: '<file>:<row>' (file relative to the corpus's common folder). Unique per
+    # corpus row even when ids repeat (--allow-duplicate-ids), so it, not doc_id, keys a span.
+    row: str = ""
 
 
 def _has_glob(path: str) -> bool:
@@ -235,7 +238,8 @@ class Corpus:
             ids = _as_string(batch.column(self.id_column)).to_pylist()
         extras = {column: batch.column(column).to_pylist() for column in self.config.keep_columns}
         for i, (doc_id, text) in enumerate(zip(ids, texts, strict=True)):
-            yield Document(doc_id=doc_id, text=text, extra={k: v[i] for k, v in extras.items()})
+            yield Document(doc_id=doc_id, text=text, extra={k: v[i] for k, v in extras.items()},
+                           row=f"{name}:{first_row + i}")
 
 
 def open_corpus(config: CorpusConfig) -> Corpus:
