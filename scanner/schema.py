@@ -166,7 +166,7 @@ def results_schema() -> pa.Schema:
 
 def _section_type() -> pa.DataType:
     entry = pa.struct([
-        _field("item", pa.string(), "The EPUB item (a spine document, usually a chapter) as its path "
+        _field("path", pa.string(), "The EPUB item (a spine document, usually a chapter) as its path "
                "inside the EPUB's zip archive, e.g. 'OEBPS/chapter02.xhtml'."),
         _field("char_start", pa.int64(), "Where the item's text starts in `text`, in characters, inclusive."),
         _field("char_end", pa.int64(), "Where the item's text ends in `text`, in characters, exclusive."),

@@ -138,7 +138,7 @@ def read_epub(path: Path, name: str, config: IngestConfig):
             continue
         chunk = "\n".join(lines)
         position += len(SECTION_SEPARATOR) if parts else 0
-        sections.append({"item": where, "char_start": position, "char_end": position + len(chunk)})
+        sections.append({"path": where, "char_start": position, "char_end": position + len(chunk)})
         parts.append(chunk)
         position += len(chunk)
     if not parts:
