@@ -8,6 +8,7 @@ import gzip
 import hashlib
 import json
 import random
+import re
 import subprocess
 import sys
 import zipfile
@@ -16,14 +17,20 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import zstandard
+from lxml import etree
 
+from scanner.errors import InputError
+from scanner.ingest import IngestConfig, ingest
+from scanner.ingest.common import Doc
 from scanner.ingest.epub import html_lines
-from scanner.ingest.text import Refused, decode
+from scanner.ingest.text import Refused, decode, strip_gutenberg
 from scanner.schema import ingested_schema
 from scanner.tiny import CANARIES, salad
 
+# tests/test_scan.py's small settings, and one search per document (the best-screened span) to keep it short.
 SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--docs-per-shard", "1",
-        "--min-match-rate", "0.95", "--steps", "40", "--candidates", "64", "--top-k", "64", "--restarts", "0"]
+        "--min-match-rate", "0.95", "--max-candidates-per-doc", "1", "--steps", "40", "--candidates", "64",
+        "--top-k", "64", "--restarts", "0"]
 FRENCH = ("Le café de la gare était fermé à cause de la grève. Où est passé le garçon? Il a mangé une crème "
           "brûlée.\nÇa m'étonne beaucoup, dit-elle, en français, près de la fenêtre où l'été s'achève.\n")
 
@@ -227,46 +234,47 @@ def test_bad_sources_are_skipped_with_a_reason_and_counted(ingested, library):
 def test_ingest_is_atomic_and_deterministic(ingested, library, tmp_path):
     out, _, _, _ = ingested
     again = tmp_path / "again.parquet"
-    run = cli("ingest", str(library / "books"), str(library / "dumps" / "*.jsonl.*"), "--out", str(again),
-              "--strip", "gutenberg", "--id-field", "id", "--title-field", "title", "--log", str(tmp_path / "l.jsonl"))
-    assert run.returncode == 0, run.stderr
+    ingest(IngestConfig(sources=(str(library / "books"), str(library / "dumps" / "*.jsonl.*")), out=str(again),
+                        strip=("gutenberg",), id_field="id", title_field="title"))
     assert again.read_bytes() == out.read_bytes(), "same files and options: same corpus fingerprint for scan"
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [], "no temp file left"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["again.ingest-log.jsonl", "again.parquet"], "no temp file"
 
 
-@pytest.mark.parametrize("args, message", [
-    (["{bad}"], "nothing could be ingested from"),
-    (["{lib}/nowhere"], "does not exist"),
-    (["{lib}/books/*.pdf"], "no files match the glob"),
-    (["{lib}/books/cover.jpg"], "is not a supported type"),
-    (["{lib}/books", "--out", "{tmp}/corpus.csv"], "must name a .parquet file"),
-    (["{lib}/books", "--out", "{tmp}/missing/corpus.parquet"], "does not exist; create it first"),
-    (["{lib}/books", "--encoding", "klingon"], "--encoding 'klingon' is not an encoding"),
-])
-def test_nothing_to_ingest_or_a_bad_path_exits_2_naming_the_fix(library, tmp_path, args, message):
-    args = [a.format(bad=library / "books" / "bad", lib=library, tmp=tmp_path) for a in args]
-    if "--out" not in args:
-        args += ["--out", str(tmp_path / "corpus.parquet")]
-    run = cli("ingest", *args)
-    assert run.returncode == 2, (run.returncode, run.stderr)
-    assert message in run.stderr and "Traceback" not in run.stderr
-    assert not (tmp_path / "corpus.parquet").exists()
-
-
-def test_nothing_ingested_still_writes_the_log_with_every_reason(library, tmp_path):
+def test_nothing_ingested_exits_2_and_still_writes_the_log_with_every_reason(library, tmp_path):
     run = cli("ingest", str(library / "books" / "bad"), "--out", str(tmp_path / "c.parquet"))
-    assert run.returncode == 2 and "skipped 4" in run.stderr
+    assert run.returncode == 2 and "nothing could be ingested" in run.stderr and "skipped 4" in run.stderr
+    assert "Traceback" not in run.stderr and not (tmp_path / "c.parquet").exists()
     log = [json.loads(line) for line in (tmp_path / "c.ingest-log.jsonl").read_text().splitlines()]
     assert sorted(e["kind"] for e in log) == ["binary", "corrupt epub", "empty", "undecodable"]
+
+
+@pytest.mark.parametrize("sources, options, message", [
+    (["{lib}/nowhere"], {}, "does not exist"),
+    (["{lib}/books/*.pdf"], {}, "no files match the glob"),
+    (["{lib}/books/cover.jpg"], {}, "is not a supported type"),
+    (["{lib}/books"], {"out": "{tmp}/corpus.csv"}, "must name a .parquet file"),
+    (["{lib}/books"], {"out": "{tmp}/missing/corpus.parquet"}, "does not exist; create it first"),
+    (["{lib}/books"], {"out": "{tmp}"}, "is a folder"),
+    (["{lib}/books"], {"encoding": "klingon"}, "--encoding 'klingon' is not an encoding"),
+    (["{lib}/books"], {"strip": ("boilerplate",)}, "--strip boilerplate is not known"),
+])
+def test_a_bad_source_or_output_path_is_refused_naming_the_fix(library, tmp_path, sources, options, message):
+    def fill(value):
+        return value.format(lib=library, tmp=tmp_path) if isinstance(value, str) else value
+
+    options = {"out": str(tmp_path / "corpus.parquet"), **{k: fill(v) for k, v in options.items()}}
+    with pytest.raises(InputError, match=re.escape(message)):
+        ingest(IngestConfig(sources=tuple(fill(s) for s in sources), **options))
+    assert not (tmp_path / "corpus.parquet").exists()
 
 
 def test_a_broken_compressed_stream_keeps_the_lines_before_the_break(tmp_path):
     whole = gzip.compress(b"".join(json.dumps({"text": f"line {i} " * 50}).encode() + b"\n" for i in range(200)))
     (tmp_path / "cut.jsonl.gz").write_bytes(whole[: len(whole) // 2])
-    run = cli("ingest", str(tmp_path / "cut.jsonl.gz"), "--out", str(tmp_path / "c.parquet"))
-    assert run.returncode == 0, run.stderr
+    summary = ingest(IngestConfig(sources=(str(tmp_path / "cut.jsonl.gz"),), out=str(tmp_path / "c.parquet")))
     rows = pq.read_table(tmp_path / "c.parquet").to_pylist()
     assert rows and [r["doc_id"] for r in rows] == [f"cut.jsonl.gz:{i}" for i in range(1, len(rows) + 1)]
+    assert summary.skipped == {"corrupt file": 1}
     log = [json.loads(line) for line in (tmp_path / "c.ingest-log.jsonl").read_text().splitlines()]
     assert [e["kind"] for e in log] == ["corrupt file"] and "lines before were kept" in log[0]["reason"]
 
@@ -288,8 +296,57 @@ def test_decode_refuses(data, kind):
     assert refused.value.kind == kind
 
 
-def test_gutenberg_without_markers_is_kept_whole_and_noted(tmp_path):
-    (tmp_path / "plain.txt").write_text("Just a book.\n")
-    run = cli("ingest", str(tmp_path / "plain.txt"), "--out", str(tmp_path / "c.parquet"), "--strip", "gutenberg")
-    assert run.returncode == 0 and "notes: no gutenberg markers 1" in run.stdout
-    assert pq.read_table(tmp_path / "c.parquet").column("text").to_pylist() == ["Just a book.\n"]
+@pytest.mark.parametrize("text, kept", [
+    ("Just a book.\n", None),
+    ("*** START OF THIS PROJECT GUTENBERG EBOOK X ***\nBody.\n", "Body."),
+    ("***START OF THE PROJECT GUTENBERG E-BOOK X***\nBody.\n*** END OF THE PROJECT GUTENBERG EBOOK X ***\nL", "Body."),
+    ("Head\nBody.\nEnd of Project Gutenberg's X, by Y\n*** END OF THE PROJECT GUTENBERG EBOOK X ***\n", "Head\nBody."),
+])
+def test_gutenberg_markers_and_what_is_kept(text, kept):
+    doc = Doc(doc_id="d", text=text, source_format="text", source_char_start=0)
+    stripped, note = strip_gutenberg(doc)
+    if kept is None:
+        assert stripped == doc and note.status == "note" and note.kind == "no gutenberg markers"
+    else:
+        assert note is None and stripped.text == kept
+        assert text[stripped.source_char_start:stripped.source_char_start + len(kept)] == kept
+
+
+def located(doc: dict, row: dict) -> str | bool:
+    """Find a result row in the source file: for an EPUB the chapter file (zip member) it sits in, for
+    a text file whether the same characters stand there, shifted past the stripped header."""
+    if doc["source_format"] == "epub":
+        # The first section that ends after the span's start (a span may start on the blank line between two).
+        section = next(s for s in doc["sections"] if row["char_start"] < s["char_end"])
+        with zipfile.ZipFile(doc["source_path"]) as z:
+            words = " ".join("".join(etree.fromstring(z.read(section["path"])).itertext()).split())
+        # A paragraph is a line; a span may run on across a line end into the next paragraph.
+        first_line = " ".join(row["text"].strip().split("\n")[0].split())
+        assert first_line in words, (first_line, section["path"])
+        return section["path"]
+    with open(doc["source_path"], encoding=doc["encoding"]) as f:
+        source = f.read()
+    start = doc["source_char_start"] + row["char_start"]
+    return source[start:start + len(row["text"])] == row["text"]
+
+
+def test_a_scanned_ingested_corpus_flags_passages_that_point_back_into_their_sources(library, tiny_dir, tmp_path):
+    corpus, out = tmp_path / "books.parquet", tmp_path / "run"
+    books = library / "books"
+    made = cli("ingest", str(books / "novel.epub"), str(books / "pg.txt"), "--out", str(corpus), "--strip", "gutenberg")
+    assert made.returncode == 0, made.stderr
+    scan = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SCAN)
+    assert scan.returncode == 0, scan.stderr
+    docs = {r["doc_id"]: r for r in pq.read_table(corpus).to_pylist()}
+    results = pq.read_table(out / "results").to_pylist()
+    for row in results:  # char offsets index the ingested text
+        assert row["text"] == docs[row["doc_id"]]["text"][row["char_start"]:row["char_end"]]
+    flagged = [r for r in results if r["memorized"]]
+    assert {r["doc_id"] for r in flagged} == {"novel.epub", "pg.txt"}, "both planted canaries found"
+    epub_rows = [r for r in results if r["doc_id"] == "novel.epub" and r["target_tokens"]]
+    assert {located(docs["novel.epub"], r) for r in flagged if r["doc_id"] == "novel.epub"} == {"EPUB/chap2.xhtml"}
+    assert {located(docs["novel.epub"], r) for r in epub_rows} == {"EPUB/chap1.xhtml", "EPUB/chap2.xhtml"}
+    assert all(located(docs["pg.txt"], r) for r in results if r["doc_id"] == "pg.txt")
+    watch = cli("status", str(out), "--watch", "--interval", "0.1")
+    assert watch.returncode == 0 and watch.stdout.count("phase: complete") == 1
+    assert f"memorized   {len(flagged)} so far" in watch.stdout and "documents   2/2 done" in watch.stdout

@@ -66,9 +66,9 @@ class IngestSummary:
 
 def _check_paths(config: IngestConfig) -> tuple[Path, Path]:
     out, log_path = Path(config.out), Path(config.log_path)
+    require(not out.is_dir(), f"--out '{config.out}' is a folder; pass a file path such as {out / 'corpus.parquet'}")
     require(out.name.lower().endswith(".parquet"), f"--out '{config.out}' must name a .parquet file, "
             "e.g. --out corpus.parquet")
-    require(not out.is_dir(), f"--out '{config.out}' is a folder; pass a file path such as {out / 'corpus.parquet'}")
     require(log_path.resolve() != out.resolve(), f"--log '{log_path}' is the output file; pass another path")
     for path, option in ((out, "--out"), (log_path, "--log")):
         parent = path.parent if str(path.parent) else Path(".")
