@@ -102,7 +102,7 @@ class _Ingestion:
         else:
             counter[item.kind] += 1
         if item.status == "skipped":
-            log.warning("skipped %s%s: %s", path, f" line {item.line}" if item.line else "", item.reason)
+            log.info("skipped %s%s: %s", path, f" line {item.line}" if item.line else "", item.reason)
 
     def rows(self, files: list[Path]) -> Iterator[dict]:
         for path, name in zip(files, relative_names(files) if files else [], strict=True):

@@ -40,15 +40,24 @@ def _read_errors() -> tuple[type[BaseException], ...]:
     return (OSError, EOFError, zlib.error, zstandard.ZstdError)
 
 
-def _string(record: dict, field: str | None, number: int) -> str | Skip | None:
-    if field is None or field not in record:
-        return None
-    value = record[field]
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = str(value)
-    if not isinstance(value, str):
-        return Skip("missing field", f"field '{field}' is a {type(value).__name__}, not a string", number)
-    return value
+def _fields(record: dict, config: IngestConfig, number: int) -> dict | Skip:
+    """text, doc_id, title and author from the fields the options name; a Skip when one is unusable."""
+    names = {"text": config.text_field, "doc_id": config.id_field, "title": config.title_field,
+             "author": config.author_field}
+    values = {}
+    for key, name in names.items():
+        value = record.get(name) if name else None
+        if key == "doc_id" and isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)  # integer ids are common in dumps; doc_id is a string everywhere
+        if value is not None and not isinstance(value, str):
+            return Skip("missing field", f"field '{name}' is a {type(value).__name__}, not a string", number)
+        if name and key in ("text", "doc_id") and value in (None, ""):
+            return Skip("missing field", f"no '{name}' field (or it is empty); fields are {sorted(record)[:10]}",
+                        number)
+        values[key] = value
+    if not values["text"].strip():
+        return Skip("empty", f"field '{config.text_field}' holds only whitespace", number)
+    return values
 
 
 def _document(line: bytes, number: int, name: str, config: IngestConfig) -> Doc | Skip:
@@ -58,17 +67,9 @@ def _document(line: bytes, number: int, name: str, config: IngestConfig) -> Doc 
         return Skip("not JSON", f"not a JSON line: {one_line(err)}", number)
     if not isinstance(record, dict):
         return Skip("not JSON", f"a JSON {type(record).__name__}, not an object", number)
-    values = {}
-    for key, field in (("text", config.text_field), ("doc_id", config.id_field), ("title", config.title_field),
-                       ("author", config.author_field)):
-        values[key] = _string(record, field, number)
-        if isinstance(values[key], Skip):
-            return values[key]
-    for key, field in (("text", config.text_field), ("doc_id", config.id_field)):
-        if field is not None and values[key] is None:
-            return Skip("missing field", f"no '{field}' field; fields are {sorted(record)[:10]}", number)
-    if not values["text"].strip():
-        return Skip("empty", f"field '{config.text_field}' is empty", number)
+    values = _fields(record, config, number)
+    if isinstance(values, Skip):
+        return values
     used = {config.text_field, config.id_field, config.title_field, config.author_field}
     meta = {k: v for k, v in record.items() if k not in used}
     return Doc(doc_id=values["doc_id"] or f"{name}:{number}", text=values["text"], source_format="jsonl",
