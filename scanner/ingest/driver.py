@@ -60,7 +60,8 @@ class IngestSummary:
 
     def line(self) -> str:
         formats = ", ".join(f"{k} {v}" for k, v in sorted(self.documents.items()))
-        return (f"ingested {sum(self.documents.values())} documents ({formats}; {self.characters:,} "
+        count = sum(self.documents.values())
+        return (f"ingested {count} document{'' if count == 1 else 's'} ({formats}; {self.characters:,} "
                 f"characters) into {self.out}; {self.problems()}; log: {self.log}")
 
 
