@@ -287,17 +287,58 @@ def summary_line(stats: dict, out: str) -> str:
             f"shards ({counts}); results in {out}/results")
 
 
+@cli.command("ingest")
+@click.argument("sources", nargs=-1, required=True)
+@click.option("--out", "out", required=True, help="The Parquet corpus to write (atomically), e.g. corpus.parquet.")
+@click.option("--log", "log_path", default=None,
+              help="Where skipped, ignored and noted sources are listed (JSONL); default: beside --out, "
+                   "<name>.ingest-log.jsonl.")
+@click.option("--text-field", default="text", show_default=True, help="JSONL: the field that holds the text.")
+@click.option("--id-field", default=None, help="JSONL: the field that holds the document id; default: file:line.")
+@click.option("--title-field", default=None, help="JSONL: a field with the title.")
+@click.option("--author-field", default=None, help="JSONL: a field with the author.")
+@click.option("--strip", multiple=True, type=click.Choice(["gutenberg"]),
+              help="Remove boilerplate: gutenberg = Project Gutenberg's header and licence footer.")
+@click.option("--encoding", default=None,
+              help="Text files that are not UTF-8: decode with this codec instead of detecting it.")
+def ingest_command(sources, out, log_path, text_field, id_field, title_field, author_field, strip, encoding) -> None:
+    """Folders, files or globs of .txt/.md, .epub and .jsonl(.gz/.zst) into one Parquet corpus for scan."""
+    from scanner.ingest import IngestConfig, ingest
+
+    config = IngestConfig(sources=tuple(sources), out=out, log=log_path, text_field=text_field, id_field=id_field,
+                          title_field=title_field, author_field=author_field, strip=tuple(dict.fromkeys(strip)),
+                          encoding=encoding)
+    click.echo(ingest(config).line())
+
+
 @cli.command("status")
 @click.argument("run_dir")
 @click.option("--workers", type=int, default=1, show_default=True,
               help="Shards running at once (the Ray actors), for the ETA.")
-def status_command(run_dir, workers) -> None:
-    """Shards done and total, rows by status, throughput, ETA."""
+@click.option("--watch", is_flag=True,
+              help="A live view (phase, documents, spans, memorized, throughput, ETA) until the run is complete; Ctrl-C leaves.")
+@click.option("--interval", type=float, default=10.0, show_default=True, help="--watch: seconds between refreshes.")
+@click.option("--iterations", type=int, default=None, help="--watch: stop after this many refreshes.")
+def status_command(run_dir, workers, watch, interval, iterations) -> None:
+    """Shards done and total, rows by status, throughput, ETA (JSON; --watch: a live view)."""
     from scanner.rundir import RunDir
 
-    run = RunDir(run_dir)
-    run.require_run()
-    click.echo(json.dumps(run.status(workers), indent=1))
+    if not watch:
+        run = RunDir(run_dir)
+        run.require_run()
+        click.echo(json.dumps(run.status(workers), indent=1))
+        return
+    from scanner.watch import watch as watch_run
+
+    def show(frame: str) -> None:
+        if sys.stdout.isatty():
+            click.clear()  # redraw in place on a terminal; piped into a file, frames follow each other
+        click.echo(frame + "\n")
+
+    try:
+        watch_run(run_dir, interval=interval, iterations=iterations, workers=workers, show=show)
+    except KeyboardInterrupt:
+        click.echo("stopped watching; the scan is not affected")
 
 
 @cli.command("export")
