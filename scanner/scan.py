@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 
+from scanner.engine.check import check_model
 from scanner.errors import require
 from scanner.executors import ExecutorConfig
 from scanner.executors.local import run_local
@@ -30,6 +31,7 @@ def with_failures(run: RunDir, plan: Plan) -> list[Shard]:
 
 def prepare_run(config: ScanConfig, out: str) -> tuple[Corpus, RunDir, Plan]:
     corpus = open_corpus(config.corpus)
+    check_model(config.model)  # before RunDir: a bad --model leaves no run directory to refuse the fix
     run = RunDir(out)
     plan = run.prepare(config.to_dict(), corpus.fingerprint(), corpus.num_rows, config.docs_per_shard)
     return corpus, run, plan
