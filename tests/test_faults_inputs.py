@@ -119,11 +119,6 @@ MODEL_FAULTS = [  # (damage, words the message must hold: the file and the fix)
     (bogus_gguf, ["model.gguf", "is not a GGUF file", "b'this'", "pass a .gguf written by"]),
     (truncated_gguf, ["model.gguf", "does not fit the file's size", "download or copy it again"]),
 ]
-# `scan` runs the same check before its run directory exists: two cases go through it too (it imports
-# torch before the check, seconds a case).
-MODEL_CASES = [pytest.param(damage, words, command, id=f"{command}-{damage.__name__}")
-               for command in ("acr", "scan") for damage, words in MODEL_FAULTS
-               if command == "acr" or damage in (garble_tokenizer, bogus_gguf)]
 
 
 @pytest.fixture(scope="module")
@@ -137,19 +132,68 @@ def damaged_copy(tiny_dir: Path, where: Path, damage) -> Path:
     return damage(model)
 
 
-@pytest.mark.parametrize("damage, words, command", MODEL_CASES)
-def test_a_bad_model_exits_2_naming_the_file_before_anything_is_written(tiny_dir, corpus, tmp_path, damage,
-                                                                       words, command):
+@pytest.mark.parametrize("damage, words", MODEL_FAULTS, ids=[damage.__name__ for damage, _ in MODEL_FAULTS])
+def test_a_bad_model_exits_2_naming_the_file_before_it_loads(tiny_dir, tmp_path, damage, words):
+    """Through `acr`, which checks before importing torch (a fraction of a second a case); `scan` runs the
+    same check before its run directory exists: clean_run below shows it there."""
     model = damaged_copy(tiny_dir, tmp_path, damage)
-    out = tmp_path / "run"
-    result = scan(corpus, model, out) if command == "scan" else cli("acr", "--model", model, "hello")
-    assert_fails(result, 2, f"--model {model}", *words)
-    assert not out.exists(), "a bad model leaves nothing a corrected command would be refused by"
+    assert_fails(cli("acr", "--model", model, "hello"), 2, f"--model {model}", *words)
+
+
+def shard_with_index(model: Path) -> Path:
+    """An index naming two shards, one of them missing."""
+    (model / "model.safetensors").rename(model / "model-00001-of-00002.safetensors")
+    index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+    (model / "model.safetensors.index.json").write_text(json.dumps(index))
+    return model
+
+
+def truncated_torch_bin(model: Path) -> Path:
+    import torch
+
+    (model / "model.safetensors").unlink()
+    torch.save({"w": torch.zeros(64, 64)}, model / "pytorch_model.bin")
+    (model / "pytorch_model.bin").write_bytes((model / "pytorch_model.bin").read_bytes()[:5000])
+    return model
+
+
+def garble_weights_header(model: Path) -> Path:
+    weights = model / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[8:20] = b"not json at!"
+    weights.write_bytes(bytes(data))
+    return model
+
+
+def garble_tokenizer_config(model: Path) -> Path:
+    (model / "tokenizer_config.json").write_text("[1, 2")
+    return model
+
+
+@pytest.mark.parametrize("damage, words", [
+    (shard_with_index, ["model.safetensors.index.json", "names 1 weight file(s) the directory lacks",
+                        "model-00002-of-00002.safetensors", "copy every shard"]),
+    (truncated_torch_bin, ["pytorch_model.bin", "without its central directory", "download or copy it again"]),
+    (garble_weights_header, ["model.safetensors", "corrupt safetensors header", "download or copy it again"]),
+    (garble_tokenizer_config, ["tokenizer_config.json", "is not valid JSON", "restore it"]),
+], ids=lambda v: getattr(v, "__name__", "words"))
+def test_more_model_damage_is_named_by_the_check_in_process(tiny_dir, tmp_path, damage, words):
+    """The same check as above, called directly (milliseconds a case) for the rarer layouts."""
+    from scanner.config import ModelConfig
+    from scanner.engine.check import check_model
+    from scanner.errors import InputError
+
+    model = damaged_copy(tiny_dir, tmp_path, damage)
+    with pytest.raises(InputError) as err:
+        check_model(ModelConfig(model=str(model)))
+    for word in words:
+        assert word in str(err.value), str(err.value)
 
 
 @pytest.fixture(scope="module")
 def clean_run(tiny_dir, corpus, tmp_path_factory) -> Path:
-    """A bad model, then the corrected command into the same --out: an uninterrupted run of the corpus."""
+    """A bad model (exit 2, no run directory left), then the corrected command into the same --out: it
+    completes, an uninterrupted run of the corpus that other tests compare with."""
     root = tmp_path_factory.mktemp("clean")
     out = root / "run"
     model = damaged_copy(tiny_dir, root, truncate_weights)
@@ -265,3 +309,37 @@ def test_a_bad_target_file_exits_2_naming_the_line(tiny_dir, tmp_path, name, con
     file = tmp_path / name
     file.write_bytes(content)
     assert_fails(cli("acr", "--model", tiny_dir, "--file", file), 2, f"--file {file}", *words)
+
+
+# --- the read stage on its own (in process: milliseconds) ----------------------------------------------
+
+@pytest.mark.parametrize("text_type", ["string", "large_string", "string_view", "dictionary"])
+def test_every_text_type_reads_a_bad_row_as_a_problem_in_both_read_paths(tmp_path, text_type):
+    from scanner.stages.read import CorpusConfig, open_corpus
+
+    raw = pa.array([b"one", b"tw\xc3o", b"three", b"four", None], pa.binary()).view(pa.string())
+    text = raw.dictionary_encode() if text_type == "dictionary" else raw.cast(getattr(pa, text_type)())
+    keep = pa.array([b"k0", b"k1", b"k2", b"\xe9", b"k4"], pa.binary()).view(pa.string())
+    table = pa.table({"id": [f"d{i}" for i in range(5)], "text": text, "k": keep})
+    pq.write_table(table, tmp_path / "c.parquet", row_group_size=2)
+    corpus = open_corpus(CorpusConfig(path=str(tmp_path / "c.parquet"), keep_columns=("k",)))
+    docs = list(corpus.iter_documents(batch_rows=1))
+    assert docs == corpus.documents(0, 5)
+    assert [d.text for d in docs] == ["one", None, "three", "four", None]
+    assert [d.extra["k"] for d in docs] == ["k0", "k1", "k2", None, "k4"]
+    assert [d.problem is None for d in docs] == [True, False, True, False, True]  # a null text is no problem
+    assert docs[1].problem.startswith("'c.parquet' row group 0, row 1 (0-based, counted in the file): column "
+                                      "'text' is not valid UTF-8 (byte 0xc3 at byte 2)")
+    assert docs[3].problem.startswith("'c.parquet' row group 1, row 3 (0-based, counted in the file): column "
+                                      "'k' is not valid UTF-8 (byte 0xe9 at byte 0)")
+
+
+def test_an_id_that_is_not_utf8_is_refused_at_open_naming_its_place(tmp_path):
+    from scanner.errors import InputError
+    from scanner.stages.read import CorpusConfig, open_corpus
+
+    ids = pa.array([b"a", b"b", b"c", b"\xff", b"e\xfe"], pa.binary()).view(pa.string())
+    pq.write_table(pa.table({"id": ids, "text": ["t"] * 5}), tmp_path / "c.parquet", row_group_size=2)
+    with pytest.raises(InputError, match=r"id column 'id' in .*c.parquet' row group 1, row 3 .* is not valid "
+                                         r"UTF-8 \(byte 0xff at byte 0\), 2 such id\(s\) in the file; re-encode"):
+        open_corpus(CorpusConfig(path=str(tmp_path / "c.parquet")))

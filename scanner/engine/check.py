@@ -1,7 +1,7 @@
 """A cheap check of a local --model before anything is written: headers, never weights.
 
 A bad model must fail in seconds and leave no run directory behind (a corrected command would otherwise
-be refused as a changed configuration). It reads config.json, loads the tokenizer, and reads the header
+be refused as a changed configuration). It parses config.json and tokenizer.json, and reads the header
 of every weight file the loader would use: a safetensors file is an 8-byte header length, a JSON header
 with each tensor's data offsets, then the data, so a file cut short is found from its size alone; a GGUF
 file's magic, key-values and tensor infos say the same. A hub id cannot be checked offline: the loader
@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 from scanner.config import ModelConfig
-from scanner.engine.loading import model_source
+from scanner.engine.loading import brief, model_source
 from scanner.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -80,10 +80,9 @@ def weight_files(path: Path, model: str) -> list[Path]:
                 raise _damaged(model, path / index, f"names {len(missing)} weight file(s) the directory lacks "
                                f"({', '.join(missing[:3])})", "copy every shard of the model into it")
             return files
-    for pattern in ("model.safetensors", "*.safetensors", "pytorch_model.bin"):
-        files = sorted(path.glob(pattern))
-        if files:
-            return files
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (path / name).is_file():
+            return [path / name]
     raise InputError(f"--model {model}: no weights in the directory (model.safetensors, "
                      "model-*.safetensors with model.safetensors.index.json, or pytorch_model.bin); "
                      "copy the model's weight files beside its config.json")
@@ -102,7 +101,7 @@ def check_safetensors(file: Path, model: str) -> None:
         header = json.loads(raw)
         ends = [int(info["data_offsets"][1]) for name, info in header.items() if name != "__metadata__"]
     except (ValueError, UnicodeDecodeError, TypeError, KeyError, IndexError, AttributeError) as err:
-        raise _damaged(model, file, f"has a corrupt safetensors header ({type(err).__name__}: {err})") from err
+        raise _damaged(model, file, f"has a corrupt safetensors header ({type(err).__name__}: {brief(err)})") from err
     expected = 8 + length + max(ends, default=0)
     if size != expected:
         what = "cut short" if size < expected else "longer than its header says"
@@ -139,12 +138,6 @@ def check_tokenizer(path: Path, config: ModelConfig) -> None:
                          f"present: {', '.join(present) or 'none'}); {fix}")
 
 
-def brief(err: Exception, limit: int = 300) -> str:
-    """An exception's message on one line, cut to `limit` characters (library errors run long)."""
-    text = " ".join(str(err).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def check_gguf(file: Path, model: str) -> None:
     with open(file, "rb") as f:
         head = f.read(4)
@@ -158,7 +151,7 @@ def check_gguf(file: Path, model: str) -> None:
         end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
     except Exception as err:  # the reader raises ValueError, IndexError or struct errors on a bad header
         raise _damaged(model, file, "has a GGUF header that does not parse or does not fit the file's size "
-                       f"({type(err).__name__}: {err})") from err
+                       f"({type(err).__name__}: {brief(err)})") from err
     size = file.stat().st_size
     if end > size:
         raise _damaged(model, file, f"is {size} bytes but its tensors end at byte {end} (cut short)")

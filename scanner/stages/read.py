@@ -318,9 +318,9 @@ def _group_batches(parquet: pq.ParquetFile, name: str, group: int, columns: list
     try:
         yield from parquet.iter_batches(batch_size=batch_rows, row_groups=[group], columns=columns)
     except (OSError, pa.ArrowException) as err:
-        raise InputError(f"'{name}' row group {group} cannot be read ({_first_line(err)}): a damaged data "
-                         "page; restore the file from its source or a backup and relaunch the same command "
-                         "(finished shards are kept)") from err
+        raise InputError(f"'{name}' row group {group} cannot be read ({_first_line(err)}): the file is "
+                         "damaged (a corrupt data page) or unreadable; restore the file from its source or a "
+                         "backup and relaunch the same command (finished shards are kept)") from err
 
 
 def _binary(chunk: pa.Array) -> pa.Array:
