@@ -128,18 +128,38 @@ def read_targets(texts: tuple[str, ...], file: str | None) -> list[dict]:
         path = Path(file)
         if not path.is_file():
             raise InputError(f"--file {file}: no such file")
+        lines = _text_lines(path)
         if path.suffix == ".jsonl":
-            for number, line in enumerate(path.read_text().splitlines(), 1):
-                if line.strip():
-                    row = json.loads(line)
-                    if not isinstance(row, dict) or not isinstance(row.get("text"), str):
-                        raise InputError(f"--file {file} line {number}: expected an object with a 'text' string")
-                    targets.append(row)
+            targets += [_json_target(file, number, line) for number, line in enumerate(lines, 1) if line.strip()]
         else:
-            targets += [{"text": line} for line in path.read_text().splitlines() if line.strip()]
+            targets += [{"text": line} for line in lines if line.strip()]
     if not targets:
         raise InputError("no target text; pass TEXT arguments or --file")
     return targets
+
+
+def _text_lines(path: Path) -> list[str]:
+    data = path.read_bytes()
+    try:
+        # "\n" only, as JSON Lines defines lines: splitlines() would also cut at U+2028 inside a string.
+        return [line.removesuffix("\r") for line in data.decode("utf-8").split("\n")]
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise InputError(f"--file {path} line {line}: not valid UTF-8 (byte 0x{data[err.start]:02x} at column "
+                         f"{column}); save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from err
+
+
+def _json_target(file: str, number: int, line: str) -> dict:
+    expected = "expected one JSON object per line with a 'text' string, like {\"text\": \"...\"}"
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise InputError(f"--file {file} line {number}: not JSON ({err.msg} at column {err.colno}); "
+                         f"{expected}") from err
+    if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+        raise InputError(f"--file {file} line {number}: {expected}")
+    return row
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -161,9 +181,13 @@ def cli(verbose: int) -> None:
 @click.argument("texts", nargs=-1)
 def acr_command(texts, file, as_json, natural_prefix, **options) -> None:
     """ACR of each TEXT (or of each line of --file) against --model."""
+    from scanner.engine.check import check_model
+
+    # Before the heavy imports (torch, transformers): a bad --file or --model fails in a moment.
+    targets = read_targets(texts, file)
+    check_model(model_config(options))
     from scanner.measure import measure_many
 
-    targets = read_targets(texts, file)
     if natural_prefix is not None:
         for t in targets:
             t.setdefault("natural_prefix", natural_prefix)

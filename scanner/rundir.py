@@ -256,6 +256,11 @@ class RunDir:
     def _resume(self, config: dict, fingerprint: str, num_docs: int, docs_per_shard: int) -> Plan:
         saved = self.saved_config()
         problems, fix = _config_problems(saved, config, fingerprint, docs_per_shard)
+        if problems and not self.done_shards():
+            # Nothing of the old run can be lost (e.g. a model that failed to load): the corrected
+            # command starts it afresh instead of being refused as a change.
+            log.warning("run %s %s, but none of its shards finished; starting it afresh", self.path, problems)
+            return self._create(config, fingerprint, num_docs, docs_per_shard)
         require(not problems, f"RUN_DIR '{self.path}' {problems}; {fix}")
         plan = Plan.load(self.path / PLAN_FILE)
         require(plan.num_docs == num_docs, f"RUN_DIR '{self.path}': {PLAN_FILE} covers {plan.num_docs} "

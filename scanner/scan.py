@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+from scanner.engine.check import check_model
 from scanner.engine.positions import check_span_fits, declared_positions
 from scanner.errors import require
 from scanner.executors import ExecutorConfig
@@ -29,7 +30,7 @@ def with_failures(run: RunDir, plan: Plan) -> list[Shard]:
 
 
 def prepare_run(config: ScanConfig, out: str, corpus: Corpus | None = None) -> tuple[Corpus, RunDir, Plan]:
-    corpus = corpus or open_corpus(config.corpus)
+    corpus = corpus or validate(config, out)
     run = RunDir(out)
     plan = run.prepare(config.to_dict(), corpus.fingerprint(), corpus.num_rows, config.docs_per_shard)
     return corpus, run, plan
@@ -61,9 +62,11 @@ def run_scan(config: ScanConfig, out: str, progress=None, executor: ExecutorConf
 def validate(config: ScanConfig, out: str) -> Corpus:
     """Every check that needs no run directory, before one is made or locked."""
     RunDir(out)  # the path's own checks (empty, object-store URI)
+    corpus = open_corpus(config.corpus)
+    check_model(config.model)  # a bad --model leaves no run directory to refuse the corrected command
     check_span_fits(config.spans.span_tokens, config.screen.context_tokens, config.search.tau,
                     declared_positions(config.model.model))
-    return open_corpus(config.corpus)
+    return corpus
 
 
 def _locked_scan(config: ScanConfig, corpus: Corpus, out: str, progress, executor: ExecutorConfig) -> dict:

@@ -115,6 +115,8 @@ def make_spans(doc: Document, tokenizer, config: SpanConfig, tokenizer_id: str,
 
     `tokens`: the document's (ids, offsets) when the caller already tokenized it (the screen needs
     them too), so a document is tokenized once."""
+    if doc.problem is not None:
+        return [_skipped(doc, doc.problem, tokenizer_id)]
     if doc.text is None:
         return [_skipped(doc, "null text", tokenizer_id)]
     if not doc.text.strip():
