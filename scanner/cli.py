@@ -457,6 +457,8 @@ FIXES = {
     errno.EEXIST: "a file stands where a folder is needed; choose another path or move that file",
     errno.EISDIR: "a folder stands where a file is needed; name a file",
     errno.ENAMETOOLONG: "choose a shorter path",
+    errno.ENOENT: "a folder on that path does not exist or was removed meanwhile; create it or choose "
+                  "another path",
 }
 
 

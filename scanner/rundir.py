@@ -262,7 +262,7 @@ class RunDir:
             log.warning("run %s %s, but none of its shards finished; starting it afresh", self.path, problems)
             return self._create(config, fingerprint, num_docs, docs_per_shard)
         require(not problems, f"RUN_DIR '{self.path}' {problems}; {fix}")
-        plan = Plan.load(self.path / PLAN_FILE)
+        plan = self._saved_plan(saved, num_docs)
         require(plan.num_docs == num_docs, f"RUN_DIR '{self.path}': {PLAN_FILE} covers {plan.num_docs} "
                 f"documents but the corpus has {num_docs}; the corpus changed, {FIX}")
         reopen_damaged(self)
@@ -270,6 +270,16 @@ class RunDir:
             log.warning("run %s was started by acr-scanner %s, resuming with %s", self.path,
                         saved.get("package_version"), __version__)
         log.info("resuming run %s: %d of %d shards done", self.path, len(self.done_shards()), len(plan))
+        return plan
+
+    def _saved_plan(self, saved: dict, num_docs: int) -> Plan:
+        if (self.path / PLAN_FILE).exists():
+            return Plan.load(self.path / PLAN_FILE)
+        # The plan is a function of the saved document count and shard size (both checked above), so a
+        # lost plan.json is rebuilt rather than costing the finished shards.
+        plan = Plan.make(saved.get("num_docs", num_docs), saved["docs_per_shard"])
+        log.warning("run %s had lost its %s; rebuilt it from %s", self.path, PLAN_FILE, CONFIG_FILE)
+        plan.save(self.path / PLAN_FILE)
         return plan
 
     def saved_config(self) -> dict:

@@ -116,6 +116,8 @@ CASES = [
          ("shard 00000 was marked done",), scanned_first=True),
     Case("garbage-done-marker", lambda ctx: _garble(ctx["out"] / "done" / "00001"), 0,
          ("done marker is unreadable",), scanned_first=True),
+    Case("lost-plan", lambda ctx: (ctx["out"] / "plan.json").unlink(), 0, ("rebuilt it from run_config.json",),
+         scanned_first=True),
     Case("corpus-by-another-path", lambda ctx: ["--out", "run", "CORPUS=" + os.path.relpath(ctx["corpus"], ctx["root"])],
          0, (), scanned_first=True),
 ]
