@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import sys
@@ -155,18 +156,38 @@ def read_targets(texts: tuple[str, ...], file: str | None) -> list[dict]:
         path = Path(file)
         if not path.is_file():
             raise InputError(f"--file {file}: no such file")
+        lines = _text_lines(path)
         if path.suffix == ".jsonl":
-            for number, line in enumerate(path.read_text().splitlines(), 1):
-                if line.strip():
-                    row = json.loads(line)
-                    if not isinstance(row, dict) or not isinstance(row.get("text"), str):
-                        raise InputError(f"--file {file} line {number}: expected an object with a 'text' string")
-                    targets.append(row)
+            targets += [_json_target(file, number, line) for number, line in enumerate(lines, 1) if line.strip()]
         else:
-            targets += [{"text": line} for line in path.read_text().splitlines() if line.strip()]
+            targets += [{"text": line} for line in lines if line.strip()]
     if not targets:
         raise InputError("no target text; pass TEXT arguments or --file")
     return targets
+
+
+def _text_lines(path: Path) -> list[str]:
+    data = path.read_bytes()
+    try:
+        # "\n" only, as JSON Lines defines lines: splitlines() would also cut at U+2028 inside a string.
+        return [line.removesuffix("\r") for line in data.decode("utf-8").split("\n")]
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise InputError(f"--file {path} line {line}: not valid UTF-8 (byte 0x{data[err.start]:02x} at column "
+                         f"{column}); save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from err
+
+
+def _json_target(file: str, number: int, line: str) -> dict:
+    expected = "expected one JSON object per line with a 'text' string, like {\"text\": \"...\"}"
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise InputError(f"--file {file} line {number}: not JSON ({err.msg} at column {err.colno}); "
+                         f"{expected}") from err
+    if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+        raise InputError(f"--file {file} line {number}: {expected}")
+    return row
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -189,9 +210,13 @@ def cli(verbose: int) -> None:
 @click.argument("texts", nargs=-1)
 def acr_command(texts, file, as_json, natural_prefix, **options) -> None:
     """ACR of each TEXT (or of each line of --file) against --model."""
+    from scanner.engine.check import check_model
+
+    # Before the heavy imports (torch, transformers): a bad --file or --model fails in a moment.
+    targets = read_targets(texts, file)
+    check_model(model_config(options))
     from scanner.measure import measure_many
 
-    targets = read_targets(texts, file)
     if natural_prefix is not None:
         for t in targets:
             t.setdefault("natural_prefix", natural_prefix)
@@ -225,7 +250,9 @@ def scan_options(f):
         click.option("--keep-columns", default="", help="Comma-separated corpus columns carried through."),
         click.option("--allow-duplicate-ids", is_flag=True),
         click.option("--span-tokens", type=int, default=32, show_default=True),
-        click.option("--stride", type=int, default=None, help="Default: --span-tokens."),
+        click.option("--stride", type=int, default=None, help="Default: --span-tokens; larger only with --allow-gaps."),
+        click.option("--allow-gaps", is_flag=True, help="Admit a --stride larger than --span-tokens (text between "
+                     "windows is never scanned: a sample, not a scan)."),
         click.option("--context-tokens", type=int, default=32, show_default=True,
                      help="Preceding document tokens screened with each span (and the longest certificate)."),
         click.option("--certificate-min-match", type=float, default=0.0, show_default=True,
@@ -279,7 +306,7 @@ def scan_config(o: dict, corpus: str):
         corpus=CorpusConfig(path=corpus, text_column=o["text_column"], id_column=o["id_column"],
                             keep_columns=keep, allow_duplicate_ids=o["allow_duplicate_ids"]),
         model=model_config(o), prompt=prompt_config(o), search=search_config(o), engines=engine_config(o),
-        spans=SpanConfig(span_tokens=o["span_tokens"], stride=o["stride"]),
+        spans=SpanConfig(span_tokens=o["span_tokens"], stride=o["stride"], allow_gaps=o["allow_gaps"]),
         screen=ScreenConfig(context_tokens=o["context_tokens"], certificate_min_match=o["certificate_min_match"]), min_match_rate=o["min_match_rate"],
         max_candidates_per_doc=o["max_candidates_per_doc"], max_candidates=o["max_candidates"],
         docs_per_shard=o["docs_per_shard"], calibration=calibration_config(o))
@@ -315,15 +342,58 @@ def summary_line(stats: dict, out: str) -> str:
             f"shards ({counts}); results in {out}/results")
 
 
+@cli.command("ingest")
+@click.argument("sources", nargs=-1, required=True)
+@click.option("--out", "out", required=True, help="The Parquet corpus to write (atomically), e.g. corpus.parquet.")
+@click.option("--log", "log_path", default=None,
+              help="Where skipped, ignored and noted sources are listed (JSONL); default: beside --out, "
+                   "<name>.ingest-log.jsonl.")
+@click.option("--text-field", default="text", show_default=True, help="JSONL: the field that holds the text.")
+@click.option("--id-field", default=None, help="JSONL: the field that holds the document id; default: file:line.")
+@click.option("--title-field", default=None, help="JSONL: a field with the title.")
+@click.option("--author-field", default=None, help="JSONL: a field with the author.")
+@click.option("--strip", multiple=True, type=click.Choice(["gutenberg"]),
+              help="Remove boilerplate: gutenberg = Project Gutenberg's header and licence footer.")
+@click.option("--encoding", default=None,
+              help="Text files that are not UTF-8: decode with this codec instead of detecting it.")
+def ingest_command(sources, out, log_path, text_field, id_field, title_field, author_field, strip, encoding) -> None:
+    """Folders, files or globs of .txt/.md, .epub and .jsonl(.gz/.zst) into one Parquet corpus for scan."""
+    from scanner.ingest import IngestConfig, ingest
+
+    config = IngestConfig(sources=tuple(sources), out=out, log=log_path, text_field=text_field, id_field=id_field,
+                          title_field=title_field, author_field=author_field, strip=tuple(dict.fromkeys(strip)),
+                          encoding=encoding)
+    click.echo(ingest(config).line())
+
+
 @cli.command("status")
 @click.argument("run_dir")
 @click.option("--workers", type=int, default=1, show_default=True,
               help="Shards running at once (the Ray actors), for the ETA.")
-def status_command(run_dir, workers) -> None:
-    """Shards done and total, rows by status, throughput, ETA."""
+@click.option("--watch", is_flag=True,
+              help="A live view (phase, documents, spans, memorized, throughput, ETA) until the run is complete; Ctrl-C leaves.")
+@click.option("--interval", type=float, default=10.0, show_default=True, help="--watch: seconds between refreshes.")
+@click.option("--iterations", type=int, default=None, help="--watch: stop after this many refreshes.")
+def status_command(run_dir, workers, watch, interval, iterations) -> None:
+    """Shards done and total, rows by status, throughput, ETA (JSON; --watch: a live view)."""
     from scanner.rundir import RunDir
 
-    click.echo(json.dumps(RunDir(run_dir).status(workers), indent=1))
+    if not watch:
+        run = RunDir(run_dir)
+        run.require_run()
+        click.echo(json.dumps(run.status(workers), indent=1))
+        return
+    from scanner.watch import watch as watch_run
+
+    def show(frame: str) -> None:
+        if sys.stdout.isatty():
+            click.clear()  # redraw in place on a terminal; piped into a file, frames follow each other
+        click.echo(frame + "\n")
+
+    try:
+        watch_run(run_dir, interval=interval, iterations=iterations, workers=workers, show=show)
+    except KeyboardInterrupt:
+        click.echo("stopped watching; the scan is not affected")
 
 
 @cli.command("export")
@@ -335,9 +405,8 @@ def status_command(run_dir, workers) -> None:
 def export_command(run_dir, out, tau, all_rows, calibrated) -> None:
     """The memorized spans with the prompts that reproduce them, as evidence."""
     from scanner.export import export
-    from scanner.rundir import RunDir
 
-    table = RunDir(run_dir).read_results()
+    table = readable_run(run_dir).read_results()
     count = export(table, out, tau=tau, all_rows=all_rows, calibrated=calibrated)
     click.echo(f"{count} rows written to {out}")
     click.echo(calibration_line(table))
@@ -351,21 +420,33 @@ def calibration_line(table) -> str:
     return calibrate.counts_line(calibrate.counts(table.select(columns).to_pylist()))
 
 
+def readable_run(run_dir: str):
+    """The run directory for export/report/verify: refused when it is none, a warning when unfinished."""
+    from scanner.rundir import RunDir
+
+    run = RunDir(run_dir)
+    run.require_run()
+    done, total = len(run.done_shards()), len(run.load_plan())
+    if done < total:
+        click.echo(f"warning: the run in {run_dir} is unfinished: {done} of {total} shards done; what "
+                   "follows covers the finished shards only (relaunch the scan to finish it)", err=True)
+    return run
+
+
 @cli.command("report")
 @click.argument("run_dir")
 @click.option("--out", "out", required=True, help="The HTML file to write.")
 def report_command(run_dir, out) -> None:
     """One self-contained HTML page: summary, ACR histogram, documents, top flagged spans."""
     from scanner.report import write_report
-    from scanner.rundir import RunDir
 
-    run = RunDir(run_dir)
+    run = readable_run(run_dir)
     write_report(run.read_results(), run_summary(run), out)
     click.echo(f"report written to {out}")
 
 
 def run_summary(run) -> dict:
-    config = json.loads((run.path / "run_config.json").read_text())
+    config = run.saved_config()
     status = run.status()
     return {"model": config["config"]["model"]["model"], "corpus": config["config"]["corpus"]["path"],
             "shards": f"{status['shards_done']}/{status['shards_total']}", "spans": status["rows"],
@@ -380,14 +461,13 @@ def verify_command(run_dir, model) -> None:
     """Regenerate greedily from every flagged prompt; list any that no longer reproduce (exit 3 if any)."""
     from scanner.verify import verify_run
 
+    run = readable_run(run_dir)
     failures, checked = verify_run(run_dir, model)
     for row in failures:
         click.echo(f"NOT REPRODUCED {row['doc_id']} {row['span_id']} tokens {row['token_start']}: "
                    f"{row['matched']}/{row['target_tokens']} tokens matched; prompt {row['prompt']!r}")
     click.echo(f"{checked - len(failures)}/{checked} flagged spans reproduce")
-    from scanner.rundir import RunDir
-
-    click.echo(calibration_line(RunDir(run_dir).read_results()))
+    click.echo(calibration_line(run.read_results()))
     if failures:
         sys.exit(3)
 
@@ -403,19 +483,58 @@ def demo_command(workdir, seed, as_json) -> None:
     run_demo(workdir=workdir, seed=seed, as_json=as_json, echo=click.echo)
 
 
+def environment_fault(err: OSError) -> bool:
+    # Faults of the machine or of a path the user gave, not of the program: a full disk, no permission,
+    # a file where a folder should be. Other OSErrors stay internal errors with their traceback.
+    return err.errno in FIXES
+
+
+FIXES = {
+    errno.ENOSPC: "free space on that file system (or point --out elsewhere), then relaunch the same "
+                  "command: finished work is kept",
+    errno.EDQUOT: "free space within your quota (or point --out elsewhere), then relaunch the same command",
+    errno.EACCES: "choose a path you may write (and read), or change its permissions",
+    errno.EPERM: "choose a path you may write (and read), or change its permissions",
+    errno.EROFS: "the file system is read-only; choose a writable path",
+    errno.ENOTDIR: "a part of the path is a file, not a folder; choose another path",
+    errno.EEXIST: "a file stands where a folder is needed; choose another path or move that file",
+    errno.EISDIR: "a folder stands where a file is needed; name a file",
+    errno.ENAMETOOLONG: "choose a shorter path",
+    errno.ENOENT: "a folder on that path does not exist or was removed meanwhile; create it or choose "
+                  "another path",
+}
+
+
+def os_error_message(err: OSError) -> str:
+    where = f" ({err.filename})" if err.filename else ""
+    return f"{err.strerror or err}{where}; {FIXES[err.errno]}"
+
+
 def main() -> None:
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:
-        sys.exit(1)
+        # Ctrl-C. Every commit is atomic, so an interrupted scan loses at most its unfinished shards.
+        click.echo("interrupted; a scan's finished shards are kept: relaunch the same command to resume",
+                   err=True)
+        sys.exit(130)
     except click.ClickException as err:
         err.show()
         sys.exit(2)
     except InputError as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
+    except OSError as err:
+        if not environment_fault(err):
+            raise_internal()
+        click.echo(f"error: {os_error_message(err)}", err=True)
+        sys.exit(2)
     except Exception:
-        log.exception("internal error")
-        click.echo("internal error (see the traceback above); please report it", err=True)
-        sys.exit(1)
+        raise_internal()
     sys.exit(0)
+
+
+def raise_internal() -> None:
+    log.exception("internal error")
+    click.echo("internal error (see the traceback above); please report it", err=True)
+    sys.exit(1)

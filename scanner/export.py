@@ -25,9 +25,9 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from scanner import calibrate
+from scanner.atomic import atomic_write
 from scanner.compression import METHODS
 from scanner.errors import require
-from scanner.rundir import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,7 @@ EVIDENCE_COLUMNS = (
 EXTRA_COLUMNS = ("token_end", "target_ids", "prompt_ids", "teacher_forced")
 # Needed to select, beyond the evidence itself.
 SELECT_COLUMNS = ("status", "tau", "thresholds")
+FORMULA_START = r"^[=+\-@\t\r]"
 BATCH_ROWS = 4096  # rows turned into Python objects at a time for CSV / JSONL, to bound memory
 
 
@@ -163,9 +164,17 @@ def _csv_schema(table: pa.Table) -> pa.Schema:
 
 
 def _csv_column(column: pa.Array) -> pa.Array:
-    if not pa.types.is_nested(column.type):
-        return column
-    return pa.array([None if v is None else _dumps(v) for v in column.to_pylist()], pa.string())
+    if pa.types.is_nested(column.type):
+        column = pa.array([None if v is None else _dumps(v) for v in column.to_pylist()], pa.string())
+    return _defused(column) if pa.types.is_string(column.type) else column
+
+
+def _defused(column: pa.Array) -> pa.Array:
+    """Spreadsheet-safe cells (OWASP's advice on CSV injection): a text cell starting with = + - @ tab
+    or carriage return is read as a formula by Excel, LibreOffice and Sheets, so it gets a leading
+    apostrophe, which they show as text. JSONL and Parquet exports keep every value exact."""
+    risky = pc.match_substring_regex(column, FORMULA_START).fill_null(False)
+    return pc.if_else(risky, pc.binary_join_element_wise("'", column, ""), column)
 
 
 def _write_csv(table: pa.Table, f: BinaryIO) -> None:

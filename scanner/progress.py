@@ -5,13 +5,21 @@ from __future__ import annotations
 from tqdm import tqdm
 
 from scanner.executors import ExecutorConfig
+from scanner.runlock import run_lock
 from scanner.runner import ScanConfig
-from scanner.scan import check_executor, pending_shards, prepare_run, run_scan
+from scanner.scan import check_executor, pending_shards, prepare_run, run_scan, validate
+from scanner.stages.read import Corpus
 
 
 def run_with_progress(config: ScanConfig, out: str, executor: ExecutorConfig | None = None) -> dict:
     check_executor(config, executor or ExecutorConfig())
-    _, run, plan = prepare_run(config, out)  # validates before any model loads
+    corpus = validate(config, out)  # before any folder is made or model loads
+    with run_lock(out):  # before prepare, which deletes temp files a live writer owns
+        return _with_bar(config, corpus, out, executor)
+
+
+def _with_bar(config: ScanConfig, corpus: Corpus, out: str, executor: ExecutorConfig | None) -> dict:
+    _, run, plan = prepare_run(config, out, corpus)
     pending = pending_shards(run, plan)
     totals = {"candidates": 0, "memorized": 0}
     with tqdm(total=sum(s.num_docs for s in pending), unit="doc", desc="scan", dynamic_ncols=True) as bar:
@@ -22,4 +30,4 @@ def run_with_progress(config: ScanConfig, out: str, executor: ExecutorConfig | N
             spans_per_s = stats["spans"] / stats["seconds"] if stats["seconds"] else 0.0
             bar.set_postfix(spans=stats["spans"], candidates=totals["candidates"],
                             memorized=totals["memorized"], spans_s=f"{spans_per_s:.1f}")
-        return run_scan(config, out, progress=advance, executor=executor)
+        return run_scan(config, out, progress=advance, executor=executor, corpus=corpus)

@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from scanner import calibrate
+from scanner.atomic import atomic_write_bytes
 from scanner.export import check_columns
-from scanner.rundir import atomic_write_bytes
 from scanner.schema import STATUSES
 
 log = logging.getLogger(__name__)
@@ -59,18 +59,26 @@ def document_stats(table: pa.Table) -> list[DocStats]:
     """Per document, in order of first appearance. Rows are re-sorted by token_start within a document
     because shards of one document may arrive in any order."""
     cols = table.select(["doc_id", "token_start", "status", "acr"]).to_pydict()
-    groups: dict[str, list[tuple[int, bool, float | None]]] = {}
-    for doc, start, status, acr in zip(cols["doc_id"], cols["token_start"], cols["status"], cols["acr"],
-                                       strict=True):
+    # Grouped by corpus row where the table has it: two documents may share an id.
+    places = _document_keys(table)
+    groups: dict[tuple[str, str], list[tuple[int, bool, float | None]]] = {}
+    for doc, place, start, status, acr in zip(cols["doc_id"], places, cols["token_start"], cols["status"],
+                                              cols["acr"], strict=True):
         searched_acr = acr if status in SEARCHED else None
-        groups.setdefault(doc, []).append((start, status == "memorized", searched_acr))
+        groups.setdefault((doc, place), []).append((start, status == "memorized", searched_acr))
     stats = []
-    for doc, rows in groups.items():
+    for (doc, _), rows in groups.items():
         rows.sort(key=lambda r: r[0])
         acrs = [r[2] for r in rows if r[2] is not None and math.isfinite(r[2])]
         stats.append(DocStats(doc_id=doc, spans=len(rows), memorized=sum(r[1] for r in rows),
                               longest_run=longest_run(r[1] for r in rows), top_acr=max(acrs, default=None)))
     return stats
+
+
+def _document_keys(table: pa.Table) -> list[str]:
+    if "doc_row" in table.column_names:
+        return table["doc_row"].to_pylist()
+    return table["doc_id"].to_pylist()  # tables of runs made before doc_row existed
 
 
 @dataclass(frozen=True)
@@ -142,7 +150,7 @@ def _status_counts(table: pa.Table) -> dict[str, int]:
 
 def _summary_html(table: pa.Table, summary: dict) -> str:
     counts = _status_counts(table)
-    docs = pc.count_distinct(table["doc_id"]).as_py() if table.num_rows else 0
+    docs = len(set(_document_keys(table))) if table.num_rows else 0
     facts = ", ".join(f"{_num(n)} {_e(s.replace('_', ' '))}" for s, n in counts.items() if n)
     items = "".join(f"<dt>{_e(k)}</dt><dd>{_value(v)}</dd>" for k, v in summary.items())
     listing = f'<dl class="summary">{items}</dl>' if items else '<p class="meta">No run summary given.</p>'

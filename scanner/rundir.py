@@ -5,7 +5,8 @@ run_dir/
   run_config.json              configuration, its sha256, corpus fingerprint, shard size, package version
   plan.json                    the shard plan, saved once and checked (never recomputed) on resume
   results/part-00000.parquet   one file per finished shard, written atomically
-  done/00000                   completion marker, written only after the shard file is in place
+  done/00000                   completion marker (rows, sha256 of the results file), written last
+  lock                         the live writer's host and pid (runlock.py)
   logs/shard-00000.log         per-shard log (written by the caller)
   stats/00000.json             per-shard stats, merged into stats.json
 ```
@@ -13,28 +14,27 @@ run_dir/
 A shard counts as finished only when its done marker exists; everything else (a results file without a
 marker, stats of a killed shard, hidden `*.tmp` files) is ignored by readers, so a writer killed at any
 moment leaves a directory that a relaunch completes without duplicate rows. One driver per run
-directory at a time: `prepare` deletes temp files, which would break a second live writer.
+directory at a time (the lock): `prepare` deletes temp files, which would break a second live writer.
+A relaunch checks each finished shard against its marker and redoes damaged ones (integrity.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
-import os
-import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from scanner import __version__
+from scanner.atomic import TMP_SUFFIX, atomic_write, atomic_write_json, remove_file
 from scanner.errors import InputError, require
+from scanner.integrity import file_sha256, read_json_object, reopen_damaged
 from scanner.schema import SCHEMA_VERSION, results_schema
 
 log = logging.getLogger(__name__)
@@ -43,56 +43,8 @@ CONFIG_FILE = "run_config.json"
 PLAN_FILE = "plan.json"
 STATS_FILE = "stats.json"
 FOLDERS = ("results", "done", "logs", "stats")
-TMP_SUFFIX = ".tmp"
 FIX = "use a new --out or delete it"
 SHOWN_VALUE = 60  # characters of a changed value shown in the error; nested configs can be long
-
-
-def _fsync_dir(folder: Path) -> None:
-    # The rename is only durable once the directory entry is on disk; not every OS can open a folder.
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _temp_path(path: Path) -> Path:
-    # Hidden, in the same folder (os.replace must not cross file systems), unique per writer.
-    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}")
-
-
-def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
-    """Call `write(file)` on a temp file beside `path`, fsync it, rename it over `path`, fsync the folder.
-    Readers see the old file or the whole new one, never a part."""
-    path = Path(path)
-    tmp = _temp_path(path)
-    try:
-        with open(tmp, "xb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
-    _fsync_dir(path.parent)
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    atomic_write(path, lambda f: f.write(data))
-
-
-def atomic_write_json(path: str | Path, obj) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
-
-
-def _remove(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-        _fsync_dir(path.parent)
 
 
 @dataclass(frozen=True)
@@ -178,6 +130,15 @@ def config_hash(config: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def run_identity(config: dict) -> dict:
+    """The configuration less the corpus path: the corpus is identified by its fingerprint, so the same
+    files given by a relative or an absolute path, or moved, resume the same run."""
+    corpus = config.get("corpus")
+    if not isinstance(corpus, dict):
+        return config
+    return {**config, "corpus": {k: v for k, v in corpus.items() if k != "path"}}
+
+
 _ABSENT = object()
 
 
@@ -202,9 +163,9 @@ def _config_problems(saved: dict, config: dict, fingerprint: str, docs_per_shard
     """(what differs from the saved run, how to fix it); empty when the run can resume."""
     problems = []
     # A JSON round trip makes tuples lists, as they are in the saved copy.
-    old = {**saved.get("config", {}), "docs_per_shard": saved.get("docs_per_shard")}
-    new = {**json.loads(json.dumps(config)), "docs_per_shard": docs_per_shard}
-    if saved.get("config_hash") != config_hash(config) or old != new:
+    old = {**run_identity(saved["config"]), "docs_per_shard": saved.get("docs_per_shard")}
+    new = {**json.loads(json.dumps(run_identity(config))), "docs_per_shard": docs_per_shard}
+    if old != new:
         problems.append(f"was made with another configuration (changed: {', '.join(_changed_keys(old, new))})")
     if saved.get("corpus_fingerprint") != fingerprint:
         problems.append(f"was made from another corpus: the corpus changed (files added, removed or "
@@ -243,6 +204,7 @@ class RunDir:
     def __init__(self, path: str | Path) -> None:
         # Path("s3://b/x") would silently become a local folder named "s3:"; atomic commits rest on
         # rename and fsync, which object stores do not offer.
+        require(bool(str(path).strip()), "the run directory path is empty; pass a folder, e.g. --out runs/books")
         scheme = str(path).split("://", 1)[0] if "://" in str(path) else None
         require(scheme is None or scheme == "file", f"run directory '{path}' is a {scheme}:// URI; the run "
                 "directory must be a path on a file system that every worker mounts (local disk, NFS, EFS, "
@@ -276,13 +238,13 @@ class RunDir:
         for folder in (self.path, *(self.path / name for name in FOLDERS if name != "logs")):
             for tmp in folder.glob(f".*{TMP_SUFFIX}"):
                 log.info("removing %s, left by a writer that was stopped", tmp)
-                _remove(tmp)
+                remove_file(tmp)
 
     def _create(self, config: dict, fingerprint: str, num_docs: int, docs_per_shard: int) -> Plan:
         require(not self.done_shards(), f"RUN_DIR '{self.path}' has finished shards in done/ but no "
                 f"{CONFIG_FILE}; it is damaged or was not made by acr-scan; {FIX}")
         plan = Plan.make(num_docs, docs_per_shard)
-        saved = {"config": config, "config_hash": config_hash(config), "corpus_fingerprint": fingerprint,
+        saved = {"config": config, "config_hash": config_hash(run_identity(config)), "corpus_fingerprint": fingerprint,
                  "num_docs": num_docs, "docs_per_shard": docs_per_shard, "package_version": __version__,
                  "schema_version": SCHEMA_VERSION, "created_at": datetime.now(UTC).isoformat()}
         # The plan first: run_config.json is what makes the directory count as prepared.
@@ -292,19 +254,51 @@ class RunDir:
         return plan
 
     def _resume(self, config: dict, fingerprint: str, num_docs: int, docs_per_shard: int) -> Plan:
-        saved = _read_json(self.path / CONFIG_FILE)
-        require(isinstance(saved, dict), f"{self.path / CONFIG_FILE} is not a JSON object; the run "
-                f"directory is damaged, {FIX}")
+        saved = self.saved_config()
         problems, fix = _config_problems(saved, config, fingerprint, docs_per_shard)
+        if problems and not self.done_shards():
+            # Nothing of the old run can be lost (e.g. a model that failed to load): the corrected
+            # command starts it afresh instead of being refused as a change.
+            log.warning("run %s %s, but none of its shards finished; starting it afresh", self.path, problems)
+            return self._create(config, fingerprint, num_docs, docs_per_shard)
         require(not problems, f"RUN_DIR '{self.path}' {problems}; {fix}")
-        plan = Plan.load(self.path / PLAN_FILE)
+        plan = self._saved_plan(saved, num_docs)
         require(plan.num_docs == num_docs, f"RUN_DIR '{self.path}': {PLAN_FILE} covers {plan.num_docs} "
                 f"documents but the corpus has {num_docs}; the corpus changed, {FIX}")
+        reopen_damaged(self)
         if saved.get("package_version") != __version__:
             log.warning("run %s was started by acr-scanner %s, resuming with %s", self.path,
                         saved.get("package_version"), __version__)
         log.info("resuming run %s: %d of %d shards done", self.path, len(self.done_shards()), len(plan))
         return plan
+
+    def _saved_plan(self, saved: dict, num_docs: int) -> Plan:
+        if (self.path / PLAN_FILE).exists():
+            return Plan.load(self.path / PLAN_FILE)
+        # The plan is a function of the saved document count and shard size (both checked above), so a
+        # lost plan.json is rebuilt rather than costing the finished shards.
+        plan = Plan.make(saved.get("num_docs", num_docs), saved["docs_per_shard"])
+        log.warning("run %s had lost its %s; rebuilt it from %s", self.path, PLAN_FILE, CONFIG_FILE)
+        plan.save(self.path / PLAN_FILE)
+        return plan
+
+    def saved_config(self) -> dict:
+        """run_config.json, checked to be a run configuration (InputError naming the file if not)."""
+        saved = _read_json(self.path / CONFIG_FILE)
+        require(isinstance(saved, dict) and isinstance(saved.get("config"), dict),
+                f"{self.path / CONFIG_FILE} is not a run configuration (a JSON object with a 'config' "
+                f"object); the run directory is damaged, {FIX}")
+        return saved
+
+    def require_run(self) -> None:
+        """InputError unless this is a scan's run directory (for the commands that only read one)."""
+        require(self.path.is_dir() and (self.path / CONFIG_FILE).is_file(),
+                f"'{self.path}' is not a run directory (no {CONFIG_FILE}); pass the --out folder of "
+                "`acr-scan scan`")
+
+    def reopen(self, shard: int) -> None:
+        """Make a finished shard pending again (its files are rewritten when it runs)."""
+        remove_file(self.done_path(shard))
 
     def load_plan(self) -> Plan:
         require((self.path / PLAN_FILE).exists(), f"'{self.path}' is not a run directory (no {PLAN_FILE}); "
@@ -321,15 +315,21 @@ class RunDir:
         done = set(self.done_shards())
         return sorted((s for s in plan if s.shard not in done), key=lambda s: s.shard)
 
+    def shard_stats(self, shard: int) -> dict:
+        """A finished shard's stats; {} when unreadable (a relaunch redoes such a shard)."""
+        return read_json_object(self.stats_path(shard)) or {}
+
     def write_shard(self, shard: int, table: pa.Table, stats: dict) -> None:
         """Commit one shard: stats, then the results file, then the done marker, each atomically.
         Writing a shard again replaces it; a kill at any point leaves the shard pending or done."""
         table = _checked_table(shard, table)
         # Without the old marker, a kill mid-rewrite leaves the shard pending, not done with new rows.
-        _remove(self.done_path(shard))
+        remove_file(self.done_path(shard))
         atomic_write_json(self.stats_path(shard), stats)
         atomic_write(self.result_path(shard), lambda f: pq.write_table(table, f))
-        marker = {"shard": shard, "rows": table.num_rows, "file": f"results/{self.result_path(shard).name}"}
+        # The checksum lets a relaunch tell a whole results file from one damaged since (integrity.py).
+        marker = {"shard": shard, "rows": table.num_rows, "file": f"results/{self.result_path(shard).name}",
+                  "sha256": file_sha256(self.result_path(shard))}
         atomic_write_json(self.done_path(shard), marker)
         log.info("shard %05d done: %d rows", shard, table.num_rows)
 
@@ -348,9 +348,13 @@ class RunDir:
 
     def _read_shard(self, shard: int, columns: list[str] | None) -> pa.Table:
         path = self.result_path(shard)
-        require(path.exists(), f"shard {shard:05d} is marked done but {path} is missing; delete "
-                f"{self.done_path(shard)} and relaunch to compute it again")
-        return pq.read_table(path, columns=columns)
+        require(path.exists(), f"shard {shard:05d} is marked done but {path} is missing; relaunch the "
+                "scan (the same command) to compute it again")
+        try:
+            return pq.read_table(path, columns=columns)
+        except Exception as err:  # pyarrow's errors for a damaged file vary (ArrowInvalid, OSError, ...)
+            raise InputError(f"shard {shard:05d}: {path} is damaged ({type(err).__name__}: {err}); relaunch "
+                             "the scan (the same command) to compute it again") from err
 
     def merge_stats(self) -> dict:
         """Sum the stats of finished shards, write stats.json and return it."""
@@ -362,11 +366,12 @@ class RunDir:
         done = self.done_shards()
         total: dict = {}
         for shard in done:
-            path = self.stats_path(shard)
-            if path.exists():
-                _add(total, _read_json(path))
+            stats = read_json_object(self.stats_path(shard))
+            if stats is not None:
+                _add(total, stats)
             else:
-                log.warning("shard %05d is done but has no stats file %s", shard, path)
+                log.warning("shard %05d is done but its stats file %s is missing or unreadable; a "
+                            "relaunch of the scan computes the shard again", shard, self.stats_path(shard))
         total["shards_done"] = len(done)
         total["shards_total"] = len(self.load_plan())
         return total

@@ -25,7 +25,7 @@ from scanner.engine import batched
 from scanner.engine.build import build_engines
 from scanner.engine.hf import HFEngine
 from scanner.errors import require
-from scanner.rundir import Shard, config_hash
+from scanner.rundir import Shard, config_hash, run_identity
 from scanner.schema import results_schema
 from scanner.search.miniprompt import AcrResult, Target, measure_many
 from scanner.stages.calibrate import calibrate_rows
@@ -81,7 +81,7 @@ def _base_row(span: Span, shard: int, tau: float) -> dict:
             "verified_generation": False, "teacher_forced": None, "verify_engine": None, "min_margin": None,
             "steps": 0, "forwards": 0, "screen_s": 0.0, "search_s": 0.0, "shard": shard, "extra": None,
             "verify_version": None, "verify_dtype": None, "verify_flags": None, "verify_disagrees": None,
-            "rejected_matches": None, "screen_engine": None, **empty_columns()}
+            "rejected_matches": None, "screen_engine": None, "doc_row": span.doc_row, **empty_columns()}
 
 
 def _screened_row(row: dict, screened: Screened, certificate: str | None, seconds: float, engine: str) -> dict:
@@ -193,7 +193,7 @@ def model_hash(model: str) -> str:
 def provenance(config: ScanConfig, engine: HFEngine) -> dict[bytes, bytes]:
     values = {"model": config.model.model, "model_revision": config.model.revision or "",
               "model_hash": model_hash(config.model.model), "tokenizer_hash": tokenizer_hash(engine.tokenizer),
-              "package_version": __version__, "config_hash": config_hash(config.to_dict()),
+              "package_version": __version__, "config_hash": config_hash(run_identity(config.to_dict())),
               "bos": engine.template.bos_policy, "device": engine.device, "dtype": engine.dtype,
               "verify_engine": json.dumps(engine.verify_info(), sort_keys=True),
               "screen_engine": json.dumps(engine.screen_info(), sort_keys=True),

@@ -7,13 +7,15 @@ under either executor (they give equal tables).
 
 from __future__ import annotations
 
-import json
 import logging
 
+from scanner.engine.check import check_model
+from scanner.engine.positions import check_span_fits, declared_positions
 from scanner.errors import require
 from scanner.executors import ExecutorConfig
 from scanner.executors.local import run_local
 from scanner.rundir import Plan, RunDir, Shard
+from scanner.runlock import run_lock
 from scanner.runner import ScanConfig
 from scanner.stages.read import Corpus, open_corpus
 
@@ -24,12 +26,11 @@ def with_failures(run: RunDir, plan: Plan) -> list[Shard]:
     """Done shards holding `failed` rows: a relaunch re-runs them (filtered rows count as done,
     failed ones do not); per-span seeds make the re-run reproduce every other row exactly."""
     done = set(run.done_shards())
-    return [s for s in plan if s.shard in done
-            and json.loads(run.stats_path(s.shard).read_text()).get("status_counts", {}).get("failed", 0)]
+    return [s for s in plan if s.shard in done and run.shard_stats(s.shard).get("status_counts", {}).get("failed", 0)]
 
 
-def prepare_run(config: ScanConfig, out: str) -> tuple[Corpus, RunDir, Plan]:
-    corpus = open_corpus(config.corpus)
+def prepare_run(config: ScanConfig, out: str, corpus: Corpus | None = None) -> tuple[Corpus, RunDir, Plan]:
+    corpus = corpus or validate(config, out)
     run = RunDir(out)
     plan = run.prepare(config.to_dict(), corpus.fingerprint(), corpus.num_rows, config.docs_per_shard)
     return corpus, run, plan
@@ -46,12 +47,30 @@ def check_executor(config: ScanConfig, executor: ExecutorConfig) -> None:
             "with --executor ray use --max-candidates-per-doc")
 
 
-def run_scan(config: ScanConfig, out: str, progress=None, executor: ExecutorConfig | None = None) -> dict:
+def run_scan(config: ScanConfig, out: str, progress=None, executor: ExecutorConfig | None = None,
+             corpus: Corpus | None = None) -> dict:
     """Scan the corpus into `out`; returns the merged stats with the executor's report under "run"
-    (failed shards, actor restarts). `progress(stats)` is called per finished shard."""
+    (failed shards, actor restarts). `progress(stats)` is called per finished shard; `corpus`: the
+    corpus already opened and validated by the caller."""
     executor = executor or ExecutorConfig()
     check_executor(config, executor)
-    corpus, run, plan = prepare_run(config, out)
+    corpus = corpus or validate(config, out)
+    with run_lock(out):
+        return _locked_scan(config, corpus, out, progress, executor)
+
+
+def validate(config: ScanConfig, out: str) -> Corpus:
+    """Every check that needs no run directory, before one is made or locked."""
+    RunDir(out)  # the path's own checks (empty, object-store URI)
+    corpus = open_corpus(config.corpus)
+    check_model(config.model)  # a bad --model leaves no run directory to refuse the corrected command
+    check_span_fits(config.spans.span_tokens, config.screen.context_tokens, config.search.tau,
+                    declared_positions(config.model.model))
+    return corpus
+
+
+def _locked_scan(config: ScanConfig, corpus: Corpus, out: str, progress, executor: ExecutorConfig) -> dict:
+    corpus, run, plan = prepare_run(config, out, corpus)
     pending = pending_shards(run, plan)
     log.info("%d of %d shards pending in %s", len(pending), len(plan), out)
     report = {"executor": executor.kind, "failed_shards": {}}

@@ -1,4 +1,5 @@
-"""The only definition of the Arrow schemas: what a corpus must hold and the results table (one row per span).
+"""The only definition of the Arrow schemas: what a corpus must hold, the corpus `ingest` writes and the
+results table (one row per span).
 
 Every field carries its description in the field metadata under b"doc", so the Parquet files document
 themselves and `schemas/` (serialized schema + Markdown) is generated from here, never edited by hand.
@@ -16,6 +17,7 @@ import pyarrow as pa
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "1"
+INGESTED_VERSION = "1"
 DOC_KEY = b"doc"
 STATUSES = ("memorized", "not_memorized", "screened_out", "skipped", "failed")
 
@@ -48,8 +50,9 @@ def _span_fields() -> list[pa.Field]:
     return [
         _field("doc_id", pa.string(), "Document id: the corpus id column as a string, or '<file>:<row>' "
                "when the corpus has none."),
-        _field("span_id", pa.string(), "Stable span id: the first 16 hex digits of sha256 over (doc_id, "
-               "token_start, token count, tokenizer id); the same across runs of one corpus and tokenizer."),
+        _field("span_id", pa.string(), "Stable span id: the first 16 hex digits of sha256 over (doc_row, "
+               "doc_id, token_start, token count, tokenizer id); unique per corpus row (also where ids "
+               "repeat) and the same across runs of one corpus and tokenizer."),
         _field("char_start", pa.int64(), "Start of the span in the document text, in characters "
                "(Python string index), inclusive."),
         _field("char_end", pa.int64(), "End of the span in the document text, in characters, exclusive."),
@@ -155,6 +158,15 @@ def _engine_fields() -> list[pa.Field]:
     ]
 
 
+def _identity_fields() -> list[pa.Field]:
+    return [
+        _field("doc_row", pa.string(), "Where the document stands in the corpus: '<file>:<row>', the file "
+               "relative to the corpus files' common folder and the row counted from 0 within it. Unique "
+               "per corpus row, so documents that share an id (--allow-duplicate-ids) stay apart. Null only "
+               "in rows written without it (tables made by hand).", nullable=True),
+    ]
+
+
 def _calibration_fields() -> list[pa.Field]:
     """Memorized or merely predictable (scanner/calibrate.py): filled for memorized spans only."""
     def maybe(name: str, type_: pa.DataType, doc: str) -> pa.Field:
@@ -205,8 +217,67 @@ def _calibration_fields() -> list[pa.Field]:
 def results_schema() -> pa.Schema:
     """One row per span. Column names are a public interface: add columns, never rename or retype."""
     fields = (_span_fields() + _verdict_fields() + _screen_fields() + _verify_fields() + _cost_fields()
-              + _engine_fields() + _calibration_fields())
+              + _engine_fields() + _identity_fields() + _calibration_fields())
     return pa.schema(fields, metadata={b"name": b"acr-scanner results", b"version": SCHEMA_VERSION.encode()})
+
+
+def _section_type() -> pa.DataType:
+    entry = pa.struct([
+        _field("path", pa.string(), "The EPUB item (a spine document, usually a chapter) as its path "
+               "inside the EPUB's zip archive, e.g. 'OEBPS/chapter02.xhtml'."),
+        _field("char_start", pa.int64(), "Where the item's text starts in `text`, in characters, inclusive."),
+        _field("char_end", pa.int64(), "Where the item's text ends in `text`, in characters, exclusive."),
+    ])
+    return pa.list_(pa.field("item", entry, nullable=False, metadata={
+        DOC_KEY: b"One spine item and the character range its paragraphs fill in `text`."}))
+
+
+def _source_fields() -> list[pa.Field]:
+    return [
+        _field("source_path", pa.string(), "The source file, as an absolute path at ingest time."),
+        _field("source_format", pa.string(), "How the source was read: 'text' (.txt, .md), 'epub' or "
+               "'jsonl' (.jsonl, .jsonl.gz, .jsonl.zst)."),
+        _field("source_bytes", pa.int64(), "Size of the source file in bytes (compressed size for "
+               ".gz / .zst)."),
+        _field("source_sha256", pa.string(), "sha256 of the source file's bytes, hex: which copy of the "
+               "file this text came from."),
+        _field("source_line", pa.int64(), "JSONL only: the 1-based line number of the document's record; "
+               "null otherwise.", nullable=True),
+        _field("encoding", pa.string(), "The encoding the text was decoded with: detected for text files "
+               "(or --encoding), 'utf-8' for JSONL; null for EPUB (its XHTML declares its own).",
+               nullable=True),
+        _field("source_char_start", pa.int64(), "Where `text` starts in the source text, in characters: "
+               "a text file decoded with `encoding` and universal newlines (what Python's "
+               "open(source_path, encoding=encoding).read() returns), or the JSONL record's text field. "
+               "source_text[source_char_start + i] == text[i]; nonzero when --strip removed a header. "
+               "Null for EPUB (see `sections`).", nullable=True),
+        _field("sections", _section_type(), "EPUB only: the spine items in reading order with the "
+               "character range of `text` each one fills (items are joined by a blank line); null "
+               "otherwise.", nullable=True),
+    ]
+
+
+def ingested_schema() -> pa.Schema:
+    """What `acr-scan ingest` writes. Column names are a public interface: add columns, never rename."""
+    fields = [
+        _field("doc_id", pa.string(), "Document id, unique in the corpus: the source file's path relative "
+               "to the common folder of all ingested files (POSIX separators); for JSONL the --id-field "
+               "value, or '<relative path>:<line>'."),
+        _field("title", pa.string(), "Title: EPUB metadata (dc:title), a Project Gutenberg 'Title:' "
+               "header line, or the JSONL --title-field; null when the source has none.", nullable=True),
+        _field("author", pa.string(), "Author(s), '; '-joined: EPUB metadata (dc:creator), a Project "
+               "Gutenberg 'Author:' header line, or the JSONL --author-field; null when none.",
+               nullable=True),
+        _field("language", pa.string(), "EPUB metadata (dc:language); null otherwise.", nullable=True),
+        *_source_fields(),
+        _field("meta", pa.string(), "JSONL only: the record's other fields as a JSON object (pass "
+               "--keep-columns meta to scan to carry it into the results); null otherwise.", nullable=True),
+        _field("text", pa.string(), "The document text that scan windows: a text file's decoded content "
+               "(newlines normalized to \\n), an EPUB's paragraphs one per line in spine order, or the "
+               "JSONL text field; trimmed to the book by --strip gutenberg."),
+    ]
+    return pa.schema(fields, metadata={b"name": b"acr-scanner ingested corpus",
+                                       b"version": INGESTED_VERSION.encode()})
 
 
 def _children(field: pa.Field) -> list[pa.Field]:
@@ -253,15 +324,30 @@ def _results_markdown() -> str:
             + "\n## Corpus input\n\n" + "".join(f"- `{k}`: {v}\n" for k, v in CORPUS_REQUIRED.items()))
 
 
+def _ingested_markdown() -> str:
+    return (f"# Ingested corpus schema (version {INGESTED_VERSION})\n\n"
+            "Generated by `python -m scanner.schema schemas/` from `scanner/schema.py`; do not edit.\n"
+            "What `acr-scan ingest` writes: one row per document (a text file, an EPUB book, a JSONL "
+            "line), read by `acr-scan scan` as it is (`doc_id` is its id column, `text` its text column). "
+            "Character offsets in scan results index `text`; the `source_*` columns and `sections` lead "
+            "back to where a passage sits in the source.\n\n" + schema_doc(ingested_schema()))
+
+
+SCHEMAS = {"results": (results_schema, _results_markdown), "ingested": (ingested_schema, _ingested_markdown)}
+
+
 def write_schemas(folder: str | Path) -> list[Path]:
-    """Write results.arrow-schema (the IPC-serialized schema) and results.md into `folder`."""
+    """Write NAME.arrow-schema (the IPC-serialized schema) and NAME.md into `folder` for every schema."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    binary, markdown = folder / "results.arrow-schema", folder / "results.md"
-    binary.write_bytes(results_schema().serialize().to_pybytes())
-    markdown.write_text(_results_markdown(), encoding="utf-8")
-    log.info("wrote %s and %s", binary, markdown)
-    return [binary, markdown]
+    written = []
+    for name, (schema, markdown) in SCHEMAS.items():
+        binary, doc = folder / f"{name}.arrow-schema", folder / f"{name}.md"
+        binary.write_bytes(schema().serialize().to_pybytes())
+        doc.write_text(markdown(), encoding="utf-8")
+        log.info("wrote %s and %s", binary, doc)
+        written += [binary, doc]
+    return written
 
 
 if __name__ == "__main__":

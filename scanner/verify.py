@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 from scanner.config import EngineConfig, ModelConfig, PromptConfig
@@ -13,7 +12,7 @@ from scanner.rundir import RunDir
 def verify_run(run_dir: str, model: str | None = None) -> tuple[list[dict], int]:
     """(rows that no longer reproduce, rows checked) over every memorized span of the run."""
     run = RunDir(run_dir)
-    saved = json.loads((run.path / "run_config.json").read_text())["config"]
+    saved = run.saved_config()["config"]
     model_config = ModelConfig(**{**saved["model"], "model": model or saved["model"]["model"]})
     # The run's verify engine (a run saved before engines were configurable verified with hf).
     engines = EngineConfig(**saved.get("engines", {"verify": "hf", "screen": "hf"}))

@@ -3,6 +3,8 @@ and loaded through the same --model path a user passes."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from scanner.config import GCGConfig, ModelConfig, PromptConfig, SearchConfig
@@ -15,7 +17,8 @@ FAST = SearchConfig(decide_steps=150, shrink_steps=80, restarts=1,
 
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):
-    return build_tiny(tmp_path_factory.mktemp("tiny"))
+    # ACR_TINY_DIR: a folder to reuse across sessions (build_tiny retrains when its spec changed).
+    return build_tiny(os.environ.get("ACR_TINY_DIR") or tmp_path_factory.mktemp("tiny"))
 
 
 @pytest.fixture(scope="session")

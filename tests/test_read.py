@@ -35,8 +35,8 @@ def test_single_file_with_id_column(tmp_path):
     file = write(tmp_path / "c.parquet", id=["a", "b"], text=["one", None])
     corpus = open_corpus(CorpusConfig(path=str(file)))
     assert isinstance(corpus, Corpus) and corpus.num_rows == 2 and corpus.id_column == "id"
-    assert list(corpus.iter_documents()) == [Document(doc_id="a", text="one", extra={}),
-                                             Document(doc_id="b", text=None, extra={})]
+    assert list(corpus.iter_documents()) == [Document(doc_id="a", text="one", extra={}, row="c.parquet:0"),
+                                             Document(doc_id="b", text=None, extra={}, row="c.parquet:1")]
 
 
 def test_id_auto_detection_prefers_id_then_doc_id_then_file_row(tmp_path):

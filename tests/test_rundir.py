@@ -14,8 +14,9 @@ import time
 import pyarrow as pa
 import pytest
 
+from scanner.atomic import atomic_write_bytes, atomic_write_json
 from scanner.errors import InputError
-from scanner.rundir import Plan, RunDir, Shard, atomic_write_bytes, atomic_write_json, config_hash
+from scanner.rundir import Plan, RunDir, Shard, config_hash
 from scanner.schema import STATUSES, results_schema
 
 CONFIG = {"model": "tiny", "span_tokens": 32, "tau": 1.0, "search": {"steps": 150, "top_k": 64}}
@@ -58,6 +59,8 @@ def prepared(tmp_path, num_docs: int = 10, docs_per_shard: int = 3, **changes):
 
 
 def refused(run, *words, config=CONFIG, fingerprint=FINGERPRINT, num_docs=10, docs_per_shard=3) -> str:
+    if (run.path / "run_config.json").is_file() and not run.done_shards():
+        run.write_shard(0, shard_table(0), shard_stats(0))  # a run with nothing finished starts afresh
     with pytest.raises(InputError) as err:
         run.prepare(config, fingerprint, num_docs, docs_per_shard)
     message = str(err.value)
@@ -104,6 +107,14 @@ def test_changed_config_key_is_refused_naming_it(tmp_path):
     assert 'extra <absent> -> "x"' in message and "model" not in message
     nested = {**CONFIG, "search": {"steps": 150, "top_k": 32}}
     refused(run, "search.top_k 64 -> 32", config=nested)
+
+
+def test_a_changed_run_with_nothing_finished_starts_afresh(tmp_path):
+    run, _ = prepared(tmp_path)
+    changed = {**CONFIG, "span_tokens": 16}
+    plan = run.prepare(changed, "1" * 64, 4, 2)
+    assert len(plan) == 2 and json.loads((run.path / "run_config.json").read_text())["config"] == changed
+    assert RunDir(run.path).prepare(changed, "1" * 64, 4, 2) == plan
 
 
 def test_failed_rewrite_of_a_done_shard_leaves_it_pending(tmp_path, monkeypatch):

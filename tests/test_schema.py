@@ -1,4 +1,4 @@
-"""The results schema: its public column names, documentation and the generated copy in schemas/."""
+"""The results and ingested-corpus schemas: public column names, documentation, the generated copy in schemas/."""
 
 from __future__ import annotations
 
@@ -7,11 +7,14 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from scanner.schema import (
     CORPUS_REQUIRED,
     STATUSES,
+    TEXT_TYPES,
     describe,
+    ingested_schema,
     results_schema,
     schema_doc,
     walk_fields,
@@ -36,6 +39,7 @@ COLUMNS = {
     "verify_version": (pa.string(), True), "verify_dtype": (pa.string(), True),
     "verify_flags": (pa.string(), True), "verify_disagrees": (pa.bool_(), True),
     "rejected_matches": (pa.int64(), True), "screen_engine": (pa.string(), True),
+    "doc_row": (pa.string(), True),
     # calibration (scanner/calibrate.py)
     "predictable": (pa.bool_(), True), "predictable_reason": (pa.string(), True),
     "calibrated_memorized": (pa.bool_(), True), "random_prompt_trials": (pa.int32(), True),
@@ -51,7 +55,8 @@ COLUMNS = {
 
 def test_committed_schemas_match_the_code(tmp_path):
     written = write_schemas(tmp_path)
-    assert sorted(p.name for p in written) == ["results.arrow-schema", "results.md"]
+    assert sorted(p.name for p in written) == ["ingested.arrow-schema", "ingested.md", "results.arrow-schema",
+                                               "results.md"]
     for path in written:
         committed = ROOT / "schemas" / path.name
         assert committed.is_file(), f"{committed} missing; run python -m scanner.schema schemas/"
@@ -59,9 +64,10 @@ def test_committed_schemas_match_the_code(tmp_path):
             f"{committed} is stale; run python -m scanner.schema schemas/ and commit the result"
 
 
-def test_serialized_schema_round_trips():
-    data = (ROOT / "schemas" / "results.arrow-schema").read_bytes()
-    assert pa.ipc.read_schema(pa.py_buffer(data)).equals(results_schema(), check_metadata=True)
+@pytest.mark.parametrize("name, schema", [("results", results_schema), ("ingested", ingested_schema)])
+def test_serialized_schema_round_trips(name, schema):
+    data = (ROOT / "schemas" / f"{name}.arrow-schema").read_bytes()
+    assert pa.ipc.read_schema(pa.py_buffer(data)).equals(schema(), check_metadata=True)
 
 
 def test_columns_types_and_nullability_are_the_public_interface():
@@ -77,12 +83,24 @@ def test_columns_types_and_nullability_are_the_public_interface():
                                                  ("memorized", pa.bool_())]
 
 
-def test_every_field_nested_ones_too_has_a_description():
+@pytest.mark.parametrize("schema, nested", [(results_schema, ("thresholds.item.memorized", "prompt_ids.item")),
+                                            (ingested_schema, ("sections.item.path", "sections.item.char_end"))])
+def test_every_field_nested_ones_too_has_a_description(schema, nested):
     paths = []
-    for path, field in walk_fields(results_schema()):
+    for path, field in walk_fields(schema()):
         assert describe(field).strip(), f"field {path} has no description"
         paths.append(path)
-    assert "thresholds.item.memorized" in paths and "prompt_ids.item" in paths
+    assert set(nested) <= set(paths)
+
+
+def test_the_ingested_corpus_columns_are_a_public_interface():
+    schema = ingested_schema()
+    assert schema.names == ["doc_id", "title", "author", "language", "source_path", "source_format",
+                            "source_bytes", "source_sha256", "source_line", "encoding", "source_char_start",
+                            "sections", "meta", "text"]
+    # What scan's read stage picks by default: 'doc_id' as the id column, 'text' as a string text column.
+    assert schema.field("text").type in TEXT_TYPES and not schema.field("text").nullable
+    assert not schema.field("doc_id").nullable and "id" not in schema.names
 
 
 def test_statuses_are_exactly_the_five():
@@ -105,4 +123,5 @@ def test_markdown_table_lists_every_field_with_its_description():
 def test_module_entry_point_writes_the_folder(tmp_path):
     subprocess.run([sys.executable, "-m", "scanner.schema", str(tmp_path / "out")], check=True,
                    capture_output=True)
-    assert (tmp_path / "out" / "results.md").read_bytes() == (ROOT / "schemas" / "results.md").read_bytes()
+    for name in ("results.md", "ingested.md"):
+        assert (tmp_path / "out" / name).read_bytes() == (ROOT / "schemas" / name).read_bytes()

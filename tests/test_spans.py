@@ -53,7 +53,9 @@ def test_stride_and_min_tokens(tokenizer):
     assert with_tail[-1].token_end == n and with_tail[-1].char_end == len(TEXT)
     assert [s.target_ids for s in with_tail] == [tokenize_document(TEXT, tokenizer)[0][i:i + 10]
                                                  for i in range(0, n, 10)]
-    sparse = make_spans(doc(TEXT), tokenizer, SpanConfig(span_tokens=4, stride=10), "tiny")
+    with pytest.raises(InputError, match="--allow-gaps"):
+        SpanConfig(span_tokens=4, stride=10)
+    sparse = make_spans(doc(TEXT), tokenizer, SpanConfig(span_tokens=4, stride=10, allow_gaps=True), "tiny")
     assert [(s.token_start, s.token_end) for s in sparse][:2] == [(0, 4), (10, 14)]
 
 
@@ -73,8 +75,12 @@ def test_span_ids_are_stable_and_distinct(tokenizer):
     other_doc = [s.span_id for s in make_spans(doc(TEXT, "d2"), tokenizer, config, "tiny")]
     other_tokenizer = [s.span_id for s in make_spans(doc(TEXT), tokenizer, config, "tiny@rev2")]
     assert not set(first) & set(other_doc) and not set(first) & set(other_tokenizer)
-    assert span_id("d1", 0, 8, "tiny") == first[0]
-    assert span_id("a1", 2, 8, "t") != span_id("a", 12, 8, "t")
+    assert span_id("", "d1", 0, 8, "tiny") == first[0]
+    assert span_id("f:0", "a1", 2, 8, "t") != span_id("f:0", "a", 12, 8, "t")
+    # Two corpus rows sharing an id (--allow-duplicate-ids) never share span ids.
+    rows = [[s.span_id for s in make_spans(Document(doc_id="d1", text=TEXT, row=f"f:{i}"), tokenizer, config, "tiny")]
+            for i in (0, 1)]
+    assert not set(rows[0]) & set(rows[1])
 
 
 @pytest.mark.parametrize(("text", "reason"), [(None, "null text"), ("", "empty text"), (" \n\t", "empty text")])

@@ -11,15 +11,16 @@ from __future__ import annotations
 import logging
 
 from scanner.config import EngineConfig, ModelConfig, PromptConfig
+from scanner.engine.check import check_model
 from scanner.engine.hf import HFEngine
-from scanner.engine.loading import load_model, model_source, resolve_device, resolve_dtype
+from scanner.engine.loading import load_model, resolve_device, resolve_dtype
 
 log = logging.getLogger(__name__)
 
 
 def build_engines(model: ModelConfig, prompt: PromptConfig, engines: EngineConfig) -> HFEngine:
     """The HF engine (gradients, candidate scores, margins) with vLLM attached where `engines` asks."""
-    model_source(model.model)  # a wrong local path fails here, named, before vLLM reads it
+    check_model(model)  # a wrong or damaged local model fails here, named, before vLLM reads it
     engines = engines.resolved(model)
     fast = None
     if engines.uses_vllm:

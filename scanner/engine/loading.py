@@ -69,6 +69,7 @@ def _pretrained_args(config: ModelConfig, source: str) -> tuple[str, dict]:
 
 def load_model(config: ModelConfig) -> LoadedModel:
     import torch
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -85,10 +86,25 @@ def load_model(config: ModelConfig) -> LoadedModel:
     except OSError as err:
         hint = " (offline? set HF_HUB_OFFLINE=0 or pass a local directory)" if source == "hub" else ""
         raise InputError(f"--model {config.model}: cannot load it{hint}: {err}") from err
+    except (ValueError, RuntimeError, KeyError, EOFError, SafetensorError) as err:
+        if isinstance(err, torch.OutOfMemoryError):
+            raise
+        # Files whose headers check out but do not fit each other (config.json against the weights, an
+        # architecture this transformers does not know): the model's fault, not an internal error.
+        raise InputError(f"--model {config.model}: transformers cannot load it ({type(err).__name__}: "
+                         f"{brief(err, 400)}); restore the model's files from its source "
+                         "(config.json and the weights must belong together), or upgrade transformers if it "
+                         "does not know the architecture") from err
     model.to(device).eval().requires_grad_(False)
     log.info("loaded %s (%s) on %s as %s", config.model, source, device, dtype)
     return LoadedModel(model=model, tokenizer=tokenizer, device=device, dtype=str(dtype).removeprefix("torch."),
                        source=source, adds_bos=gguf_adds_bos(config.model) if source == "gguf" else None)
+
+
+def brief(err: Exception, limit: int = 300) -> str:
+    """An exception's message on one line, cut to `limit` characters (library errors run long)."""
+    text = " ".join(str(err).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def gguf_adds_bos(path: str) -> bool | None:

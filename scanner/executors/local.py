@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
-from scanner.rundir import Plan, RunDir, Shard, atomic_write_json
+from scanner.atomic import atomic_write_json
+from scanner.rundir import Plan, RunDir, Shard
 from scanner.runner import ScanConfig, open_engine, run_shard, shard_log
 from scanner.stages.read import Corpus, Document
 
@@ -29,7 +29,7 @@ def spent(run: RunDir, pending: list[Shard]) -> int:
     """Candidates searched by the shards that stay done (shards run in order, so these come first
     in the corpus)."""
     rerun = {s.shard for s in pending}
-    return sum(json.loads(run.stats_path(i).read_text()).get("candidates", 0)
+    return sum(run.shard_stats(i).get("candidates", 0)
                for i in run.done_shards() if i not in rerun)
 
 

@@ -130,13 +130,18 @@ def span_seed(seed: int, key: str) -> int:
     return int.from_bytes(hashlib.sha256(f"calibrate:{seed}:{key}".encode()).digest()[:4], "big")
 
 
+def _doc_key(row: str | None, doc_id: str) -> tuple[str, str]:
+    return (row or "", doc_id)
+
+
 def _context(doc_text: str | None, row: dict, tokenizer, context_tokens: int, cache: dict) -> str:
     """The preceding document text the screen gave the span (its `context_tokens` tokens), as a string."""
     if not doc_text or row["token_start"] == 0:
         return ""
-    if row["doc_id"] not in cache:
-        cache[row["doc_id"]] = tokenize_document(doc_text, tokenizer)[1]
-    offsets = cache[row["doc_id"]]
+    key = _doc_key(row.get("doc_row"), row["doc_id"])
+    if key not in cache:
+        cache[key] = tokenize_document(doc_text, tokenizer)[1]
+    offsets = cache[key]
     return doc_text[offsets[max(row["token_start"] - context_tokens, 0)][0]:row["char_start"]]
 
 
@@ -153,10 +158,11 @@ def calibrate_rows(engine: HFEngine, rows: dict, docs: list, config: Calibration
     if not config.enabled:
         return {k: {**r, "calibrated_memorized": r["memorized"]} for k, r in out.items()}
     ref = reference_engine(model, config.reference_model, prompt) if config.reference_model and flagged else None
-    texts, offsets = {d.doc_id: d.text for d in docs}, {}
+    texts, offsets = {_doc_key(d.row, d.doc_id): d.text for d in docs}, {}  # ids may repeat, rows do not
     for row in flagged:
         try:
-            context = _context(texts.get(row["doc_id"]), row, engine.tokenizer, context_tokens, offsets) if ref else ""
+            text = texts.get(_doc_key(row.get("doc_row"), row["doc_id"]))
+            context = _context(text, row, engine.tokenizer, context_tokens, offsets) if ref else ""
             out[row["span_id"]] = {**row, **calibrate_span(
                 engine, ref, config, text=row["text"], target_ids=row["target_ids"], prompt=row["prompt"],
                 prompt_tokens=row["prompt_tokens"], prefix=row["certificate_prompt"], context=context,

@@ -7,8 +7,10 @@ not after a model has loaded on a GPU cluster.
 
 from __future__ import annotations
 
+import bisect
 import glob
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -29,6 +31,8 @@ log = logging.getLogger(__name__)
 AUTO_ID_COLUMNS = ("id", "doc_id")
 PARQUET_MAGIC = b"PAR1"
 SHOWN_DUPLICATES = 5
+ID_BATCH_ROWS = 1 << 20
+UTF8_FIX = "the row is skipped; re-encode the text as UTF-8 and rewrite the file to scan it"
 EXPECTED = "a Parquet file, a directory of Parquet files or a glob such as 'data/*.parquet'"
 
 
@@ -54,6 +58,12 @@ class Document:
     doc_id: str
     text: str | None
     extra: dict = field(default_factory=dict)
+    # Where the row stands: '<file>:<row>' (file relative to the corpus's common folder). Unique per
+    # corpus row even when ids repeat (--allow-duplicate-ids), so it, not doc_id, keys a span.
+    row: str = ""
+    # Why the row cannot be scanned (e.g. text that is not valid UTF-8), naming file, row group and row;
+    # the spans stage turns it into one skipped span, so the rest of the corpus still scans.
+    problem: str | None = None
 
 
 def _has_glob(path: str) -> bool:
@@ -75,8 +85,11 @@ def _resolve_files(path: str) -> list[str]:
     require(target.exists(), f"corpus path '{path}' does not exist; expected {EXPECTED}")
     if target.is_file():
         return [str(target)]
-    files = sorted(str(p) for p in target.rglob("*.parquet") if p.is_file() and _visible(p, target))
-    require(bool(files), f"no Parquet files (*.parquet) under directory '{path}'; expected {EXPECTED}")
+    # The extension in any case: `.PARQUET` files written on another system are data too.
+    files = sorted(str(p) for p in target.rglob("*") if p.suffix.lower() == ".parquet" and p.is_file()
+                   and _visible(p, target))
+    require(bool(files), f"no Parquet files (*.parquet) under directory '{path}'; expected {EXPECTED}; "
+            "for text files, EPUB or JSONL run `acr-scan ingest` first")
     return files
 
 
@@ -89,7 +102,31 @@ def _check_parquet(file: str) -> None:
         tail = f.read(4)
     require(size >= 12 and head == PARQUET_MAGIC and tail == PARQUET_MAGIC,
             f"'{file}' is not a Parquet file (no PAR1 magic bytes); the corpus must be {EXPECTED}. "
-            "Convert JSONL or CSV first, e.g. pyarrow.parquet.write_table(table, 'corpus.parquet')")
+            "Turn text files, EPUB or JSONL into one with `acr-scan ingest SRC --out corpus.parquet`")
+
+
+def _check_footer(file: str) -> None:
+    """The footer parses and every column chunk lies inside the file: a file cut short or damaged
+    behind intact magic bytes fails here, named, before any model loads."""
+    fix = "restore it from its source or a backup, or move it out of the corpus"
+    try:
+        metadata = pq.read_metadata(file)
+    except (OSError, pa.ArrowException) as err:
+        raise InputError(f"'{file}' has a corrupt Parquet footer ({_first_line(err)}); {fix}") from err
+    size = os.path.getsize(file)
+    for group in range(metadata.num_row_groups):
+        row_group = metadata.row_group(group)
+        for index in range(row_group.num_columns):
+            chunk = row_group.column(index)
+            start = min(o for o in (chunk.dictionary_page_offset, chunk.data_page_offset) if o is not None)
+            require(0 <= start and start + chunk.total_compressed_size <= size,
+                    f"'{file}' row group {group}: the footer places column '{chunk.path_in_schema}' at bytes "
+                    f"{start}..{start + chunk.total_compressed_size}, past the end of the {size}-byte file "
+                    f"(cut short or corrupt); {fix}")
+
+
+def _first_line(err: Exception) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
 def _is_text(type_: pa.DataType) -> bool:
@@ -146,12 +183,20 @@ def _as_string(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray
     return column if column.type == pa.string() else pc.cast(column, pa.string())
 
 
-def _check_ids(fragments: list[ds.Fragment], files: list[str], id_column: str, allow: bool) -> None:
+def _id_values(file: str, id_column: str) -> pa.ChunkedArray:
+    parquet = pq.ParquetFile(file)
+    chunks = [batch.column(0) for group in range(parquet.num_row_groups)
+              for batch in _group_batches(parquet, file, group, [id_column], ID_BATCH_ROWS)]
+    return pa.chunked_array(chunks, parquet.schema_arrow.field(id_column).type)
+
+
+def _check_ids(files: list[str], id_column: str, allow: bool) -> None:
     chunks = []
-    for fragment, file in zip(fragments, files, strict=True):
-        ids = _as_string(fragment.to_table(columns=[id_column]).column(id_column))
+    for file in files:
+        ids = _as_string(_id_values(file, id_column))
         require(ids.null_count == 0, f"id column '{id_column}' has {ids.null_count} null values in "
                 f"'{file}'; fill them, or pass --id-column with a complete column")
+        _check_utf8_ids(ids, file, id_column)
         chunks.extend(ids.chunks)
     if allow or not chunks:
         return
@@ -164,6 +209,23 @@ def _check_ids(fragments: list[ds.Fragment], files: list[str], id_column: str, a
         raise InputError(f"id column '{id_column}' has {len(repeated)} duplicated ids, first: {shown}; "
                          "make the ids unique, pass --id-column with a unique column, or pass "
                          "--allow-duplicate-ids")
+
+
+def _check_utf8_ids(ids: pa.ChunkedArray, file: str, id_column: str) -> None:
+    """Ids are every row's name in the results: one that is not UTF-8 stops the scan here, named."""
+    try:
+        for chunk in ids.chunks:
+            chunk.validate(full=True)
+        return
+    except pa.ArrowInvalid:
+        pass
+    _, bad = _decoded(ids)
+    row, why = next(iter(bad.items()))
+    groups = pq.ParquetFile(file).metadata
+    ends = list(itertools.accumulate(groups.row_group(g).num_rows for g in range(groups.num_row_groups)))
+    raise InputError(f"id column '{id_column}' in {_where(file, bisect.bisect_right(ends, row), row)} {why}, "
+                     f"{len(bad)} such id(s) in the file; "
+                     "re-encode the ids as UTF-8 and rewrite the file, or pass --id-column with another column")
 
 
 class Corpus:
@@ -193,12 +255,13 @@ class Corpus:
     def iter_documents(self, batch_rows: int = 1024) -> Iterator[Document]:
         """Documents in file order, then row order; only the needed columns are read."""
         require(batch_rows >= 1, f"batch_rows {batch_rows} must be >= 1")
-        fragments = list(self._dataset.get_fragments())
-        for name, fragment in zip(self.names, fragments, strict=True):
+        for name, file in zip(self.names, self.files, strict=True):
+            parquet = pq.ParquetFile(file)
             row = 0
-            for batch in fragment.to_batches(columns=self.columns, batch_size=batch_rows):
-                yield from self._documents(batch, name, row)
-                row += batch.num_rows
+            for group in range(parquet.num_row_groups):
+                for batch in _group_batches(parquet, name, group, self.columns, batch_rows):
+                    yield from self._documents(batch, name, group, row)
+                    row += batch.num_rows
 
     def documents(self, start: int, end: int) -> list[Document]:
         """Documents [start, end) by global index, as iter_documents numbers them. Reads only the row
@@ -222,20 +285,73 @@ class Corpus:
             rows = parquet.metadata.row_group(group).num_rows
             if first < hi and lo < first + rows:
                 a, b = max(lo - first, 0), min(hi - first, rows)
-                table = parquet.read_row_group(group, columns=self.columns).slice(a, b - a)
-                docs += self._documents(table, name, first + a)
+                batches = list(_group_batches(parquet, name, group, self.columns, rows))
+                table = pa.Table.from_batches(batches).slice(a, b - a)
+                docs += self._documents(table, name, group, first + a)
             first += rows
         return docs
 
-    def _documents(self, batch: pa.RecordBatch | pa.Table, name: str, first_row: int) -> Iterator[Document]:
-        texts = batch.column(self.config.text_column).to_pylist()
+    def _documents(self, batch: pa.RecordBatch | pa.Table, name: str, group: int,
+                   first_row: int) -> Iterator[Document]:
         if self.id_column is None:
             ids = [f"{name}:{first_row + i}" for i in range(batch.num_rows)]
         else:
-            ids = _as_string(batch.column(self.id_column)).to_pylist()
-        extras = {column: batch.column(column).to_pylist() for column in self.config.keep_columns}
+            ids = _as_string(batch.column(self.id_column)).to_pylist()  # valid UTF-8: checked at open
+        problems: dict[int, str] = {}
+        values = {}
+        for column in (self.config.text_column, *self.config.keep_columns):
+            values[column], bad = _decoded(batch.column(column))
+            for i, why in bad.items():
+                problems.setdefault(i, f"column '{column}' {why}")
+        texts = values[self.config.text_column]
+        extras = {column: values[column] for column in self.config.keep_columns}
         for i, (doc_id, text) in enumerate(zip(ids, texts, strict=True)):
-            yield Document(doc_id=doc_id, text=text, extra={k: v[i] for k, v in extras.items()})
+            problem = None
+            if i in problems:
+                problem = f"{_where(name, group, first_row + i)}: {problems[i]}; {UTF8_FIX}"
+            yield Document(doc_id=doc_id, text=text, extra={k: v[i] for k, v in extras.items()}, problem=problem,
+                           row=f"{name}:{first_row + i}")
+
+
+def _where(name: str, group: int, row: int) -> str:
+    return f"'{name}' row group {group}, row {row} (0-based, counted in the file)"
+
+
+def _group_batches(parquet: pq.ParquetFile, name: str, group: int, columns: list[str],
+                   batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """One row group's batches; a damaged page is named by file and row group, not left to the reader."""
+    try:
+        yield from parquet.iter_batches(batch_size=batch_rows, row_groups=[group], columns=columns)
+    except (OSError, pa.ArrowException) as err:
+        raise InputError(f"'{name}' row group {group} cannot be read ({_first_line(err)}): the file is "
+                         "damaged (a corrupt data page) or unreadable; restore the file from its source or a "
+                         "backup and relaunch the same command (finished shards are kept)") from err
+
+
+def _binary(chunk: pa.Array) -> pa.Array:
+    if pa.types.is_dictionary(chunk.type):
+        chunk = chunk.dictionary_decode()
+    if chunk.type == pa.large_string():
+        return chunk.view(pa.large_binary())
+    return chunk.cast(pa.binary_view()) if chunk.type == pa.string_view() else chunk.view(pa.binary())
+
+
+def _decoded(column: pa.Array | pa.ChunkedArray) -> tuple[list, dict[int, str]]:
+    """The column's Python values, and {position: why} for string values that are not valid UTF-8
+    (they become None). Valid batches take the fast path; only a failing batch is decoded per value."""
+    try:
+        return column.to_pylist(), {}
+    except UnicodeDecodeError:
+        pass
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    values, bad = [], {}
+    for raw in (value for chunk in chunks for value in _binary(chunk).to_pylist()):
+        try:
+            values.append(None if raw is None else raw.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            bad[len(values)] = f"is not valid UTF-8 (byte 0x{raw[err.start]:02x} at byte {err.start})"
+            values.append(None)
+    return values, bad
 
 
 def open_corpus(config: CorpusConfig) -> Corpus:
@@ -243,6 +359,7 @@ def open_corpus(config: CorpusConfig) -> Corpus:
     files = _resolve_files(config.path)
     for file in files:
         _check_parquet(file)
+        _check_footer(file)
     dataset = ds.dataset(files, format="parquet")
     fragments = list(dataset.get_fragments())
     id_column = _pick_id_column(config, dataset.schema.names)
@@ -253,7 +370,7 @@ def open_corpus(config: CorpusConfig) -> Corpus:
     require(num_rows > 0, f"corpus '{config.path}' has no rows ({len(files)} file(s), all empty); "
             "point the corpus at files that hold documents")
     if id_column is not None:
-        _check_ids(fragments, files, id_column, config.allow_duplicate_ids)
+        _check_ids(files, id_column, config.allow_duplicate_ids)
     log.info("corpus %s: %d file(s), %d documents, id column %s", config.path, len(files), num_rows,
              id_column or "<file>:<row>")
     return Corpus(config, files, dataset, id_column, num_rows)

@@ -24,11 +24,16 @@ class SpanConfig:
     span_tokens: int = 32
     stride: int | None = None  # None: span_tokens (adjacent, non-overlapping windows)
     min_tokens: int | None = None  # None: span_tokens (shorter tail windows are dropped)
+    allow_gaps: bool = False  # a stride beyond the span skips text: only when asked for (sampling)
 
     def __post_init__(self) -> None:
         require(self.span_tokens >= 1, f"--span-tokens {self.span_tokens} must be >= 1")
         require(self.stride is None or self.stride >= 1,
                 f"--stride {self.stride} must be >= 1 (or left out to use --span-tokens)")
+        require(self.allow_gaps or self.step <= self.span_tokens,
+                f"--stride {self.stride} is larger than --span-tokens {self.span_tokens}: "
+                f"{self.step - self.span_tokens} tokens of every {self.step} would never be scanned; pass "
+                f"--stride {self.span_tokens} or less, or --allow-gaps to sample the text on purpose")
         require(self.min_tokens is None or 1 <= self.min_tokens <= self.span_tokens,
                 f"--min-tokens {self.min_tokens} must be between 1 and --span-tokens {self.span_tokens}")
 
@@ -44,6 +49,7 @@ class SpanConfig:
 @dataclass(frozen=True, kw_only=True)
 class Span:
     doc_id: str
+    doc_row: str = ""
     span_id: str
     token_start: int
     token_end: int
@@ -58,11 +64,14 @@ class Span:
         return self.skip_reason is not None
 
 
-def span_id(doc_id: str, token_start: int, tokens: int, tokenizer_id: str) -> str:
-    """First 16 hex digits of sha256 over (doc_id, token_start, token count, tokenizer id).
+def span_id(doc_row: str, doc_id: str, token_start: int, tokens: int, tokenizer_id: str) -> str:
+    """First 16 hex digits of sha256 over (corpus row, doc_id, token_start, token count, tokenizer id).
 
-    JSON keeps the fields apart, so no two different tuples hash the same text ("a1", 2 vs "a", 12)."""
-    key = json.dumps([doc_id, token_start, tokens, tokenizer_id], ensure_ascii=False)
+    The corpus row ('<file>:<row>') makes it unique per row even where ids repeat: keyed by doc_id
+    alone, two documents sharing an id shared span ids, and one document's rows (and evidence) were
+    written under the other's. JSON keeps the fields apart, so no two different tuples hash the same
+    text ("a1", 2 vs "a", 12)."""
+    key = json.dumps([doc_row, doc_id, token_start, tokens, tokenizer_id], ensure_ascii=False)
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
@@ -95,8 +104,8 @@ def windows(num_tokens: int, config: SpanConfig) -> list[tuple[int, int]]:
 def _skipped(doc: Document, reason: str, tokenizer_id: str, tokens: int = 0,
              chars: tuple[int, int] = (0, 0)) -> Span:
     text = doc.text[chars[0]:chars[1]] if doc.text is not None else ""
-    return Span(doc_id=doc.doc_id, span_id=span_id(doc.doc_id, 0, tokens, tokenizer_id), token_start=0,
-                token_end=tokens, char_start=chars[0], char_end=chars[1], text=text, target_ids=[],
+    return Span(doc_id=doc.doc_id, doc_row=doc.row, span_id=span_id(doc.row, doc.doc_id, 0, tokens, tokenizer_id),
+                token_start=0, token_end=tokens, char_start=chars[0], char_end=chars[1], text=text, target_ids=[],
                 skip_reason=reason)
 
 
@@ -106,6 +115,8 @@ def make_spans(doc: Document, tokenizer, config: SpanConfig, tokenizer_id: str,
 
     `tokens`: the document's (ids, offsets) when the caller already tokenized it (the screen needs
     them too), so a document is tokenized once."""
+    if doc.problem is not None:
+        return [_skipped(doc, doc.problem, tokenizer_id)]
     if doc.text is None:
         return [_skipped(doc, "null text", tokenizer_id)]
     if not doc.text.strip():
@@ -119,7 +130,8 @@ def make_spans(doc: Document, tokenizer, config: SpanConfig, tokenizer_id: str,
     spans = []
     for start, end in windows(len(ids), config):
         char_start, char_end = offsets[start][0], offsets[end - 1][1]
-        spans.append(Span(doc_id=doc.doc_id, span_id=span_id(doc.doc_id, start, end - start, tokenizer_id),
+        spans.append(Span(doc_id=doc.doc_id, doc_row=doc.row,
+                          span_id=span_id(doc.row, doc.doc_id, start, end - start, tokenizer_id),
                           token_start=start, token_end=end, char_start=char_start, char_end=char_end,
                           text=doc.text[char_start:char_end], target_ids=ids[start:end]))
     log.debug("document %s: %d tokens, %d spans", doc.doc_id, len(ids), len(spans))
