@@ -108,11 +108,11 @@ def calibration_options(f):
 
 def calibration_config(o: dict):
     from scanner.calibrate import CalibrationConfig
-    from scanner.engine.loading import model_source
+    from scanner.engine.check import check_model
 
     if o["reference_model"]:
-        try:  # a wrong path is named now, before anything is loaded or written
-            model_source(o["reference_model"])
+        try:  # a wrong or damaged reference is named now, before anything is loaded or written
+            check_model(ModelConfig(model=o["reference_model"]))
         except InputError as err:
             raise InputError(f"--reference-model: {err}") from err
     return CalibrationConfig(reference_model=o["reference_model"], nll_margin=o["reference_margin"],
