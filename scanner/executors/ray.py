@@ -166,6 +166,21 @@ class Scheduler:
     def done(self) -> bool:
         return not self.queue and all(shard is None for _, shard in self.busy.values())
 
+    def run(self, finished, loaded=None) -> None:
+        """Hand out every queued shard: `finished(stats)` per shard done, `loaded(meta)` once, when the
+        first actor has loaded the model. Replacement actors still loading at the end are not waited for."""
+        self.start()
+        while True:
+            self.fill()
+            if self.done():
+                return
+            before = self.provenance
+            result = self.next_result()
+            if loaded and self.provenance and not before:
+                loaded(self.provenance)
+            if result:
+                finished(result[1])
+
 
 def _cause(err: Exception) -> str:
     text = str(err).strip().splitlines()
@@ -204,18 +219,8 @@ def _schedule(ray, config: ScanConfig, run: RunDir, pending: list[Shard], execut
     scheduler = Scheduler(ray=ray, make_actor=lambda: remote.remote(config, out, cpus), actors=actors,
                           max_retries=executor.max_retries, queue=deque(pending))
     log.info("Ray: %d actors (%g GPU, %g CPU each) for %d shards", actors, gpus, cpus, len(pending))
-    scheduler.start()
-    wrote_provenance = False
-    while True:
-        scheduler.fill()
-        if scheduler.done():  # replacement actors still loading are not waited for
-            break
-        finished = scheduler.next_result()
-        if scheduler.provenance and not wrote_provenance:
-            write_provenance(run, {k.encode(): v.encode() for k, v in scheduler.provenance.items()})
-            wrote_provenance = True
-        if finished and progress:
-            progress(finished[1])
+    scheduler.run(finished=progress or (lambda stats: None),
+                  loaded=lambda meta: write_provenance(run, {k.encode(): v.encode() for k, v in meta.items()}))
     # vLLM's engine processes stop cleanly before the actors go (a failed close is only logged).
     loading = {slot for slot, shard in scheduler.busy.values() if shard is None}
     closing = [actor.close.remote() for slot, actor in scheduler.slots.items() if slot not in loading]
