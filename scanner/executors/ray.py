@@ -135,6 +135,9 @@ class Scheduler:
             self._retry(shard, err)
             return None
         if shard is None:
+            # Setup deaths count in a row: a long run may lose many nodes, and a replacement placed on a
+            # node that is dying (not yet seen dead) dies at setup once per loss.
+            self.setup_deaths.pop(slot, None)
             self.provenance = self.provenance or value
             return None
         return shard, value
@@ -143,8 +146,8 @@ class Scheduler:
         if shard is None:
             self.setup_deaths[slot] += 1
             if self.setup_deaths[slot] > self.max_retries:
-                raise RuntimeError(f"Ray actor {slot} died {self.setup_deaths[slot]} times while loading the "
-                                   f"model ({_cause(err)}); check its memory (--gpus-per-actor) and logs")
+                raise RuntimeError(f"Ray actor {slot} died {self.setup_deaths[slot]} times in a row while loading "
+                                   f"the model ({_cause(err)}); check its memory (--gpus-per-actor) and logs")
         else:
             self._retry(shard, err)
         # A slot holds one task at a time, so each death is seen once.
