@@ -14,6 +14,7 @@ import tempfile
 import time
 from dataclasses import replace
 
+import psutil
 import pyarrow.parquet as pq
 import pytest
 
@@ -248,3 +249,22 @@ def test_setup_deaths_are_counted_in_a_row_so_a_long_run_survives_many_lost_node
     assert sorted(s["shard"] for s in done) == [0, 1, 2]
     assert scheduler.restarts == 3 and dict(scheduler.attempts) == {1: 1} and not scheduler.failed
 
+
+def test_an_actor_reported_unreachable_is_killed_so_that_its_replacement_can_start(local_ray, tmp_path):
+    # Unreachable is not dead: left alive, the old actor keeps its CPU (or GPU) and the replacement
+    # cannot be placed; with every slot so hit, the scan would wait forever.
+    scheduler, made = scripted_scheduler(tmp_path, ["shard-blip"], shards=6, actors=2, max_retries=1)
+    done = []
+    try:
+        scheduler.run(finished=done.append)
+        blipped = [int(p.name.split("-")[1]) for p in tmp_path.glob("blipped-*")]
+        assert len(blipped) == 1 and scheduler.restarts == 1
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and psutil.pid_exists(blipped[0]):
+            time.sleep(0.2)
+        assert not psutil.pid_exists(blipped[0]), "the unreachable actor was left running"
+        assert ray.get(made[-1].setup.remote(), timeout=60)["pid"], "the replacement never started"
+    finally:
+        for actor in made:
+            ray.kill(actor)
+    assert sorted(s["shard"] for s in done) == list(range(6)) and not scheduler.failed

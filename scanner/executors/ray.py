@@ -3,9 +3,9 @@ local executor and commit shards into the run directory themselves; the driver o
 
 Scheduling: one shard in flight per actor, handed out from the saved plan as actors free up, so a slow
 shard never holds back another and at most `actors` shards are in flight. Fault tolerance: an actor
-that dies (kill -9, OOM, lost node) is replaced and its shard goes back to the queue, up to
-`max_retries` times per shard; a shard that still fails is reported and stays pending, so relaunching
-the same command retries it. Shard files are written atomically and whole, so a shard that runs twice
+that dies or becomes unreachable (kill -9, OOM, lost node, partition) is killed and replaced and its
+shard goes back to the queue, up to `max_retries` times per shard; a shard that still fails is
+reported and stays pending, so relaunching the same command retries it. Shard files are written atomically and whole, so a shard that runs twice
 (a presumed-dead actor that was only slow) replaces itself with equal rows: never a duplicate row.
 """
 
@@ -152,6 +152,9 @@ class Scheduler:
             self._retry(shard, err)
         # A slot holds one task at a time, so each death is seen once.
         log.warning("Ray actor %d died (%s); starting a new one", slot, _cause(err))
+        # Unreachable (ActorUnavailableError, a partition) may not be dead: left alive, the old actor
+        # would keep its CPUs or GPUs, and the replacement could never be placed. A dead one: a no-op.
+        self.ray.kill(self.slots[slot], no_restart=True)
         self.restarts += 1
         self._spawn(slot)
 
