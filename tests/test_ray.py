@@ -24,6 +24,9 @@ from scanner.executors import ExecutorConfig
 from scanner.runner import ScanConfig
 from scanner.scan import run_scan
 
+# Before Ray is imported: a local Ray then stays on 127.0.0.1 (by default even a single-node Ray takes the
+# host's outward address). The switch is meant for macOS and Windows; it only refuses `ray start --address`.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 ray = pytest.importorskip("ray")
 
 CLI_SEARCH = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--min-match-rate", "0.95",
