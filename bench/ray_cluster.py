@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -50,6 +51,10 @@ TIMING = ("screen_s", "search_s")
 # Loopback only, one address per node. Not 127.0.0.1: Ray replaces "127.0.0.1" and "localhost", in
 # --node-ip-address and --address alike, by the host's outward address.
 HEAD_IP = "127.0.0.2"
+STARTUP_S = 240  # a node joins in ~40 s on the loaded 2-core machine
+# The clusters' own token, in this process and every node and job (RAY_AUTH_TOKEN outranks the user's
+# ~/.ray/auth_token, which a local ray.init() creates and a `ray start` then picks up).
+AUTH = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
 
 
 class Deadline:
@@ -59,9 +64,11 @@ class Deadline:
     def left(self) -> float:
         return self.end - time.monotonic()
 
-    def wait(self, ready, what: str, poll: float = 0.5):
-        """Poll `ready()` until it returns something true; TimeoutError naming `what` past the deadline."""
-        while self.left() > 0:
+    def wait(self, ready, what: str, poll: float = 0.5, within: float | None = None):
+        """Poll `ready()` until it returns something true; TimeoutError naming `what` past the deadline
+        (or `within` seconds, if sooner)."""
+        end = min(self.end, time.monotonic() + within) if within else self.end
+        while time.monotonic() < end:
             value = ready()
             if value:
                 return value
@@ -140,7 +147,8 @@ class Cluster:
     def _start(self, name: str, args: list[str]) -> Node:
         temp = self.root / name
         temp.mkdir(parents=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") and k != "PYTHONPATH"}
+        env = {k: v for k, v in os.environ.items()
+               if k in AUTH or not k.startswith("RAY_") and k != "PYTHONPATH"}
         with open(self.root / f"{name}.log", "w") as log:  # the node's own output
             proc = subprocess.Popen([RAY, "start", "--block", "--temp-dir", str(temp), "--disable-usage-stats",
                                      *self._ports(), *args], stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -161,10 +169,13 @@ class Cluster:
             "--address", f"{HEAD_IP}:{self.gcs_port}", "--num-cpus", str(cpus)])
 
     def alive_nodes(self) -> int:
+        from ray.exceptions import AuthenticationError
         from ray.util.state import list_nodes
 
         try:
             nodes = list_nodes(address=self.dashboard, filters=[("state", "=", "ALIVE")], timeout=10)
+        except AuthenticationError:
+            raise
         except Exception:  # the dashboard is not up yet
             return 0
         return len(nodes)
@@ -240,9 +251,9 @@ def start_cluster(work: Path, deadline: Deadline, cpus: int) -> tuple[Cluster, f
     cluster = Cluster(Path(tempfile.mkdtemp(prefix="rc-", dir="/tmp")), work)
     try:
         cluster.start_head()
-        deadline.wait(lambda: cluster.alive_nodes() >= 1, "the head node", poll=1)
+        deadline.wait(lambda: cluster.alive_nodes() >= 1, "the head node", poll=1, within=STARTUP_S)
         cluster.start_worker(cpus)
-        deadline.wait(lambda: cluster.alive_nodes() >= 2, "the worker node", poll=1)
+        deadline.wait(lambda: cluster.alive_nodes() >= 2, "the worker node", poll=1, within=STARTUP_S)
     except BaseException:
         cluster.close()
         raise
@@ -360,6 +371,7 @@ def main() -> None:
     parser.add_argument("--worker-cpus", type=int, default=2)
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, stop)
+    os.environ.update(dict(zip(AUTH, ("token", secrets.token_hex(32)), strict=True)))  # before Ray loads it
     work = Path(args.workdir or tempfile.mkdtemp(prefix="acr-ray-cluster-"))
     model = build_tiny(work / "tiny")
     corpus = demo_corpus(work / "corpus.parquet")
