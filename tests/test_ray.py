@@ -14,6 +14,7 @@ import tempfile
 import time
 from dataclasses import replace
 
+import psutil
 import pyarrow.parquet as pq
 import pytest
 
@@ -23,6 +24,9 @@ from scanner.executors import ExecutorConfig
 from scanner.runner import ScanConfig
 from scanner.scan import run_scan
 
+# Before Ray is imported: a local Ray then stays on 127.0.0.1 (by default even a single-node Ray takes the
+# host's outward address). The switch is meant for macOS and Windows; it only refuses `ray start --address`.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 ray = pytest.importorskip("ray")
 
 CLI_SEARCH = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--min-match-rate", "0.95",
@@ -173,3 +177,97 @@ def test_too_few_gpus_for_one_actor_names_the_fix(local_ray, reference, tiny_dir
     corpus, _ = reference
     with pytest.raises(InputError, match=r"0 GPUs and 2 CPUs.*--gpus-per-actor 0 --num-actors N"):
         run_scan(config(corpus, tiny_dir), str(tmp_path / "run"), executor=ExecutorConfig(kind="ray", gpus_per_actor=1))
+
+
+# ---- the scheduler's bookkeeping under faults, with stand-in actors on the same real Ray ----
+
+def scripted_actor():
+    """A stand-in for ShardWorker that follows a script of steps shared through files in `folder`
+    (`setup-000-die`, `shard-001-blip`, ...: each call takes the first step of its kind left, "ok" when
+    none is): "die" exits the process, as a lost node does; "blip" fails the task as unreachable while
+    the actor lives on, as a network partition does. Defined in a function: Ray ships it by value."""
+    import os as os_
+
+    class Scripted:
+        def __init__(self, folder: str) -> None:
+            self.folder = folder
+
+        def _step(self, kind: str) -> None:
+            for name in sorted(os_.listdir(self.folder)):
+                if not name.startswith(kind + "-"):
+                    continue
+                try:
+                    os_.unlink(os_.path.join(self.folder, name))
+                except FileNotFoundError:  # another actor took it
+                    continue
+                if name.endswith("-die"):
+                    os_._exit(1)
+                if name.endswith("-blip"):
+                    open(os_.path.join(self.folder, f"blipped-{os_.getpid()}"), "w").close()
+                    raise ray.exceptions.ActorUnavailableError("a network partition (test)", None)
+                return
+
+        def setup(self) -> dict:
+            self._step("setup")
+            return {"pid": str(os_.getpid())}
+
+        def run_shard(self, shard) -> dict:
+            self._step("shard")
+            time.sleep(0.3)
+            return {"shard": shard.shard, "pid": os_.getpid()}
+
+    return Scripted
+
+
+def scripted_scheduler(folder, steps: list[str], shards: int, **options):
+    from collections import deque
+
+    from scanner.executors.ray import Scheduler
+    from scanner.rundir import Shard
+
+    for i, step in enumerate(steps):
+        (folder / f"{step.split('-')[0]}-{i:03d}-{step.split('-')[1]}").touch()
+    remote = ray.remote(scripted_actor()).options(num_cpus=1, max_restarts=0)
+    made = []
+
+    def make_actor():
+        made.append(remote.remote(str(folder)))
+        return made[-1]
+
+    queue = deque(Shard(i, i, i + 1) for i in range(shards))
+    return Scheduler(ray=ray, make_actor=make_actor, queue=queue, **options), made
+
+
+def test_setup_deaths_are_counted_in_a_row_so_a_long_run_survives_many_lost_nodes(local_ray, tmp_path):
+    # A node lost mid-shard: its replacement actor may be placed on the dying node and die at setup.
+    # Two such losses with --max-retries 1 are two separate faults, not two setups failing in a row.
+    steps = ["setup-die", "setup-ok", "shard-ok", "shard-die", "setup-die", "setup-ok"]
+    scheduler, made = scripted_scheduler(tmp_path, steps, shards=3, actors=1, max_retries=1)
+    done = []
+    try:
+        scheduler.run(finished=done.append)
+    finally:
+        for actor in made:
+            ray.kill(actor)
+    assert sorted(s["shard"] for s in done) == [0, 1, 2]
+    assert scheduler.restarts == 3 and dict(scheduler.attempts) == {1: 1} and not scheduler.failed
+
+
+def test_an_actor_reported_unreachable_is_killed_so_that_its_replacement_can_start(local_ray, tmp_path):
+    # Unreachable is not dead: left alive, the old actor keeps its CPU (or GPU) and the replacement
+    # cannot be placed; with every slot so hit, the scan would wait forever.
+    scheduler, made = scripted_scheduler(tmp_path, ["shard-blip"], shards=6, actors=2, max_retries=1)
+    done = []
+    try:
+        scheduler.run(finished=done.append)
+        blipped = [int(p.name.split("-")[1]) for p in tmp_path.glob("blipped-*")]
+        assert len(blipped) == 1 and scheduler.restarts == 1
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and psutil.pid_exists(blipped[0]):
+            time.sleep(0.2)
+        assert not psutil.pid_exists(blipped[0]), "the unreachable actor was left running"
+        assert ray.get(made[-1].setup.remote(), timeout=60)["pid"], "the replacement never started"
+    finally:
+        for actor in made:
+            ray.kill(actor)
+    assert sorted(s["shard"] for s in done) == list(range(6)) and not scheduler.failed

@@ -3,9 +3,9 @@ local executor and commit shards into the run directory themselves; the driver o
 
 Scheduling: one shard in flight per actor, handed out from the saved plan as actors free up, so a slow
 shard never holds back another and at most `actors` shards are in flight. Fault tolerance: an actor
-that dies (kill -9, OOM, lost node) is replaced and its shard goes back to the queue, up to
-`max_retries` times per shard; a shard that still fails is reported and stays pending, so relaunching
-the same command retries it. Shard files are written atomically and whole, so a shard that runs twice
+that dies or becomes unreachable (kill -9, OOM, lost node, partition) is killed and replaced and its
+shard goes back to the queue, up to `max_retries` times per shard; a shard that still fails is
+reported and stays pending, so relaunching the same command retries it. Shard files are written atomically and whole, so a shard that runs twice
 (a presumed-dead actor that was only slow) replaces itself with equal rows: never a duplicate row.
 """
 
@@ -135,6 +135,9 @@ class Scheduler:
             self._retry(shard, err)
             return None
         if shard is None:
+            # Setup deaths count in a row: a long run may lose many nodes, and a replacement placed on a
+            # node that is dying (not yet seen dead) dies at setup once per loss.
+            self.setup_deaths.pop(slot, None)
             self.provenance = self.provenance or value
             return None
         return shard, value
@@ -143,12 +146,15 @@ class Scheduler:
         if shard is None:
             self.setup_deaths[slot] += 1
             if self.setup_deaths[slot] > self.max_retries:
-                raise RuntimeError(f"Ray actor {slot} died {self.setup_deaths[slot]} times while loading the "
-                                   f"model ({_cause(err)}); check its memory (--gpus-per-actor) and logs")
+                raise RuntimeError(f"Ray actor {slot} died {self.setup_deaths[slot]} times in a row while loading "
+                                   f"the model ({_cause(err)}); check its memory (--gpus-per-actor) and logs")
         else:
             self._retry(shard, err)
         # A slot holds one task at a time, so each death is seen once.
         log.warning("Ray actor %d died (%s); starting a new one", slot, _cause(err))
+        # Unreachable (ActorUnavailableError, a partition) may not be dead: left alive, the old actor
+        # would keep its CPUs or GPUs, and the replacement could never be placed. A dead one: a no-op.
+        self.ray.kill(self.slots[slot], no_restart=True)
         self.restarts += 1
         self._spawn(slot)
 
@@ -165,6 +171,21 @@ class Scheduler:
 
     def done(self) -> bool:
         return not self.queue and all(shard is None for _, shard in self.busy.values())
+
+    def run(self, finished, loaded=None) -> None:
+        """Hand out every queued shard: `finished(stats)` per shard done, `loaded(meta)` once, when the
+        first actor has loaded the model. Replacement actors still loading at the end are not waited for."""
+        self.start()
+        while True:
+            self.fill()
+            if self.done():
+                return
+            before = self.provenance
+            result = self.next_result()
+            if loaded and self.provenance and not before:
+                loaded(self.provenance)
+            if result:
+                finished(result[1])
 
 
 def _cause(err: Exception) -> str:
@@ -204,18 +225,8 @@ def _schedule(ray, config: ScanConfig, run: RunDir, pending: list[Shard], execut
     scheduler = Scheduler(ray=ray, make_actor=lambda: remote.remote(config, out, cpus), actors=actors,
                           max_retries=executor.max_retries, queue=deque(pending))
     log.info("Ray: %d actors (%g GPU, %g CPU each) for %d shards", actors, gpus, cpus, len(pending))
-    scheduler.start()
-    wrote_provenance = False
-    while True:
-        scheduler.fill()
-        if scheduler.done():  # replacement actors still loading are not waited for
-            break
-        finished = scheduler.next_result()
-        if scheduler.provenance and not wrote_provenance:
-            write_provenance(run, {k.encode(): v.encode() for k, v in scheduler.provenance.items()})
-            wrote_provenance = True
-        if finished and progress:
-            progress(finished[1])
+    scheduler.run(finished=progress or (lambda stats: None),
+                  loaded=lambda meta: write_provenance(run, {k.encode(): v.encode() for k, v in meta.items()}))
     # vLLM's engine processes stop cleanly before the actors go (a failed close is only logged).
     loading = {slot for slot, shard in scheduler.busy.values() if shard is None}
     closing = [actor.close.remote() for slot, actor in scheduler.slots.items() if slot not in loading]
