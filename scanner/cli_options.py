@@ -1,0 +1,213 @@
+"""The command line's shared options and their translation into configs (no live objects): what
+`acr`, `scan` and the Ray actors' configs are made of. cli.py holds the commands."""
+
+from __future__ import annotations
+
+import click
+
+from scanner.config import (
+    ENGINES,
+    LOSSES,
+    SCHEDULES,
+    EngineConfig,
+    GCGConfig,
+    ModelConfig,
+    PromptConfig,
+    SearchConfig,
+)
+from scanner.errors import InputError
+
+
+def model_options(f):
+    for option in reversed([
+        click.option("--model", "model", required=True, help="HF hub id, local HF directory or .gguf file."),
+        click.option("--revision", default=None, help="Hub revision (branch, tag or commit)."),
+        click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N."),
+        click.option("--dtype", default="auto", show_default=True, help="auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16."),
+        click.option("--threads", type=int, default=None, help="CPU threads for torch."),
+        click.option("--trust-remote-code", is_flag=True, help="Allow the model repository's own code to run."),
+        click.option("--chat", is_flag=True, help="Put the free tokens in the user turn of the chat template."),
+        click.option("--system-prompt", default=None, help="Fixed system prompt (uncounted); needs --chat."),
+        click.option("--instruction", default=None, help="Fixed text before the free tokens (uncounted)."),
+        click.option("--bos", default="auto", show_default=True, type=click.Choice(["auto", "always", "never"])),
+        click.option("--allow-non-ascii", is_flag=True, help="Admit non-ASCII prompt tokens and targets."),
+    ]):
+        f = option(f)
+    return f
+
+
+def search_options(f):
+    for option in reversed([
+        click.option("--schedule", default="fast", show_default=True, type=click.Choice(SCHEDULES),
+                     help="fast: verdict first, warm starts; paper: the authors' exact search."),
+        click.option("--tau", type=float, default=1.0, show_default=True, help="Memorization threshold on ACR."),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--cap-factor", type=int, default=5, show_default=True, help="Longest prompt tried: this x target tokens."),
+        click.option("--steps", type=int, default=None, help="GCG steps per attempt (fast: at the decision length; paper: at the first length)."),
+        click.option("--top-k", type=int, default=None, help="GCG top-k per position."),
+        click.option("--candidates", type=int, default=None, help="GCG candidates per step."),
+        click.option("--loss", type=click.Choice(LOSSES), default=None, help="GCG target loss."),
+        click.option("--restarts", type=int, default=None, help="Fresh restarts before a length fails (fast)."),
+        click.option("--bound-unmemorized", is_flag=True,
+                     help="fast: after 'not memorized', search longer prompts for a real ACR below tau."),
+    ]):
+        f = option(f)
+    return f
+
+
+def engine_options(screen: bool):
+    """--verify-engine (and, where spans are screened, --screen-engine), vLLM's memory share, determinism."""
+    options = [click.option("--verify-engine", default="auto", show_default=True, type=click.Choice(ENGINES),
+                            help="Greedy generation that verifies every prompt: hf (transformers) or vllm; "
+                                 "auto: vllm where it is installed and a GPU is visible, else hf.")]
+    if screen:
+        options.append(click.option("--screen-engine", default="auto", show_default=True,
+                                    type=click.Choice(ENGINES),
+                                    help="Teacher-forced screen of the spans: hf or vllm (prompt log-probs); "
+                                         "auto as for --verify-engine."))
+    options += [
+        click.option("--vllm-gpu-memory", type=float, default=0.4, show_default=True,
+                     help="vLLM's share of the GPU (gpu_memory_utilization), built before the HF model, "
+                          "which gets the rest."),
+        click.option("--deterministic", is_flag=True,
+                     help="vLLM's batch-invariant mode (VLLM_BATCH_INVARIANT=1; GPU only)."),
+        click.option("--targets-per-forward", type=int, default=0, show_default=True,
+                     help="Targets searched together, their GCG forwards shared (fills a GPU that one "
+                          "small model's candidates leave idle); 0: auto (1 on the CPU, by model size "
+                          "on a GPU)."),
+    ]
+
+    def decorate(f):
+        for option in reversed(options):
+            f = option(f)
+        return f
+    return decorate
+
+
+def calibration_options(f):
+    """Memorized or merely predictable: the calibrated verdict of every memorized span (scanner/calibrate.py)."""
+    for option in reversed([
+        click.option("--reference-model", default=None,
+                     help="A model that did not see the corpus (HF dir, hub id or .gguf; any tokenizer): a "
+                          "memorized span it also writes, or finds nearly as likely, is marked predictable."),
+        click.option("--reference-margin", type=float, default=0.5, show_default=True,
+                     help="Nats per token: the reference's NLL of a span within this of the model's = predictable."),
+        click.option("--calibration-prompts", type=int, default=8, show_default=True,
+                     help="Self-calibration: unrelated prompts per memorized span (0: off)."),
+    ]):
+        f = option(f)
+    return f
+
+
+def calibration_config(o: dict):
+    from scanner.calibrate import CalibrationConfig
+    from scanner.engine.check import check_model
+
+    if o["reference_model"]:
+        try:  # a wrong or damaged reference is named now, before anything is loaded or written
+            check_model(ModelConfig(model=o["reference_model"]))
+        except InputError as err:
+            raise InputError(f"--reference-model: {err}") from err
+    return CalibrationConfig(reference_model=o["reference_model"], nll_margin=o["reference_margin"],
+                             random_prompts=o["calibration_prompts"], seed=o["seed"])
+
+
+def engine_config(o: dict) -> EngineConfig:
+    # `acr` has no screen: its engines never include a vLLM screener.
+    return EngineConfig(verify=o["verify_engine"], screen=o.get("screen_engine", "hf"),
+                        gpu_memory_utilization=o["vllm_gpu_memory"], deterministic=o["deterministic"],
+                        targets_per_forward=o["targets_per_forward"])
+
+
+def model_config(o: dict) -> ModelConfig:
+    return ModelConfig(model=o["model"], revision=o["revision"], device=o["device"], dtype=o["dtype"],
+                       threads=o["threads"], trust_remote_code=o["trust_remote_code"])
+
+
+def prompt_config(o: dict) -> PromptConfig:
+    return PromptConfig(chat=o["chat"], system_prompt=o["system_prompt"], instruction=o["instruction"],
+                        bos=o["bos"], allow_non_ascii=o["allow_non_ascii"])
+
+
+def search_config(o: dict) -> SearchConfig:
+    base = SearchConfig.paper() if o["schedule"] == "paper" else SearchConfig()
+    gcg = {k: v for k, v in (("top_k", o["top_k"]), ("num_candidates", o["candidates"]), ("loss", o["loss"]))
+           if v is not None}
+    steps = {"paper_steps": o["steps"]} if o["schedule"] == "paper" else {"decide_steps": o["steps"]}
+    fields = {"tau": o["tau"], "seed": o["seed"], "cap_factor": o["cap_factor"],
+              "gcg": GCGConfig(**{**base.gcg.__dict__, **gcg})}
+    fields.update({k: v for k, v in steps.items() if v is not None})
+    if o["restarts"] is not None:
+        fields["restarts"] = o["restarts"]
+    fields["bound_unmemorized"] = o["bound_unmemorized"]
+    return SearchConfig(**{**base.__dict__, **fields})
+
+
+def scan_options(f):
+    for option in reversed([
+        click.option("--out", "out", required=True, help="Run directory (created, or resumed when it exists)."),
+        click.option("--text-column", default="text", show_default=True),
+        click.option("--id-column", default=None, help="Default: id, else doc_id, else file:row."),
+        click.option("--keep-columns", default="", help="Comma-separated corpus columns carried through."),
+        click.option("--allow-duplicate-ids", is_flag=True),
+        click.option("--span-tokens", type=int, default=32, show_default=True),
+        click.option("--stride", type=int, default=None, help="Default: --span-tokens; larger only with --allow-gaps."),
+        click.option("--allow-gaps", is_flag=True, help="Admit a --stride larger than --span-tokens (text between "
+                     "windows is never scanned: a sample, not a scan)."),
+        click.option("--context-tokens", type=int, default=32, show_default=True,
+                     help="Preceding document tokens screened with each span (and the longest certificate)."),
+        click.option("--certificate-min-match", type=float, default=0.0, show_default=True,
+                     help="Screen: certificate rows only for spans whose window reaches this greedy-match rate "
+                          "(0: every span; 0.5 cuts the screen's tokens ~20x on unmemorized text)."),
+        click.option("--min-match-rate", type=float, default=0.5, show_default=True,
+                     help="Screen: spans below this greedy-match rate and without a certificate are not searched."),
+        click.option("--max-candidates-per-doc", type=int, default=None),
+        click.option("--max-candidates", type=int, default=None,
+                     help="Global search budget, spent in corpus order; later candidates stay screened_out."),
+        click.option("--docs-per-shard", type=int, default=8, show_default=True),
+    ]):
+        f = option(f)
+    return f
+
+
+def executor_options(f):
+    for option in reversed([
+        click.option("--executor", default="local", show_default=True, type=click.Choice(["local", "ray"]),
+                     help="local: this process; ray: long-lived actors on a Ray cluster."),
+        click.option("--ray-address", default=None,
+                     help="Ray cluster to join ('auto': the one this job runs in); default: start a local Ray."),
+        click.option("--num-actors", type=int, default=None,
+                     help="Ray actors; default: one per GPU slot, else one per --cpus-per-actor CPUs."),
+        click.option("--gpus-per-actor", type=float, default=None,
+                     help="GPUs per actor; default 1 where the cluster has GPUs, else 0 (CPU actors)."),
+        click.option("--cpus-per-actor", type=float, default=1.0, show_default=True),
+        click.option("--max-retries", type=int, default=3, show_default=True,
+                     help="Re-runs of a shard whose actor died or whose node was lost."),
+    ]):
+        f = option(f)
+    return f
+
+
+def executor_config(o: dict):
+    from scanner.executors import ExecutorConfig
+
+    return ExecutorConfig(kind=o["executor"], address=o["ray_address"], num_actors=o["num_actors"],
+                          gpus_per_actor=o["gpus_per_actor"], cpus_per_actor=o["cpus_per_actor"],
+                          max_retries=o["max_retries"])
+
+
+def scan_config(o: dict, corpus: str):
+    from scanner.runner import ScanConfig
+    from scanner.stages.read import CorpusConfig
+    from scanner.stages.screen import ScreenConfig
+    from scanner.stages.spans import SpanConfig
+
+    keep = tuple(c for c in o["keep_columns"].split(",") if c)
+    return ScanConfig(
+        corpus=CorpusConfig(path=corpus, text_column=o["text_column"], id_column=o["id_column"],
+                            keep_columns=keep, allow_duplicate_ids=o["allow_duplicate_ids"]),
+        model=model_config(o), prompt=prompt_config(o), search=search_config(o), engines=engine_config(o),
+        spans=SpanConfig(span_tokens=o["span_tokens"], stride=o["stride"], allow_gaps=o["allow_gaps"]),
+        screen=ScreenConfig(context_tokens=o["context_tokens"], certificate_min_match=o["certificate_min_match"]), min_match_rate=o["min_match_rate"],
+        max_candidates_per_doc=o["max_candidates_per_doc"], max_candidates=o["max_candidates"],
+        docs_per_shard=o["docs_per_shard"], calibration=calibration_config(o))
