@@ -7,8 +7,10 @@ saw the canaries and no predictable text. Counting and the refrain reach ACR > 1
 calibration must mark them predictable and leave the canaries memorized, controls untouched."""
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -33,7 +35,9 @@ def cli(*args, timeout=600):
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    root = tmp_path_factory.mktemp("calibrate")
+    # ACR_TINY_DIR (conftest.py): reuse across sessions, beside the suite's tiny model.
+    shared = os.environ.get("ACR_TINY_DIR")
+    root = Path(f"{shared}-calibrate") if shared else tmp_path_factory.mktemp("calibrate")
     return build_tiny(root / "model", SPEC), build_tiny(root / "reference", REFERENCE_SPEC)
 
 
