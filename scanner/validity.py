@@ -11,6 +11,7 @@ installed distributions. bench/validity.py drives it and writes the table and th
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.metadata
 import logging
 import random
@@ -112,14 +113,28 @@ def _pieces(doc: str, limit: int = 2000) -> list[str]:
     return [*out, current] if current else out
 
 
+@functools.lru_cache(maxsize=2)
+def _unique_pieces(stdlib_packages: bool) -> tuple[str, ...]:
+    # Reading every docstring and package text takes seconds; studies and tests build several corpora.
+    texts = (_ascii(t).strip() for t in docstrings(stdlib_packages) + distribution_texts())
+    return tuple(dict.fromkeys(p for t in texts for p in _pieces(t)))
+
+
+def documents_needed(spec: CorpusSpec) -> int:
+    """Documents the planting needs whatever their lengths: the most-copied canary goes into that many
+    distinct documents, and removing the chosen passages may empty one document per passage."""
+    return max(spec.counts) + len(spec.counts) * spec.canaries_per_count + spec.heldout
+
+
 def real_documents(spec: CorpusSpec) -> list[str]:
-    """Unique ASCII documents, shuffled with the seed, up to `max_chars`."""
-    texts = (_ascii(t).strip() for t in docstrings(spec.stdlib_packages) + distribution_texts())
-    docs = list(dict.fromkeys(p for t in texts for p in _pieces(t)))
+    """Unique ASCII documents, shuffled with the seed, up to `max_chars` and at least
+    `documents_needed` of them: the installed packages' texts (and so the document lengths) differ
+    from one environment to the next, and a character budget alone once gave 49 documents for 64 copies."""
+    docs = list(_unique_pieces(spec.stdlib_packages))
     random.Random(spec.seed).shuffle(docs)
-    out, total = [], 0
+    out, total, needed = [], 0, documents_needed(spec)
     for doc in docs:
-        if total >= spec.max_chars:
+        if total >= spec.max_chars and len(out) >= needed:
             break
         out.append(doc)
         total += len(doc)

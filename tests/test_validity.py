@@ -57,6 +57,15 @@ def test_canaries_are_planted_exactly_count_times_and_held_out_text_never(corpus
         assert passage not in text and passage.isascii()
 
 
+def test_a_character_budget_too_small_for_the_copies_still_gives_enough_documents():
+    # The background's document lengths depend on the installed packages; a budget of a few
+    # characters must still plant the 64 copies rather than fail where longer documents come first.
+    small = CorpusSpec(counts=(64,), canaries_per_count=1, heldout=1, max_chars=1)
+    built = build_corpus(small)
+    assert len(built.documents) >= 64
+    assert "\n".join(built.documents).count(built.canaries[0][0]) == 64
+
+
 def test_longest_copy_counts_consecutive_target_tokens_in_the_prompt():
     assert longest_copy([9, 1, 2, 3, 9], [0, 1, 2, 3, 4]) == 3
     assert longest_copy(None, [1, 2]) == 0 and longest_copy([5], [1, 2]) == 0
