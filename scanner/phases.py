@@ -86,7 +86,7 @@ class Phases:
 
     def search_units(self) -> list[Unit]:
         def make() -> dict:
-            settled = {r["span_id"] for r in self.stores["certify"].rows()}
+            settled = {r["span_id"] for r in self.stores["certify"].rows() if r["status"] == "memorized"}
             ranked = bm.rank(self.candidates())
             order = [r for r in ranked if r["span_id"] not in settled]
             if self.config.tighten:
@@ -95,6 +95,12 @@ class Phases:
                 order = order[:self.config.max_candidates]
             return {"units": bm.units([[r["shard"], r["span_id"]] for r in order], self.config.unit_size)}
         return self._units(SEARCH_PLAN, "search", make)
+
+    def unchecked(self) -> dict[str, str]:
+        """Certify units holding failed rows: {unit name: why}."""
+        store = self.stores["certify"]
+        return {f"certify-{i:05d}": "a certificate check failed (see logs/); relaunch to check it again"
+                for i in store.done_shards() if store.stats(i).get("failed")}
 
     def spent(self) -> float:
         store = self.stores["search"]
@@ -115,6 +121,9 @@ def run_phases(phases: Phases, execute, progress=None) -> dict:
     failed = execute(phases.pending(certify), None, _logged(phases, lambda: None))
     if failed or phases.pending(certify):
         return failed
+    unchecked = phases.unchecked()
+    if unchecked:  # the search plan needs every certificate's verdict: a relaunch checks these again
+        return unchecked
     search = phases.search_units()
     spent = {"value": phases.spent()}
 

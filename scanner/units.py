@@ -4,7 +4,8 @@ A unit is a few candidates, named by (shard, span_id), whose rows the worker rea
 parts. A `certify` unit settles spans by their natural-prefix certificates: greedy generation from the
 certificate string (HFEngine.verify, vLLM when attached) and, when it reproduces the span, the span is
 memorized with acr = |y| / |c| (acr_kind certificate_bound) and no GCG step; a certificate refuted by
-generation leaves no row, so its span stays an ordinary candidate. A `search` unit runs MiniPrompt on
+generation leaves no row, so its span stays an ordinary candidate; one whose check raised is a failed
+row, and the search is not planned until a relaunch has checked it again. A `search` unit runs MiniPrompt on
 its candidates (several targets per forward) and calibrates what it finds memorized, where the engine is.
 """
 
@@ -76,9 +77,9 @@ def _certify(engine, rows: list[dict], config: ScanConfig) -> dict:
         start = time.perf_counter()
         try:
             settled = certified_row(engine, row, config)
-        except Exception as err:  # noqa: BLE001 - a certificate that cannot be checked is an ordinary candidate
-            log.warning("certificate of span %s could not be verified: %s", row["span_id"], err)
-            settled = None
+        except Exception as err:  # noqa: BLE001 - one span's fault must not lose the unit; retried on resume
+            log.error("certificate of span %s could not be checked", row["span_id"], exc_info=err)
+            settled = {**row, "status": "failed", "reason": f"certificate: {type(err).__name__}: {err}"[:500]}
         if settled is not None:
             out[row["span_id"]] = {**settled, "search_s": time.perf_counter() - start}
     return out
