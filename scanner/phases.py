@@ -49,15 +49,17 @@ class Phases:
         self.budget = bm.parse_budget(config.search_budget)
         self.stores = {name: Store(run.path, name) for name in ("screen", "certify", "search")}
 
-    def prepare(self) -> None:
-        """Damaged parts pending again; units holding failed rows too (failed is retried, like shards)."""
-        for store in self.stores.values():
-            store.prepare()
+    def prepare(self) -> int:
+        """Damaged parts pending again; units holding failed rows too (failed is retried, like shards).
+        Returns how many parts were reopened."""
+        reopened = sum(len(store.prepare()) for store in self.stores.values())
         for name in ("certify", "search"):
             store = self.stores[name]
             for index in store.done_shards():
                 if store.stats(index).get("failed"):
                     store.reopen(index)
+                    reopened += 1
+        return reopened
 
     def screen_pending(self) -> list:
         done = self.stores["screen"].done()
@@ -113,7 +115,8 @@ class Phases:
 
 def run_phases(phases: Phases, execute, progress=None) -> dict:
     """Phases 1-3 through `execute`; returns the executor's report of tasks that failed for good."""
-    phases.prepare()
+    ran = phases.prepare()
+    execute = _counting(execute, counter := [0])
     failed = execute(phases.screen_pending(), None, progress or (lambda stats: None))
     if failed or phases.screen_pending():
         return failed
@@ -134,8 +137,19 @@ def run_phases(phases: Phases, execute, progress=None) -> dict:
                      _logged(phases, lambda: spent["value"], finished))
     if failed:
         return failed
-    write_results(phases, search)
+    if ran or counter[0] or len(phases.run.done_shards()) < len(phases.plan):
+        write_results(phases, search)  # a relaunch of a finished run writes nothing
     return {}
+
+
+def _counting(execute, counter: list[int]):
+    """`execute` that counts the tasks that finished (a relaunch with nothing to do rewrites nothing)."""
+    def counted(tasks: list, admit, finished) -> dict:
+        def count(stats: dict) -> None:
+            counter[0] += 1
+            finished(stats)
+        return execute(tasks, admit, count)
+    return counted
 
 
 def _logged(phases: Phases, spent, then=None):
