@@ -139,10 +139,11 @@ def scan_command(corpus, out, **options) -> None:
     click.echo(summary_line(stats, out))
     failed = stats["run"]["failed_shards"]
     if failed:
-        for shard, error in sorted(failed.items()):
-            click.echo(f"shard {shard:05d} failed after {executor.max_retries} retries: {error}", err=True)
-        click.echo(f"{len(failed)} shard(s) failed and stay pending; relaunch the same command to retry "
-                   "them (finished shards are kept)", err=True)
+        for task, error in sorted(failed.items(), key=str):
+            name = f"shard {task:05d}" if isinstance(task, int) else task
+            click.echo(f"{name} failed after {executor.max_retries} retries: {error}", err=True)
+        click.echo(f"{len(failed)} shard(s) or unit(s) failed and stay pending; relaunch the same command to "
+                   "retry them (finished work is kept)", err=True)
         sys.exit(4)
 
 
@@ -185,13 +186,16 @@ def ingest_command(sources, out, log_path, text_field, id_field, title_field, au
 @click.option("--interval", type=float, default=10.0, show_default=True, help="--watch: seconds between refreshes.")
 @click.option("--iterations", type=int, default=None, help="--watch: stop after this many refreshes.")
 def status_command(run_dir, workers, watch, interval, iterations) -> None:
-    """Shards done and total, rows by status, throughput, ETA (JSON; --watch: a live view)."""
+    """Shards done and total, rows by status, both phases (screened shards, candidates, search units,
+    budget spent), throughput, ETA (JSON; --watch: a live view)."""
     from scanner.rundir import RunDir
 
     if not watch:
         run = RunDir(run_dir)
         run.require_run()
-        click.echo(json.dumps(run.status(workers), indent=1))
+        from scanner.phases import status as phase_status
+
+        click.echo(json.dumps({**run.status(workers), "phases": phase_status(run)}, indent=1))
         return
     from scanner.watch import watch as watch_run
 

@@ -163,7 +163,16 @@ def scan_options(f):
                      help="Screen: spans below this greedy-match rate and without a certificate are not searched."),
         click.option("--max-candidates-per-doc", type=int, default=None),
         click.option("--max-candidates", type=int, default=None,
-                     help="Global search budget, spent in corpus order; later candidates stay screened_out."),
+                     help="Search at most this many candidates, corpus-wide, best screen evidence first; the "
+                          "rest stay not_searched."),
+        click.option("--search-budget", default=None,
+                     help="Search candidates best-first until this is spent: GCG steps ('20000steps') or "
+                          "search seconds summed over workers ('3600s', '90m', '2h'); the rest stay not_searched."),
+        click.option("--tighten", is_flag=True,
+                     help="Also search spans their natural-prefix certificate settled (after the others, while "
+                          "budget remains), keeping the shorter prompt."),
+        click.option("--unit-size", type=int, default=8, show_default=True,
+                     help="Candidates per search unit, the resumable unit of the search phase."),
         click.option("--docs-per-shard", type=int, default=8, show_default=True),
     ]):
         f = option(f)
@@ -210,4 +219,5 @@ def scan_config(o: dict, corpus: str):
         spans=SpanConfig(span_tokens=o["span_tokens"], stride=o["stride"], allow_gaps=o["allow_gaps"]),
         screen=ScreenConfig(context_tokens=o["context_tokens"], certificate_min_match=o["certificate_min_match"]), min_match_rate=o["min_match_rate"],
         max_candidates_per_doc=o["max_candidates_per_doc"], max_candidates=o["max_candidates"],
+        search_budget=o["search_budget"], tighten=o["tighten"], unit_size=o["unit_size"],
         docs_per_shard=o["docs_per_shard"], calibration=calibration_config(o))

@@ -7,12 +7,11 @@ from tqdm import tqdm
 from scanner.executors import ExecutorConfig
 from scanner.runlock import run_lock
 from scanner.runner import ScanConfig
-from scanner.scan import check_executor, pending_shards, prepare_run, run_scan, validate
+from scanner.scan import pending_shards, prepare_run, run_scan, validate
 from scanner.stages.read import Corpus
 
 
 def run_with_progress(config: ScanConfig, out: str, executor: ExecutorConfig | None = None) -> dict:
-    check_executor(config, executor or ExecutorConfig())
     corpus = validate(config, out)  # before any folder is made or model loads
     with run_lock(out):  # before prepare, which deletes temp files a live writer owns
         return _with_bar(config, corpus, out, executor)

@@ -9,6 +9,7 @@ run_dir/
   lock                         the live writer's host and pid (runlock.py)
   logs/shard-00000.log         per-shard log (written by the caller)
   stats/00000.json             per-shard stats, merged into stats.json
+  screen/ certify/ search/     the phases' own committed parts and plans (store.py, phases.py)
 ```
 
 A shard counts as finished only when its done marker exists; everything else (a results file without a
@@ -36,6 +37,7 @@ from scanner.atomic import TMP_SUFFIX, atomic_write, atomic_write_json, remove_f
 from scanner.errors import InputError, require
 from scanner.integrity import file_sha256, read_json_object, reopen_damaged
 from scanner.schema import SCHEMA_VERSION, results_schema
+from scanner.store import has_work
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,7 @@ CONFIG_FILE = "run_config.json"
 PLAN_FILE = "plan.json"
 STATS_FILE = "stats.json"
 FOLDERS = ("results", "done", "logs", "stats")
+PHASE_PLANS = ("certify_plan.json", "search_plan.json")  # scanner/phases.py
 FIX = "use a new --out or delete it"
 SHOWN_VALUE = 60  # characters of a changed value shown in the error; nested configs can be long
 
@@ -244,6 +247,8 @@ class RunDir:
         require(not self.done_shards(), f"RUN_DIR '{self.path}' has finished shards in done/ but no "
                 f"{CONFIG_FILE}; it is damaged or was not made by acr-scan; {FIX}")
         plan = Plan.make(num_docs, docs_per_shard)
+        for stale in PHASE_PLANS:  # units planned by an older configuration whose parts never finished
+            remove_file(self.path / stale)
         saved = {"config": config, "config_hash": config_hash(run_identity(config)), "corpus_fingerprint": fingerprint,
                  "num_docs": num_docs, "docs_per_shard": docs_per_shard, "package_version": __version__,
                  "schema_version": SCHEMA_VERSION, "created_at": datetime.now(UTC).isoformat()}
@@ -256,7 +261,7 @@ class RunDir:
     def _resume(self, config: dict, fingerprint: str, num_docs: int, docs_per_shard: int) -> Plan:
         saved = self.saved_config()
         problems, fix = _config_problems(saved, config, fingerprint, docs_per_shard)
-        if problems and not self.done_shards():
+        if problems and not self.done_shards() and not has_work(self.path):
             # Nothing of the old run can be lost (e.g. a model that failed to load): the corrected
             # command starts it afresh instead of being refused as a change.
             log.warning("run %s %s, but none of its shards finished; starting it afresh", self.path, problems)

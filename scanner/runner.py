@@ -19,6 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from scanner import __version__
+from scanner.budget import parse_budget
 from scanner.calibrate import CalibrationConfig, empty_columns
 from scanner.config import EngineConfig, ModelConfig, PromptConfig, SearchConfig
 from scanner.engine import batched
@@ -47,9 +48,13 @@ class ScanConfig:
     engines: EngineConfig = field(default_factory=EngineConfig)  # "auto" is decided where the shard runs
     min_match_rate: float = 0.5  # screen: a span is a candidate at this greedy-match rate or with a certificate
     max_candidates_per_doc: int | None = None
-    # Global budget, spent in corpus order (deterministic, resume-safe): the first spans to pass the
-    # screen are searched; later ones stay screened_out with the reason.
+    # Phase 2 (scanner/phases.py) searches candidates corpus-wide, best screen evidence first, until a
+    # budget is spent: --max-candidates counts searched candidates, --search-budget GCG steps or
+    # seconds ("20000steps", "2h"); candidates left over are not_searched. Settled certificates cost neither.
     max_candidates: int | None = None
+    search_budget: str | None = None
+    tighten: bool = False  # also search spans their certificate settled, after the others
+    unit_size: int = 8  # candidates per search unit (the resumable unit of phase 2)
     docs_per_shard: int = 8
     # Memorized spans are calibrated after the search: predictable text is told from recall (calibrate.py).
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
@@ -61,6 +66,8 @@ class ScanConfig:
         require(self.max_candidates is None or self.max_candidates >= 0,
                 f"--max-candidates {self.max_candidates} must be >= 0")
         require(self.docs_per_shard >= 1, f"--docs-per-shard {self.docs_per_shard} must be >= 1")
+        require(self.unit_size >= 1, f"--unit-size {self.unit_size} must be >= 1")
+        parse_budget(self.search_budget)  # InputError naming the value and the accepted forms
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -81,7 +88,8 @@ def _base_row(span: Span, shard: int, tau: float) -> dict:
             "verified_generation": False, "teacher_forced": None, "verify_engine": None, "min_margin": None,
             "steps": 0, "forwards": 0, "screen_s": 0.0, "search_s": 0.0, "shard": shard, "extra": None,
             "verify_version": None, "verify_dtype": None, "verify_flags": None, "verify_disagrees": None,
-            "rejected_matches": None, "screen_engine": None, "doc_row": span.doc_row, **empty_columns()}
+            "rejected_matches": None, "screen_engine": None, "doc_row": span.doc_row, **empty_columns(),
+            "acr_kind": None}
 
 
 def _screened_row(row: dict, screened: Screened, certificate: str | None, seconds: float, engine: str) -> dict:
@@ -100,31 +108,31 @@ def _searched_row(row: dict, result: AcrResult, seconds: float) -> dict:
             "verify_engine": result.verify_engine, "min_margin": result.min_margin, "steps": result.steps,
             "forwards": result.forwards, "search_s": seconds, "verify_version": result.verify_version,
             "verify_dtype": result.verify_dtype, "verify_flags": json.dumps(result.verify_flags, sort_keys=True),
-            "verify_disagrees": result.verify_disagrees, "rejected_matches": result.rejected_matches}
+            "verify_disagrees": result.verify_disagrees, "rejected_matches": result.rejected_matches,
+            "acr_kind": "searched_min", "reason": None}
 
 
 def _is_candidate(row: dict, config: ScanConfig) -> bool:
     return row["certificate_tokens"] is not None or row["greedy_match_rate"] >= config.min_match_rate
 
 
-def _search_spans(engine: HFEngine, rows: dict, chosen: list[Span], config: ScanConfig, width: int) -> dict:
-    """MiniPrompt on the chosen spans, `width` at a time sharing forwards: their new rows by span_id.
-    A span that raises is a failed row, never a lost shard."""
-    jobs = [(Target(s.text, rows[s.span_id]["certificate_prompt"], list(s.target_ids)),
-             replace(config.search, seed=span_seed(config.search.seed, s.span_id))) for s in chosen]
+def search_rows(engine: HFEngine, rows: list[dict], config: ScanConfig, width: int) -> dict:
+    """MiniPrompt on the candidates' rows, `width` at a time sharing forwards: their new rows by span_id.
+    A span that raises is a failed row, never a lost unit."""
+    jobs = [(Target(r["text"], r["certificate_prompt"], list(r["target_ids"])),
+             replace(config.search, seed=span_seed(config.search.seed, r["span_id"]))) for r in rows]
     searched = {}
     for index, result in measure_many(engine, jobs, width):
-        span_id = chosen[index].span_id
+        row = rows[index]
         if isinstance(result, Exception):
-            log.error("span %s failed", span_id, exc_info=result)
-            searched[span_id] = {**rows[span_id], "status": "failed",
-                                 "reason": f"{type(result).__name__}: {result}"[:500]}
+            log.error("span %s failed", row["span_id"], exc_info=result)
+            searched[row["span_id"]] = {**row, "status": "failed", "reason": f"{type(result).__name__}: {result}"[:500]}
         else:
-            searched[span_id] = _searched_row(rows[span_id], result, result.wall_s)
+            searched[row["span_id"]] = _searched_row(row, result, result.wall_s)
     return searched
 
 
-def _calibrate(engine: HFEngine, rows: dict, docs: list[Document], config: ScanConfig) -> dict:
+def calibrate(engine: HFEngine, rows: dict, docs: list[Document], config: ScanConfig) -> dict:
     """The searched rows with compression ratios and, memorized ones, the calibrated verdict (by span_id)."""
     return calibrate_rows(engine, rows, docs, config.calibration, model=config.model, prompt=config.prompt,
                           context_tokens=config.screen.context_tokens)
@@ -208,30 +216,38 @@ def open_engine(config: ScanConfig) -> tuple[HFEngine, dict[bytes, bytes]]:
     return engine, provenance(config, engine)
 
 
-def run_shard(engine: HFEngine, shard: Shard, docs: list[Document], config: ScanConfig,
-              meta: dict[bytes, bytes], budget: int | None = None) -> tuple[pa.Table, dict]:
-    """Every document screened, then the shard's candidates searched together (several targets per
-    forward where the engine config asks, across documents)."""
+PENDING = "not searched yet"
+
+
+def screen_shard(engine: HFEngine, shard: Shard, docs: list[Document], config: ScanConfig,
+                 meta: dict[bytes, bytes]) -> tuple[pa.Table, dict]:
+    """Phase 1 of a shard: every document screened; its candidates (after --max-candidates-per-doc) are
+    rows with status not_searched, which phase 2 settles, searches or leaves (scanner/phases.py)."""
     start = time.perf_counter()
     tokenizer_id = meta[b"tokenizer_hash"].decode()[:16]
     rows: dict = {}
-    chosen: list[Span] = []
     for doc in docs:
-        left = None if budget is None else max(budget - len(chosen), 0)
-        doc_rows, doc_chosen = screen_document(engine, doc, config, shard.shard, tokenizer_id, left)
+        doc_rows, chosen = screen_document(engine, doc, config, shard.shard, tokenizer_id)
+        for span in chosen:
+            doc_rows[span.span_id].update(status="not_searched", reason=PENDING)
         rows.update(doc_rows)
-        chosen += doc_chosen
-    rows.update(_search_spans(engine, rows, chosen, config, int(meta[b"targets_per_forward"])))
-    rows.update(_calibrate(engine, rows, docs, config))
     rows = list(rows.values())
     table = pa.Table.from_pylist(rows, schema=results_schema()).replace_schema_metadata(meta)
     counts = Counter(r["status"] for r in rows)
     stats = {"documents": len(docs), "spans": len(rows), "rows": len(rows), "status_counts": dict(counts),
-             "candidates": counts["memorized"] + counts["not_memorized"] + counts["failed"],
-             "memorized": counts["memorized"], "seconds": time.perf_counter() - start,
-             "calibrated_memorized": sum(r["calibrated_memorized"] for r in rows),
-             "screen_s": sum(r["screen_s"] for r in rows), "search_s": sum(r["search_s"] for r in rows)}
+             "candidates": counts["not_searched"], "memorized": 0, "seconds": time.perf_counter() - start,
+             "screen_s": sum(r["screen_s"] for r in rows)}
     return table, stats
+
+
+def shard_stats(rows: list[dict], documents: int, seconds: float) -> dict:
+    """A finished shard's stats (phase 3), from its final rows."""
+    counts = Counter(r["status"] for r in rows)
+    return {"documents": documents, "spans": len(rows), "rows": len(rows), "status_counts": dict(counts),
+            "candidates": counts["memorized"] + counts["not_memorized"] + counts["failed"],
+            "memorized": counts["memorized"], "seconds": seconds,
+            "calibrated_memorized": sum(bool(r["calibrated_memorized"]) for r in rows),
+            "screen_s": sum(r["screen_s"] for r in rows), "search_s": sum(r["search_s"] for r in rows)}
 
 
 @contextlib.contextmanager

@@ -1,8 +1,8 @@
 """The corpus scan driver: validate, plan, hand the pending shards to an executor, merge the stats.
 
 Validation of the corpus and of the run directory happens before any model loads, so a bad input
-costs seconds, not a model load; a relaunch of the same command resumes from the completion markers,
-under either executor (they give equal tables).
+costs seconds, not a model load; a relaunch of the same command resumes from the completion markers
+of every phase (scanner/phases.py), under either executor (they give equal tables).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import logging
 
 from scanner.engine.check import check_model
 from scanner.engine.positions import check_span_fits, declared_positions
-from scanner.errors import require
 from scanner.executors import ExecutorConfig
 from scanner.executors.local import run_local
 from scanner.rundir import Plan, RunDir, Shard
@@ -22,13 +21,6 @@ from scanner.stages.read import Corpus, open_corpus
 log = logging.getLogger(__name__)
 
 
-def with_failures(run: RunDir, plan: Plan) -> list[Shard]:
-    """Done shards holding `failed` rows: a relaunch re-runs them (filtered rows count as done,
-    failed ones do not); per-span seeds make the re-run reproduce every other row exactly."""
-    done = set(run.done_shards())
-    return [s for s in plan if s.shard in done and run.shard_stats(s.shard).get("status_counts", {}).get("failed", 0)]
-
-
 def prepare_run(config: ScanConfig, out: str, corpus: Corpus | None = None) -> tuple[Corpus, RunDir, Plan]:
     corpus = corpus or validate(config, out)
     run = RunDir(out)
@@ -37,14 +29,11 @@ def prepare_run(config: ScanConfig, out: str, corpus: Corpus | None = None) -> t
 
 
 def pending_shards(run: RunDir, plan: Plan) -> list[Shard]:
-    return sorted(run.pending(plan) + with_failures(run, plan), key=lambda s: s.shard)
+    """The shards phase 1 has still to screen (for the progress bar)."""
+    from scanner.store import Store
 
-
-def check_executor(config: ScanConfig, executor: ExecutorConfig) -> None:
-    # The budget is spent in corpus order; shards handed out dynamically finish in any order.
-    require(executor.kind == "local" or config.max_candidates is None,
-            f"--max-candidates {config.max_candidates} is spent in corpus order and needs --executor local; "
-            "with --executor ray use --max-candidates-per-doc")
+    done = Store(run.path, "screen").done()
+    return [s for s in plan if s.shard not in done]
 
 
 def run_scan(config: ScanConfig, out: str, progress=None, executor: ExecutorConfig | None = None,
@@ -53,7 +42,6 @@ def run_scan(config: ScanConfig, out: str, progress=None, executor: ExecutorConf
     (failed shards, actor restarts). `progress(stats)` is called per finished shard; `corpus`: the
     corpus already opened and validated by the caller."""
     executor = executor or ExecutorConfig()
-    check_executor(config, executor)
     corpus = corpus or validate(config, out)
     with run_lock(out):
         return _locked_scan(config, corpus, out, progress, executor)
@@ -71,13 +59,11 @@ def validate(config: ScanConfig, out: str) -> Corpus:
 
 def _locked_scan(config: ScanConfig, corpus: Corpus, out: str, progress, executor: ExecutorConfig) -> dict:
     corpus, run, plan = prepare_run(config, out, corpus)
-    pending = pending_shards(run, plan)
-    log.info("%d of %d shards pending in %s", len(pending), len(plan), out)
-    report = {"executor": executor.kind, "failed_shards": {}}
-    if pending and executor.kind == "local":
-        report = run_local(config, corpus, run, plan, pending, progress)
-    elif pending:
+    log.info("%d of %d shards still to screen in %s", len(pending_shards(run, plan)), len(plan), out)
+    if executor.kind == "local":
+        report = run_local(config, corpus, run, plan, progress)
+    else:
         from scanner.executors.ray import run_ray  # Ray is imported only when asked for
 
-        report = run_ray(config, run, pending, executor, progress)
+        report = run_ray(config, run, plan, executor, progress)
     return {**run.merge_stats(), "run": report}

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 SCHEMA_VERSION = "1"
 INGESTED_VERSION = "1"
 DOC_KEY = b"doc"
-STATUSES = ("memorized", "not_memorized", "screened_out", "skipped", "failed")
+STATUSES = ("memorized", "not_memorized", "screened_out", "skipped", "failed", "not_searched")
 
 # What `stages/read.py` accepts. Documented here rather than enforced as a schema because the column
 # names are options (--text-column, --id-column) and any other columns may be present.
@@ -67,8 +67,9 @@ def _span_fields() -> list[pa.Field]:
                "ids as cut from the document's tokenization (what the prompt must make the model "
                "generate); empty for a skipped row. Kept so evidence can be re-checked without the corpus."),
         _field("status", pa.string(), "One of memorized, not_memorized, screened_out (ruled out by the "
-               "cheap screen, no search ran), skipped (not a valid target, see reason) or failed (an "
-               "error, see reason; retried on resume)."),
+               "cheap screen, no search ran), skipped (not a valid target, see reason), failed (an "
+               "error, see reason; retried on resume) or not_searched (a candidate the search budget did "
+               "not reach, see reason: --search-budget or --max-candidates)."),
         _field("reason", pa.string(), "Why the span was skipped or failed, e.g. 'too short: 5 tokens < "
                "32' or the error; null otherwise.", nullable=True),
     ]
@@ -77,7 +78,8 @@ def _span_fields() -> list[pa.Field]:
 def _verdict_fields() -> list[pa.Field]:
     return [
         _field("acr", pa.float64(), "Adversarial Compression Ratio |y| / |x*|; |y| / cap when the search "
-               "found no verified prompt; null when no search ran (screened out, skipped, failed).",
+               "found no verified prompt; |y| / |certificate| for a span settled by its certificate (a bound, "
+               "see acr_kind); null when no search ran (screened out, not searched, skipped, failed).",
                nullable=True),
         _field("memorized", pa.bool_(), "ACR > tau with a prompt verified by greedy generation."),
         _field("prompt", pa.string(), "The shortest prompt string found (free tokens only, without the "
@@ -214,10 +216,22 @@ def _calibration_fields() -> list[pa.Field]:
     ]
 
 
+def _phase_fields() -> list[pa.Field]:
+    """Screen first, then search by evidence (scanner/phases.py): what kind of ACR a row reports."""
+    return [
+        _field("acr_kind", pa.string(), "What `acr` is. 'certificate_bound': the span was settled without "
+               "GCG by its natural-prefix certificate (shorter than the span, verified by greedy generation "
+               "from the certificate string, which is `prompt`); acr = |y| / |certificate| is a lower bound "
+               "on the span's ACR (a shorter prompt may exist; --tighten searches for one). 'searched_min': "
+               "the shortest prompt the search found (MiniPrompt), itself a lower bound on the true ACR "
+               "in that the search is not exhaustive. Null when no ACR was measured.", nullable=True),
+    ]
+
+
 def results_schema() -> pa.Schema:
     """One row per span. Column names are a public interface: add columns, never rename or retype."""
     fields = (_span_fields() + _verdict_fields() + _screen_fields() + _verify_fields() + _cost_fields()
-              + _engine_fields() + _identity_fields() + _calibration_fields())
+              + _engine_fields() + _identity_fields() + _calibration_fields() + _phase_fields())
     return pa.schema(fields, metadata={b"name": b"acr-scanner results", b"version": SCHEMA_VERSION.encode()})
 
 

@@ -15,6 +15,7 @@ import time
 from datetime import datetime
 
 from scanner.errors import require
+from scanner.phases import status as phase_status
 from scanner.rundir import PLAN_FILE, RunDir
 
 RECENT = 8  # shard commits the wall-clock rate is measured over: recent enough to follow a resumed run
@@ -59,10 +60,27 @@ def snapshot(run: RunDir, workers: int = 1, now: float | None = None) -> dict:
     complete = status["shards_done"] == status["shards_total"]
     rate = _wall_rate(run, commits, docs)
     eta = 0.0 if complete else (plan.num_docs - done_docs) / rate["docs_per_s"] if rate else status["eta_s"]
-    return {**status, "phase": "complete" if complete else "scanning", "time": now, "docs_done": done_docs,
+    phases = phase_status(run)
+    return {**status, "phase": "complete" if complete else _phase(phases), "phases": phases, "time": now,
+            "docs_done": done_docs,
             "docs_total": plan.num_docs, "memorized": status["status_counts"].get("memorized", 0),
             "wall_rate": rate, "eta_s": eta, "workers": workers,
             "last_commit_s": now - commits[-1][0] if commits else None}
+
+
+def _phase(phases: dict) -> str:
+    if phases["screened_shards"] < phases["shards_total"]:
+        return "scanning (1 screen)"
+    units = phases["search_units"]
+    return "scanning (2 search)" if units["total"] is None or units["done"] < units["total"] else "scanning (3 write)"
+
+
+def _search_line(phases: dict) -> str:
+    units, budget = phases["search_units"], phases["budget"]
+    total = "?" if units["total"] is None else units["total"]
+    spent = f"{budget['spent']:g} {budget['kind']}" + ("" if budget["total"] is None else f" / {budget['total']:g}")
+    return (f"{phases['candidates']} candidates, {phases['certified']} settled by certificates, units "
+            f"{units['done']}/{total} done, budget spent {spent}, not searched {phases['not_searched']}")
 
 
 def _duration(seconds: float | None) -> str:
@@ -91,7 +109,10 @@ def render(snap: dict, run_dir: str) -> str:
         return head
     counts = ", ".join(f"{k} {v}" for k, v in sorted(snap["status_counts"].items())) or "none yet"
     last = "none yet" if snap["last_commit_s"] is None else f"{_duration(snap['last_commit_s'])} ago"
-    rows = [("shards", f"{snap['shards_done']}/{snap['shards_total']} done"),
+    phases = snap["phases"]
+    rows = [("screen", f"{phases['screened_shards']}/{phases['shards_total']} shards screened"),
+            ("search", _search_line(phases)),
+            ("shards", f"{snap['shards_done']}/{snap['shards_total']} done"),
             ("documents", f"{snap['docs_done']}/{snap['docs_total']} done"),
             ("spans", f"{snap['rows']} done ({counts})"), ("memorized", f"{snap['memorized']} so far"),
             ("throughput", _throughput(snap)),

@@ -137,16 +137,23 @@ def test_spans_sharing_forwards_give_the_same_table(scanned, tiny_dir, tmp_path)
     assert max(s.count("memorized") + s.count("not_memorized") for s in shards) > 3, "several spans shared"
 
 
-def test_global_candidate_budget_is_spent_in_corpus_order(tiny_dir, tmp_path):
+def test_max_candidates_searches_the_best_evidence_corpus_wide(tiny_dir, tmp_path):
+    """--max-candidates counts searched candidates, best screen evidence first across the corpus;
+    certificate-settled spans cost none of it; the rest stay not_searched with the reason."""
+    from scanner.budget import evidence_key
+
     corpus = demo_corpus(tmp_path / "corpus.parquet")
     out = tmp_path / "run"
-    done = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SCAN, "--max-candidates", "3")
+    args = [*SCAN[:8], "--min-match-rate", "0.8", "--steps", "10", *SCAN[12:], "--max-candidates", "1"]
+    done = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *args)
     assert done.returncode == 0, done.stderr
     rows = pq.read_table(out / "results").to_pylist()
-    searched = [r for r in rows if r["status"] in ("memorized", "not_memorized", "failed")]
-    assert len(searched) == 3 and {r["doc_id"] for r in searched} == {"doc-0"}  # the first candidates
-    spent = [r for r in rows if r["reason"] == "candidate budget spent (--max-candidates)"]
-    assert spent and all(r["status"] == "screened_out" for r in spent)
+    searched = [r for r in rows if r["acr_kind"] == "searched_min"]
+    waiting = [r for r in rows if r["status"] == "not_searched"]
+    assert len(searched) == 1 and len(waiting) > 3
+    assert all(r["reason"] == "candidate budget spent (--max-candidates)" for r in waiting)
+    assert all(evidence_key(searched[0]) < evidence_key(r) for r in waiting)
+    assert any(r["acr_kind"] == "certificate_bound" and r["memorized"] for r in rows)
 
 
 @pytest.mark.parametrize("table, args, message", [
@@ -185,7 +192,8 @@ def test_a_document_longer_than_the_model_context_is_scanned_in_spans(tiny_dir, 
 def test_kept_columns_logs_and_failed_rows_are_retried(tiny_dir, tmp_path, monkeypatch):
     import pyarrow as pa
 
-    from scanner.config import ModelConfig
+    from scanner.calibrate import CalibrationConfig
+    from scanner.config import ModelConfig, SearchConfig
     from scanner.runner import ScanConfig
     from scanner.scan import run_scan
     from scanner.stages.read import CorpusConfig
@@ -197,8 +205,9 @@ def test_kept_columns_logs_and_failed_rows_are_retried(tiny_dir, tmp_path, monke
     pq.write_table(table.append_column("title", pa.array([f"t{i}" for i in range(table.num_rows)])), corpus)
     config = ScanConfig(corpus=CorpusConfig(path=str(corpus), keep_columns=("title",)),
                         model=ModelConfig(model=str(tiny_dir), device="cpu"), spans=SpanConfig(span_tokens=12, stride=2),
-                        screen=ScreenConfig(context_tokens=16), min_match_rate=0.95, docs_per_shard=3,
-                        max_candidates=2)
+                        screen=ScreenConfig(context_tokens=16), min_match_rate=0.8, docs_per_shard=3,
+                        max_candidates=2, search=SearchConfig(decide_steps=5, shrink_steps=5, restarts=0),
+                        calibration=CalibrationConfig(random_prompts=0))
     import scanner.search.miniprompt as miniprompt
 
     real = miniprompt.effective_cap  # the first call inside every span's search
@@ -209,9 +218,9 @@ def test_kept_columns_logs_and_failed_rows_are_retried(tiny_dir, tmp_path, monke
     assert [r["status"] for r in rows].count("failed") == 2 and all("boom" in r["reason"] for r in rows
                                                                      if r["status"] == "failed")
     assert json.loads(rows[0]["extra"]) == {"title": "t0"}
-    assert "span" in (out / "logs" / "shard-00000.log").read_text()  # the failure was logged per shard
+    assert "span" in (out / "logs" / "search-00000.log").read_text()  # the failure was logged per unit
     monkeypatch.setattr(miniprompt, "effective_cap", real)
-    run_scan(config, str(out))  # relaunch: the shard with failed rows runs again
+    run_scan(config, str(out))  # relaunch: the units with failed rows run again
     rows = pq.read_table(out / "results").to_pylist()
     assert [r["status"] for r in rows].count("failed") == 0
-    assert [r["status"] for r in rows].count("memorized") == 2
+    assert [r["acr_kind"] for r in rows].count("searched_min") == 2

@@ -50,6 +50,7 @@ COLUMNS = {
     "reference_nll": (pa.float64(), True), "reference_s": (pa.float64(), True),
     "gzip_ratio": (pa.float64(), True), "zlib_ratio": (pa.float64(), True), "lzma_ratio": (pa.float64(), True),
     "smaz_ratio": (pa.float64(), True),
+    "acr_kind": (pa.string(), True),
 }
 
 
@@ -103,8 +104,8 @@ def test_the_ingested_corpus_columns_are_a_public_interface():
     assert not schema.field("doc_id").nullable and "id" not in schema.names
 
 
-def test_statuses_are_exactly_the_five():
-    assert STATUSES == ("memorized", "not_memorized", "screened_out", "skipped", "failed")
+def test_statuses_are_exactly_the_six():
+    assert STATUSES == ("memorized", "not_memorized", "screened_out", "skipped", "failed", "not_searched")
     status_doc = describe(results_schema().field("status"))
     assert all(status in status_doc for status in STATUSES)
 

@@ -71,7 +71,8 @@ def test_watch_of_a_complete_run_shows_one_frame_and_ends(running):
 def test_plain_status_json_is_unchanged_by_watch(running):
     status = json.loads(cli("status", str(running.path)).stdout)
     assert set(status) == {"shards_done", "shards_total", "rows", "status_counts", "elapsed_s", "spans_per_s",
-                           "eta_s"}
+                           "eta_s", "phases"}
+    assert status["phases"]["screened_shards"] == 0 and status["phases"]["shards_total"] == 3
     assert status["shards_done"] == 2 and status["rows"] == 20
 
 

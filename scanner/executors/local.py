@@ -1,13 +1,16 @@
-"""The local executor: shards in corpus order, in this process, with one model load."""
+"""The local executor: every task in order, in this process, with one model load (made on the first
+task, so a relaunch of a finished run loads nothing)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 from scanner.atomic import atomic_write_json
+from scanner.phases import Phases, run_phases
 from scanner.rundir import Plan, RunDir, Shard
-from scanner.runner import ScanConfig, open_engine, run_shard, shard_log
+from scanner.runner import ScanConfig
 from scanner.stages.read import Corpus, Document
+from scanner.units import Worker
 
 
 def shard_documents(corpus: Corpus, plan: Plan, pending: list[Shard]) -> Iterator[tuple[Shard, list[Document]]]:
@@ -25,32 +28,40 @@ def shard_documents(corpus: Corpus, plan: Plan, pending: list[Shard]) -> Iterato
             current = []
 
 
-def spent(run: RunDir, pending: list[Shard]) -> int:
-    """Candidates searched by the shards that stay done (shards run in order, so these come first
-    in the corpus)."""
-    rerun = {s.shard for s in pending}
-    return sum(run.shard_stats(i).get("candidates", 0)
-               for i in run.done_shards() if i not in rerun)
-
-
 def write_provenance(run: RunDir, meta: dict[bytes, bytes]) -> None:
     # Model and tokenizer identities are known only once loaded: beside run_config.json.
     atomic_write_json(run.path / "provenance.json", {k.decode(): v.decode() for k, v in meta.items()})
 
 
-def run_local(config: ScanConfig, corpus: Corpus, run: RunDir, plan: Plan, pending: list[Shard],
-              progress=None) -> dict:
-    engine, meta = open_engine(config)
-    write_provenance(run, meta)
-    budget = None if config.max_candidates is None else config.max_candidates - spent(run, pending)
+class LocalExecutor:
+    def __init__(self, config: ScanConfig, corpus: Corpus, run: RunDir, plan: Plan) -> None:
+        self.corpus, self.run, self.plan = corpus, run, plan
+        self.worker = Worker(config, str(run.path))
+
+    def _ready(self) -> Worker:
+        if self.worker.engine is None:
+            self.worker.setup(self.corpus)
+            write_provenance(self.run, self.worker.meta)
+        return self.worker
+
+    def __call__(self, tasks: list, admit, finished) -> dict:
+        """Run `tasks` in order while `admit()` allows; `finished(stats)` after each commit."""
+        shards = [t for t in tasks if isinstance(t, Shard)]
+        if shards:  # screen shards read the corpus in one pass
+            for shard, docs in shard_documents(self.corpus, self.plan, shards):
+                finished(self._ready().run_task(shard, docs))
+            return {}
+        for task in tasks:
+            if admit is not None and not admit():
+                break
+            finished(self._ready().run_task(task))
+        return {}
+
+
+def run_local(config: ScanConfig, corpus: Corpus, run: RunDir, plan: Plan, progress=None) -> dict:
+    execute = LocalExecutor(config, corpus, run, plan)
     try:
-        for shard, docs in shard_documents(corpus, plan, pending):
-            with shard_log(run.log_path(shard.shard)):
-                table, stats = run_shard(engine, shard, docs, config, meta, budget)
-            budget = None if budget is None else budget - stats["candidates"]
-            run.write_shard(shard.shard, table, stats)
-            if progress:
-                progress(stats)
+        run_phases(Phases(config, run, plan), execute, progress)
     finally:
-        engine.close()
+        execute.worker.close()
     return {"executor": "local", "failed_shards": {}}

@@ -1,7 +1,8 @@
-"""The Ray executor: long-lived actors, each loading the model once, run the same `run_shard` as the
-local executor and commit shards into the run directory themselves; the driver only schedules.
+"""The Ray executor: long-lived actors, each loading the model once, run the same tasks as the local
+executor (units.Worker: screen shards, then phase-2 units) and commit them into the run directory
+themselves; the driver only schedules, phase after phase (scanner/phases.py), with the same actors.
 
-Scheduling: one shard in flight per actor, handed out from the saved plan as actors free up, so a slow
+Scheduling: one task in flight per actor, handed out from the saved plan as actors free up, so a slow
 shard never holds back another and at most `actors` shards are in flight. Fault tolerance: an actor
 that dies or becomes unreachable (kill -9, OOM, lost node, partition) is killed and replaced and its
 shard goes back to the queue, up to `max_retries` times per shard; a shard that still fails is
@@ -12,16 +13,16 @@ reported and stays pending, so relaunching the same command retries it. Shard fi
 from __future__ import annotations
 
 import logging
-import os
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from scanner.errors import InputError
 from scanner.executors import ExecutorConfig
 from scanner.executors.local import write_provenance
-from scanner.rundir import RunDir, Shard
-from scanner.runner import ScanConfig, open_engine, run_shard, shard_log
-from scanner.stages.read import open_corpus
+from scanner.phases import Phases, run_phases
+from scanner.rundir import Plan, RunDir, Shard
+from scanner.runner import ScanConfig
+from scanner.units import Worker
 
 log = logging.getLogger(__name__)
 
@@ -37,31 +38,24 @@ def import_ray():
 
 
 class ShardWorker:
-    """A Ray actor's state. Heavy objects are built in `setup()` inside the actor, never pickled."""
+    """A Ray actor's state: a units.Worker, whose heavy objects are built in `setup()` inside the actor,
+    never pickled. `run_shard` runs any task of a scan (a screen shard or a phase-2 unit)."""
 
     def __init__(self, config: ScanConfig, out: str, cpus: float) -> None:
-        self.config, self.run, self.cpus = config, RunDir(out), cpus
-        self.engine = self.meta = self.corpus = None
+        self.worker, self.cpus = Worker(config, out), cpus
 
     def setup(self) -> dict:
-        if self.config.model.threads is None:  # torch would otherwise size its pool to the whole node
+        if self.worker.config.model.threads is None:  # torch would otherwise size its pool to the whole node
             import torch
 
             torch.set_num_threads(max(1, int(self.cpus)))
-        self.engine, self.meta = open_engine(self.config)
-        self.corpus = open_corpus(self.config.corpus)  # workers read the corpus from shared storage
-        return {k.decode(): v.decode() for k, v in self.meta.items()}
+        return self.worker.setup()
 
-    def run_shard(self, shard: Shard) -> dict:
-        docs = self.corpus.documents(shard.doc_start, shard.doc_end)
-        with shard_log(self.run.log_path(shard.shard)):
-            table, stats = run_shard(self.engine, shard, docs, self.config, self.meta)
-        self.run.write_shard(shard.shard, table, stats)
-        return {**stats, "shard": shard.shard, "pid": os.getpid()}
+    def run_shard(self, task) -> dict:
+        return self.worker.run_task(task)
 
     def close(self) -> None:
-        if self.engine is not None:
-            self.engine.close()
+        self.worker.close()
 
 
 def cluster_shape(ray, executor: ExecutorConfig) -> tuple[int, float, float]:
@@ -98,6 +92,7 @@ class Scheduler:
     restarts: int = 0
     setup_deaths: Counter = field(default_factory=Counter)
     provenance: dict | None = None
+    admit: object = None  # () -> bool: whether another queued task may start (the search budget)
 
     def start(self) -> None:
         for slot in range(self.actors):
@@ -114,6 +109,8 @@ class Scheduler:
 
     def fill(self) -> None:
         for slot in self._idle():
+            if self.queue and self.admit is not None and not self.admit():
+                self.queue.clear()  # the budget is spent: what is queued is not searched
             if not self.queue:
                 return
             shard = self.queue.popleft()
@@ -158,24 +155,25 @@ class Scheduler:
         self.restarts += 1
         self._spawn(slot)
 
-    def _retry(self, shard: Shard, err: Exception) -> None:
-        self.attempts[shard.shard] += 1
-        if self.attempts[shard.shard] > self.max_retries:
-            log.error("shard %05d failed %d times, giving up: %s", shard.shard, self.attempts[shard.shard],
-                      _cause(err))
-            self.failed[shard.shard] = _cause(err)
+    def _retry(self, task, err: Exception) -> None:
+        key = _key(task)
+        self.attempts[key] += 1
+        if self.attempts[key] > self.max_retries:
+            log.error("%s failed %d times, giving up: %s", _label(task), self.attempts[key], _cause(err))
+            self.failed[key] = _cause(err)
             return
-        log.warning("shard %05d: %s; retry %d of %d", shard.shard, _cause(err), self.attempts[shard.shard],
-                    self.max_retries)
-        self.queue.appendleft(shard)
+        log.warning("%s: %s; retry %d of %d", _label(task), _cause(err), self.attempts[key], self.max_retries)
+        self.queue.appendleft(task)
 
     def done(self) -> bool:
         return not self.queue and all(shard is None for _, shard in self.busy.values())
 
     def run(self, finished, loaded=None) -> None:
-        """Hand out every queued shard: `finished(stats)` per shard done, `loaded(meta)` once, when the
-        first actor has loaded the model. Replacement actors still loading at the end are not waited for."""
-        self.start()
+        """Hand out every queued task: `finished(stats)` per task done, `loaded(meta)` once, when the
+        first actor has loaded the model. Replacement actors still loading at the end are not waited for.
+        Called again (the next phase), it reuses the actors it started."""
+        if not self.slots:
+            self.start()
         while True:
             self.fill()
             if self.done():
@@ -186,6 +184,15 @@ class Scheduler:
                 loaded(self.provenance)
             if result:
                 finished(result[1])
+
+
+def _key(task):
+    """Shards keep their number as the key of attempts and failures (the CLI names them); units their name."""
+    return task.shard if isinstance(task, Shard) else task.name
+
+
+def _label(task) -> str:
+    return f"shard {task.shard:05d}" if isinstance(task, Shard) else task.name
 
 
 def _cause(err: Exception) -> str:
@@ -205,37 +212,68 @@ def _init(ray, executor: ExecutorConfig) -> bool:
     return True
 
 
-def run_ray(config: ScanConfig, run: RunDir, pending: list[Shard], executor: ExecutorConfig,
-            progress=None) -> dict:
+def run_ray(config: ScanConfig, run: RunDir, plan: Plan, executor: ExecutorConfig, progress=None) -> dict:
     ray = import_ray()
     started = _init(ray, executor)
     try:
-        return _schedule(ray, config, run, pending, executor, progress)
+        return _schedule(ray, config, run, plan, executor, progress)
     finally:
         if started:
             ray.shutdown()
 
 
-def _schedule(ray, config: ScanConfig, run: RunDir, pending: list[Shard], executor: ExecutorConfig,
-              progress) -> dict:
-    actors, gpus, cpus = cluster_shape(ray, executor)
-    actors = min(actors, len(pending))  # more actors than shards would only load idle models
-    remote = ray.remote(ShardWorker).options(num_gpus=gpus, num_cpus=cpus, max_restarts=0)
-    out = str(run.path.resolve())
-    scheduler = Scheduler(ray=ray, make_actor=lambda: remote.remote(config, out, cpus), actors=actors,
-                          max_retries=executor.max_retries, queue=deque(pending))
-    log.info("Ray: %d actors (%g GPU, %g CPU each) for %d shards", actors, gpus, cpus, len(pending))
-    scheduler.run(finished=progress or (lambda stats: None),
-                  loaded=lambda meta: write_provenance(run, {k.encode(): v.encode() for k, v in meta.items()}))
-    # vLLM's engine processes stop cleanly before the actors go (a failed close is only logged).
-    loading = {slot for slot, shard in scheduler.busy.values() if shard is None}
-    closing = [actor.close.remote() for slot, actor in scheduler.slots.items() if slot not in loading]
-    for ref in closing:
-        try:
-            ray.get(ref, timeout=60)
-        except Exception as err:  # an actor that is gone or stuck is killed below anyway
-            log.warning("closing a Ray actor: %s", _cause(err))
-    for actor in scheduler.slots.values():
-        ray.kill(actor)
-    return {"executor": "ray", "actors": actors, "actor_restarts": scheduler.restarts,
-            "retries": sum(scheduler.attempts.values()), "failed_shards": dict(scheduler.failed)}
+class RayExecutor:
+    """The phases' `execute` on Ray: one Scheduler (and its actors) for all phases, started when the
+    first phase has work, so a relaunch of a finished run starts no actor."""
+
+    def __init__(self, ray, config: ScanConfig, run: RunDir, plan: Plan, executor: ExecutorConfig) -> None:
+        self.ray, self.config, self.run, self.plan, self.executor = ray, config, run, plan, executor
+        self.scheduler: Scheduler | None = None
+
+    def _start(self, tasks: list) -> Scheduler:
+        actors, gpus, cpus = cluster_shape(self.ray, self.executor)
+        # More actors than tasks would only load idle models (phase 2 may have more units than shards).
+        actors = min(actors, max(len(tasks), len(self.plan)))
+        remote = self.ray.remote(ShardWorker).options(num_gpus=gpus, num_cpus=cpus, max_restarts=0)
+        out, config = str(self.run.path.resolve()), self.config
+        log.info("Ray: %d actors (%g GPU, %g CPU each)", actors, gpus, cpus)
+        return Scheduler(ray=self.ray, make_actor=lambda: remote.remote(config, out, cpus), actors=actors,
+                         max_retries=self.executor.max_retries)
+
+    def __call__(self, tasks: list, admit, finished) -> dict:
+        if not tasks:
+            return {}
+        self.scheduler = self.scheduler or self._start(tasks)
+        scheduler = self.scheduler
+        scheduler.queue, scheduler.admit = deque(tasks), admit
+        before = dict(scheduler.failed)
+        scheduler.run(finished=finished, loaded=lambda meta: write_provenance(
+            self.run, {k.encode(): v.encode() for k, v in meta.items()}))
+        return {k: v for k, v in scheduler.failed.items() if k not in before}
+
+    def close(self) -> dict:
+        scheduler = self.scheduler
+        if scheduler is None:
+            return {"actors": 0, "actor_restarts": 0, "retries": 0}
+        # vLLM's engine processes stop cleanly before the actors go (a failed close is only logged).
+        loading = {slot for slot, task in scheduler.busy.values() if task is None}
+        closing = [actor.close.remote() for slot, actor in scheduler.slots.items() if slot not in loading]
+        for ref in closing:
+            try:
+                self.ray.get(ref, timeout=60)
+            except Exception as err:  # an actor that is gone or stuck is killed below anyway
+                log.warning("closing a Ray actor: %s", _cause(err))
+        for actor in scheduler.slots.values():
+            self.ray.kill(actor)
+        return {"actors": scheduler.actors, "actor_restarts": scheduler.restarts,
+                "retries": sum(scheduler.attempts.values())}
+
+
+def _schedule(ray, config: ScanConfig, run: RunDir, plan: Plan, executor: ExecutorConfig, progress) -> dict:
+    execute = RayExecutor(ray, config, run, plan, executor)
+    failed: dict = {}
+    try:
+        failed = run_phases(Phases(config, run, plan), execute, progress)
+    finally:
+        report = execute.close()
+    return {"executor": "ray", **report, "failed_shards": failed}

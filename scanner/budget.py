@@ -1,0 +1,87 @@
+"""Pure math of the search phase: parse --search-budget, rank candidates by screen evidence, cut the
+ranking into units, and decide from what committed units recorded whether another unit may start.
+
+No torch, no I/O: the phases driver (scanner/phases.py) feeds it rows and unit stats. Everything here
+is a function of its arguments, so a relaunch that reads the same committed units decides the same.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from scanner.errors import InputError
+
+BUDGET_FORMS = "GCG steps ('20000steps') or seconds ('3600s', '90m', '2h')"
+_UNITS = {"steps": ("steps", 1), "step": ("steps", 1), "s": ("seconds", 1), "m": ("seconds", 60),
+          "h": ("seconds", 3600)}
+_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(steps|step|s|m|h)\s*$")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A search budget: `amount` GCG steps or seconds of search (summed over workers: GPU-seconds)."""
+
+    kind: str  # "steps" or "seconds"
+    amount: float
+
+    def __str__(self) -> str:
+        return f"{self.amount:g} {self.kind}"
+
+
+def parse_budget(text: str | None) -> Budget | None:
+    """'20000steps' -> Budget('steps', 20000); '90m' -> Budget('seconds', 5400); None -> None."""
+    if text is None:
+        return None
+    match = _PATTERN.match(str(text).lower())
+    if not match:
+        raise InputError(f"--search-budget {text!r} is not a budget; give {BUDGET_FORMS}")
+    kind, scale = _UNITS[match.group(2)]
+    amount = float(match.group(1)) * scale
+    if amount <= 0:
+        raise InputError(f"--search-budget {text!r} must be above 0; give {BUDGET_FORMS}")
+    if kind == "steps" and amount != int(amount):
+        raise InputError(f"--search-budget {text!r}: steps are whole numbers; give {BUDGET_FORMS}")
+    return Budget(kind, amount)
+
+
+def certificate_bound(row: dict) -> float:
+    """|y| / |c| of the span's natural-prefix certificate (a lower bound on its ACR); 0 without one."""
+    cert = row.get("certificate_tokens")
+    return row["target_tokens"] / cert if cert else 0.0
+
+
+def settles(row: dict) -> bool:
+    """A certificate shorter than the span proves ACR > 1 once generation verifies it: no GCG needed."""
+    cert = row.get("certificate_tokens")
+    return cert is not None and 0 < cert < row["target_tokens"]
+
+
+def evidence_key(row: dict) -> tuple:
+    """Best evidence sorts first: the higher certificate bound, then the higher greedy-match rate, then
+    the lower mean NLL; span_id breaks ties, so the order never depends on corpus order."""
+    nll = row.get("mean_nll")
+    return (-certificate_bound(row), -(row.get("greedy_match_rate") or 0.0),
+            nll if nll is not None else float("inf"), row["span_id"])
+
+
+def rank(rows: list[dict]) -> list[dict]:
+    return sorted(rows, key=evidence_key)
+
+
+def units(items: list, size: int) -> list[list]:
+    """Consecutive runs of `size` items (the last may be shorter)."""
+    if size < 1:
+        raise ValueError(f"unit size {size} must be >= 1")
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def spent(unit_stats: list[dict], budget: Budget | None) -> float:
+    """What the committed units recorded, in the budget's kind (steps, else seconds)."""
+    key = "steps" if budget is None or budget.kind == "steps" else "search_s"
+    return float(sum(s.get(key, 0) for s in unit_stats))
+
+
+def may_start(spent_so_far: float, budget: Budget | None) -> bool:
+    """Another unit may start while anything of the budget is left (a unit may overshoot it)."""
+    return budget is None or spent_so_far < budget.amount

@@ -1,0 +1,97 @@
+"""A phase's committed parts inside the run directory, with the same guarantees as results/:
+
+```
+run_dir/
+  screen/part-00000.parquet  screen/done/00000  screen/stats/00000.json    phase 1, one per shard
+  certify/part-00000.parquet certify/done/00000 certify/stats/00000.json   phase 2, certificate units
+  search/part-00000.parquet  search/done/00000  search/stats/00000.json    phase 2, search units
+  certify_plan.json  search_plan.json                                       the units, saved once
+```
+
+Each part is committed like a shard (stats, then rows, then a done marker with the rows' sha256, each
+atomically), so a kill at any moment leaves a part pending or done, and a relaunch checks every done
+part against its marker (integrity.py) and redoes damaged ones. Rows have the results schema.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from scanner.atomic import TMP_SUFFIX, atomic_write, atomic_write_json, remove_file
+from scanner.integrity import file_sha256, read_json_object, reopen_damaged
+from scanner.schema import results_schema
+
+log = logging.getLogger(__name__)
+
+PHASES = ("screen", "certify", "search")
+
+
+class Store:
+    """One phase's parts, numbered from 0. Holds only paths, so it pickles to any worker."""
+
+    def __init__(self, run_path: str | Path, name: str) -> None:
+        self.name, self.path = name, Path(run_path) / name
+
+    def result_path(self, index: int) -> Path:
+        return self.path / f"part-{index:05d}.parquet"
+
+    def done_path(self, index: int) -> Path:
+        return self.path / "done" / f"{index:05d}"
+
+    def stats_path(self, index: int) -> Path:
+        return self.path / "stats" / f"{index:05d}.json"
+
+    def done_shards(self) -> list[int]:  # the name integrity.reopen_damaged expects
+        folder = self.path / "done"
+        return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if folder.is_dir() else []
+
+    def done(self) -> set[int]:
+        return set(self.done_shards())
+
+    def reopen(self, index: int) -> None:
+        remove_file(self.done_path(index))
+
+    def prepare(self) -> dict[int, str]:
+        """Folders made, temp files of a stopped writer removed, damaged parts made pending again."""
+        for folder in (self.path, self.path / "done", self.path / "stats"):
+            folder.mkdir(parents=True, exist_ok=True)
+            for tmp in folder.glob(f".*{TMP_SUFFIX}"):
+                remove_file(tmp)
+        return reopen_damaged(self)
+
+    def stats(self, index: int) -> dict:
+        return read_json_object(self.stats_path(index)) or {}
+
+    def write(self, index: int, table: pa.Table, stats: dict) -> None:
+        schema = results_schema()
+        if not table.schema.equals(schema, check_metadata=False):
+            raise ValueError(f"{self.name} part {index:05d}: the table does not have the results schema")
+        remove_file(self.done_path(index))
+        atomic_write_json(self.stats_path(index), {**stats, "rows": table.num_rows})
+        atomic_write(self.result_path(index), lambda f: pq.write_table(table, f))
+        marker = {"part": index, "rows": table.num_rows, "file": f"{self.name}/{self.result_path(index).name}",
+                  "sha256": file_sha256(self.result_path(index))}
+        atomic_write_json(self.done_path(index), marker)
+        log.info("%s part %05d done: %d rows", self.name, index, table.num_rows)
+
+    def read(self, index: int, span_ids: set[str] | None = None) -> pa.Table:
+        table = pq.read_table(self.result_path(index))
+        if span_ids is None:
+            return table
+        import pyarrow.compute as pc
+
+        return table.filter(pc.is_in(table.column("span_id"), value_set=pa.array(sorted(span_ids))))
+
+    def rows(self, indices=None) -> list[dict]:
+        """Rows of the done parts (all, or those in `indices`), in part order."""
+        wanted = self.done_shards() if indices is None else sorted(set(indices) & self.done())
+        return [row for i in wanted for row in self.read(i).to_pylist()]
+
+
+def has_work(run_path: Path) -> bool:
+    """Any phase part done: a run with such work is not started afresh on a changed configuration."""
+    return any(Store(run_path, name).done_shards() for name in PHASES)

@@ -1,0 +1,156 @@
+"""Phase 2's units of work and the worker that runs every task of a scan (screen shards and units).
+
+A unit is a few candidates, named by (shard, span_id), whose rows the worker reads from the screen
+parts. A `certify` unit settles spans by their natural-prefix certificates: greedy generation from the
+certificate string (HFEngine.verify, vLLM when attached) and, when it reproduces the span, the span is
+memorized with acr = |y| / |c| (acr_kind certificate_bound) and no GCG step; a certificate refuted by
+generation leaves no row, so its span stays an ordinary candidate; one whose check raised is a failed
+row, and the search is not planned until a relaunch has checked it again. A `search` unit runs MiniPrompt on
+its candidates (several targets per forward) and calibrates what it finds memorized, where the engine is.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from scanner import acr as acr_math
+from scanner.compression import thresholds as compression_thresholds
+from scanner.rundir import RunDir, Shard
+from scanner.runner import ScanConfig, calibrate, open_engine, screen_shard, search_rows, shard_log
+from scanner.schema import results_schema
+from scanner.search.miniprompt import effective_cap
+from scanner.store import Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Unit:
+    kind: str  # "certify" or "search"
+    index: int
+    items: tuple[tuple[int, str], ...]  # (shard, span_id) in rank order
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}-{self.index:05d}"
+
+    def to_json(self) -> list:
+        return [list(item) for item in self.items]
+
+    @classmethod
+    def from_json(cls, kind: str, index: int, data: list) -> Unit:
+        return cls(kind, index, tuple((int(shard), str(span)) for shard, span in data))
+
+
+def certified_row(engine, row: dict, config: ScanConfig) -> dict | None:
+    """The row settled by its certificate, or None when generation refutes it or it proves too little."""
+    check = engine.verify(row["certificate_prompt"], list(row["target_ids"]))
+    tokens = len(check.prompt_ids or [])
+    if not check.verified_generation or not tokens:
+        return None
+    cap = effective_cap(engine, row["target_tokens"], config.search)
+    value = acr_math.acr(row["target_tokens"], tokens, cap)
+    if not acr_math.is_memorized(value, config.search.tau, True):
+        return None  # a bound at or below tau proves nothing: the search decides
+    taus = {"tau": config.search.tau, **compression_thresholds(row["text"])}
+    flags = [{"name": k, "tau": v["tau"], "memorized": v["memorized"]}
+             for k, v in acr_math.threshold_flags(value, True, taus).items()]
+    info = engine.verify_info()
+    return {**row, "status": "memorized", "reason": None, "acr": value, "memorized": True,
+            "prompt": check.prompt, "prompt_ids": check.prompt_ids, "prompt_tokens": tokens, "thresholds": flags,
+            "verified_generation": True, "teacher_forced": check.teacher_forced, "verify_engine": info["engine"],
+            "min_margin": check.min_margin, "steps": 0, "verify_version": info["version"],
+            "verify_dtype": info["dtype"], "verify_flags": json.dumps(info["flags"], sort_keys=True),
+            "verify_disagrees": check.disagrees, "rejected_matches": 0, "acr_kind": "certificate_bound"}
+
+
+def _certify(engine, rows: list[dict], config: ScanConfig) -> dict:
+    out = {}
+    for row in rows:
+        start = time.perf_counter()
+        try:
+            settled = certified_row(engine, row, config)
+        except Exception as err:  # noqa: BLE001 - one span's fault must not lose the unit; retried on resume
+            log.error("certificate of span %s could not be checked", row["span_id"], exc_info=err)
+            settled = {**row, "status": "failed", "reason": f"certificate: {type(err).__name__}: {err}"[:500]}
+        if settled is not None:
+            out[row["span_id"]] = {**settled, "search_s": time.perf_counter() - start}
+    return out
+
+
+def run_unit(engine, unit: Unit, rows: list[dict], config: ScanConfig, width: int, docs) -> tuple[pa.Table, dict]:
+    """A unit's new rows (certified or searched, then calibrated) and its stats; `docs(rows)` gives the
+    documents calibration needs (only with a reference model)."""
+    start = time.perf_counter()
+    new = _certify(engine, rows, config) if unit.kind == "certify" else search_rows(engine, rows, config, width)
+    new.update(calibrate(engine, new, docs(new.values()), config))
+    out = [new[r["span_id"]] for r in rows if r["span_id"] in new]
+    table = pa.Table.from_pylist(out, schema=results_schema())
+    stats = {"unit": unit.name, "candidates": len(rows), "settled": len(out) if unit.kind == "certify" else 0,
+             "memorized": sum(r["status"] == "memorized" for r in out),
+             "failed": sum(r["status"] == "failed" for r in out),
+             "steps": sum(r["steps"] for r in out), "search_s": time.perf_counter() - start,
+             "forwards": sum(r["forwards"] for r in out)}
+    return table, stats
+
+
+class Worker:
+    """Runs any task of a scan and commits it: a Shard is screened (phase 1), a Unit certified or
+    searched (phase 2). The same class is the local executor's worker and each Ray actor's state;
+    heavy objects are built in `setup()` where it runs, never pickled."""
+
+    def __init__(self, config: ScanConfig, out: str) -> None:
+        self.config, self.run = config, RunDir(out)
+        self.engine = self.meta = self.corpus = None
+
+    def setup(self, corpus=None) -> dict:
+        from scanner.stages.read import open_corpus
+
+        self.engine, self.meta = open_engine(self.config)
+        self.corpus = corpus or open_corpus(self.config.corpus)  # workers read the corpus from shared storage
+        return {k.decode(): v.decode() for k, v in self.meta.items()}
+
+    def run_task(self, task, docs=None) -> dict:
+        if self.engine is None:
+            self.setup()
+        if isinstance(task, Shard):
+            docs = docs if docs is not None else self.corpus.documents(task.doc_start, task.doc_end)
+            with shard_log(self.run.log_path(task.shard)):
+                table, stats = screen_shard(self.engine, task, docs, self.config, self.meta)
+            Store(self.run.path, "screen").write(task.shard, table, stats)
+            return {**stats, "shard": task.shard, "pid": os.getpid()}
+        with shard_log(self.run.path / "logs" / f"{task.name}.log"):
+            table, stats = run_unit(self.engine, task, self._rows(task), self.config,
+                                    int(self.meta[b"targets_per_forward"]), self._docs)
+        Store(self.run.path, task.kind).write(task.index, table.replace_schema_metadata(self.meta), stats)
+        return {**stats, "pid": os.getpid()}
+
+    def _rows(self, unit: Unit) -> list[dict]:
+        """The unit's candidates as the screen left them, in the unit's order."""
+        by_shard = defaultdict(set)
+        for shard, span in unit.items:
+            by_shard[shard].add(span)
+        screen = Store(self.run.path, "screen")
+        found = {r["span_id"]: r for shard, spans in by_shard.items() for r in screen.read(shard, spans).to_pylist()}
+        return [found[span] for _, span in unit.items]
+
+    def _docs(self, rows) -> list:
+        """Documents of the memorized rows' shards, read only when a reference model needs their context."""
+        calibration = self.config.calibration
+        shards = {r["shard"] for r in rows if r["status"] == "memorized"}
+        if not (calibration.enabled and calibration.reference_model and shards):
+            return []
+        plan = self.run.load_plan()
+        return [d for s in sorted(shards) for d in self.corpus.documents(plan.shards[s].doc_start, plan.shards[s].doc_end)]
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+

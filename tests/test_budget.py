@@ -1,0 +1,78 @@
+"""The search phase's pure math (scanner/budget.py): budget parsing, the evidence order, units, and
+the start rule that makes the budget resume-safe."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scanner import budget as bm
+from scanner.errors import InputError
+
+
+@pytest.mark.parametrize("text, kind, amount", [
+    ("20000steps", "steps", 20000), ("5 steps", "steps", 5), ("2h", "seconds", 7200), ("90m", "seconds", 5400),
+    ("3600s", "seconds", 3600), ("1.5h", "seconds", 5400), ("1STEP", "steps", 1)])
+def test_budgets_parse(text, kind, amount):
+    assert bm.parse_budget(text) == bm.Budget(kind, amount)
+
+
+@pytest.mark.parametrize("text", ["", "10", "2 days", "-5steps", "0s", "1.5steps", "steps", "h2"])
+def test_bad_budgets_name_the_value_and_the_forms(text):
+    with pytest.raises(InputError) as err:
+        bm.parse_budget(text)
+    assert repr(text) in str(err.value) and "'20000steps'" in str(err.value) and "'2h'" in str(err.value)
+
+
+rows = st.lists(st.fixed_dictionaries({
+    "target_tokens": st.integers(4, 64),
+    "certificate_tokens": st.one_of(st.none(), st.integers(1, 80)),
+    "greedy_match_rate": st.one_of(st.none(), st.floats(0, 1)),
+    "mean_nll": st.one_of(st.none(), st.floats(0, 20)),
+}), max_size=30).map(lambda rs: [{**r, "span_id": f"{i:04x}"} for i, r in enumerate(rs)])
+
+
+@given(rows)
+def test_rank_is_a_permutation_ordered_by_bound_then_match_then_nll(candidates):
+    ranked = bm.rank(candidates)
+    assert sorted(r["span_id"] for r in ranked) == sorted(r["span_id"] for r in candidates)
+    for a, b in zip(ranked, ranked[1:], strict=False):
+        assert bm.certificate_bound(a) >= bm.certificate_bound(b)
+        if bm.certificate_bound(a) == bm.certificate_bound(b):
+            assert (a["greedy_match_rate"] or 0) >= (b["greedy_match_rate"] or 0)
+    assert bm.rank(list(reversed(candidates))) == ranked, "input (corpus) order never matters"
+
+
+@given(rows)
+def test_only_certificates_shorter_than_the_span_settle(candidates):
+    for r in candidates:
+        assert bm.settles(r) == (r["certificate_tokens"] is not None and r["certificate_tokens"] < r["target_tokens"])
+
+
+@given(st.lists(st.integers(), max_size=40), st.integers(1, 9))
+def test_units_cover_the_order_in_runs_of_the_size(items, size):
+    parts = bm.units(items, size)
+    assert [x for p in parts for x in p] == items
+    assert all(len(p) == size for p in parts[:-1]) and all(1 <= len(p) <= size for p in parts)
+
+
+@given(st.lists(st.integers(0, 50), max_size=20), st.integers(1, 200), st.integers(0, 19))
+def test_the_start_rule_resumes_where_it_stopped(steps, amount, cut):
+    """Units start in order while what committed units spent is below the budget; a relaunch that reads
+    the first `cut` committed units and goes on starts exactly the units one launch would."""
+    budget = bm.Budget("steps", amount)
+
+    def started(costs, spent=0.0):
+        out = []
+        for cost in costs:
+            if not bm.may_start(spent, budget):
+                break
+            out.append(cost)
+            spent += cost
+        return out
+
+    once = started(steps)
+    first = once[:cut]
+    resumed = first + started(steps[len(first):], bm.spent([{"steps": s} for s in first], budget))
+    assert resumed == once
+    assert sum(once) - (once[-1] if once else 0) < amount, "the last unit starts below the budget"
+    assert bm.spent([{"steps": 3, "search_s": 2.5}], bm.Budget("seconds", 10)) == 2.5
