@@ -100,7 +100,8 @@ def _searched_row(row: dict, result: AcrResult, seconds: float) -> dict:
             "verify_engine": result.verify_engine, "min_margin": result.min_margin, "steps": result.steps,
             "forwards": result.forwards, "search_s": seconds, "verify_version": result.verify_version,
             "verify_dtype": result.verify_dtype, "verify_flags": json.dumps(result.verify_flags, sort_keys=True),
-            "verify_disagrees": result.verify_disagrees, "rejected_matches": result.rejected_matches}
+            "verify_disagrees": result.verify_disagrees, "rejected_matches": result.rejected_matches,
+            "rejected_early": result.rejected_early}
 
 
 def _is_candidate(row: dict, config: ScanConfig) -> bool:
