@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from scanner.config import GCGConfig, SearchConfig
 from scanner.search.miniprompt import Target, measure, measure_many
 from scanner.search.reject import HOPELESS, STALLED, RejectRule, decide
+from scanner.search.schedule import make_schedule
 from scanner.tiny import CANARIES, salad
 
 rules = st.builds(RejectRule, after=st.integers(1, 20), min_right=st.floats(0, 1), stall=st.integers(0, 30))
@@ -72,6 +73,20 @@ def test_config_names_bad_values_and_paper_turns_the_rule_off():
             SearchConfig(**bad)
     assert SearchConfig.paper().reject_rule() is None
     assert SearchConfig(early_reject=False).reject_rule() is None
+
+
+@given(st.integers(1, 60), st.integers(0, 80), st.booleans(), st.sampled_from(["fast", "paper"]))
+def test_the_rule_may_stop_only_attempts_before_a_success(y, found_at, bound, schedule):
+    """Never a memorized target's descent, never under bound_unmemorized (which asks for that budget)."""
+    config = SearchConfig(schedule=schedule, bound_unmemorized=bound)
+    plan = make_schedule(y, 5 * y, config, has_template=True)
+    found = False
+    while (attempt := plan.next()) is not None:
+        if attempt.warm != "none":  # n = 0: nothing is optimized, nothing to stop
+            assert attempt.may_reject == (not found and not (bound and schedule == "fast"))
+        ok = attempt.length >= found_at
+        found = found or ok
+        plan.report(ok)
 
 
 # Small budgets (a short descent for canaries; the rule off costs every step on unseen text).
