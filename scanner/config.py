@@ -99,8 +99,9 @@ class SearchConfig:
     # After "not memorized", keep searching longer prompts (up to the cap, inserting tokens into the
     # best prompt so far) so the text gets a real ACR instead of the failure convention |y| / cap.
     bound_unmemorized: bool = False
-    # Early rejection (search/reject.py): while nothing is found, an attempt stops once its best
-    # candidate's teacher-forced tokens right say it will not succeed, and its restarts are skipped.
+    # Early rejection (search/reject.py), while nothing is found: a search whose best candidate still
+    # gets under reject_min_right of the target right (teacher forced) after reject_after steps at a
+    # length ends "not memorized"; an attempt stuck reject_stall steps ends without its restarts.
     # Calibrated on search trajectories (bench/early_reject.py, bench/RESULTS.md).
     early_reject: bool = True
     reject_after: int = 10  # steps at a length before the rule may stop it

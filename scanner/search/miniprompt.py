@@ -7,7 +7,7 @@ and the result record of one target.
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -132,7 +132,7 @@ def _record(state: _State, attempt: Attempt, trial: int, warm: str, outcome: GCG
     return outcome
 
 
-def _stop_rule(config: SearchConfig, attempt: Attempt, target_tokens: int):
+def _stop_rule(config: SearchConfig, attempt: Attempt, target_tokens: int) -> Callable[[GCGOutcome], str | None] | None:
     """The early-rejection test for this attempt's GCG run, or None (off, or not allowed here)."""
     rule = config.reject_rule()
     if rule is None or not attempt.may_reject:
