@@ -50,6 +50,15 @@ def search_options(f):
         click.option("--restarts", type=int, default=None, help="Fresh restarts before a length fails (fast)."),
         click.option("--bound-unmemorized", is_flag=True,
                      help="fast: after 'not memorized', search longer prompts for a real ACR below tau."),
+        click.option("--early-reject/--no-early-reject", default=None,
+                     help="Stop a search the model's teacher-forced tokens right say will not succeed "
+                          "(result field rejected_early). Default: on for fast, off for paper."),
+        click.option("--reject-after", type=int, default=None,
+                     help="Early rejection: GCG steps at a length before it may stop the search."),
+        click.option("--reject-min-right", type=float, default=None,
+                     help="Early rejection: share of target tokens the best candidate must get right by then."),
+        click.option("--reject-stall", type=int, default=None,
+                     help="Early rejection: steps without more tokens right that end an attempt (0: never)."),
     ]):
         f = option(f)
     return f
@@ -137,8 +146,8 @@ def search_config(o: dict) -> SearchConfig:
     fields = {"tau": o["tau"], "seed": o["seed"], "cap_factor": o["cap_factor"],
               "gcg": GCGConfig(**{**base.gcg.__dict__, **gcg})}
     fields.update({k: v for k, v in steps.items() if v is not None})
-    if o["restarts"] is not None:
-        fields["restarts"] = o["restarts"]
+    optional = ("restarts", "early_reject", "reject_after", "reject_min_right", "reject_stall")
+    fields.update({name: o[name] for name in optional if o.get(name) is not None})
     fields["bound_unmemorized"] = o["bound_unmemorized"]
     return SearchConfig(**{**base.__dict__, **fields})
 

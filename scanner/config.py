@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scanner.errors import require
+from scanner.search.reject import RejectRule
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 BOS_POLICIES = ("auto", "always", "never")
@@ -98,6 +99,14 @@ class SearchConfig:
     # After "not memorized", keep searching longer prompts (up to the cap, inserting tokens into the
     # best prompt so far) so the text gets a real ACR instead of the failure convention |y| / cap.
     bound_unmemorized: bool = False
+    # Early rejection (search/reject.py), while nothing is found: a search whose best candidate still
+    # gets under reject_min_right of the target right (teacher forced) after reject_after steps at a
+    # length ends "not memorized"; an attempt stuck reject_stall steps ends without its restarts.
+    # Calibrated on search trajectories (bench/early_reject.py, bench/RESULTS.md).
+    early_reject: bool = True
+    reject_after: int = 10  # steps at a length before the rule may stop it
+    reject_min_right: float = 0.6  # share of target tokens the best candidate must get right by then
+    reject_stall: int = 40  # steps without a rise in that count that stop the attempt (0: never)
 
     def __post_init__(self) -> None:
         require(self.schedule in SCHEDULES, f"unknown schedule '{self.schedule}'; choose one of {', '.join(SCHEDULES)}")
@@ -108,11 +117,21 @@ class SearchConfig:
         require(self.restarts >= 0, f"restarts {self.restarts} must be >= 0")
         require(self.probe_length >= 0, f"probe_length {self.probe_length} must be >= 0 (0: no probe)")
         require(self.paper_step_growth >= 1, f"paper_step_growth {self.paper_step_growth} must be >= 1")
+        require(self.reject_after >= 1, f"reject_after {self.reject_after} must be >= 1 (steps)")
+        require(0 <= self.reject_min_right <= 1,
+                f"reject_min_right {self.reject_min_right} must be a share in [0, 1], e.g. 0.5")
+        require(self.reject_stall >= 0, f"reject_stall {self.reject_stall} must be >= 0 (0: never)")
+
+    def reject_rule(self) -> RejectRule | None:
+        """The early-rejection rule, or None when it is off."""
+        if not self.early_reject:
+            return None
+        return RejectRule(after=self.reject_after, min_right=self.reject_min_right, stall=self.reject_stall)
 
     @classmethod
     def paper(cls, **overrides: Any) -> SearchConfig:
-        """The authors' MiniPrompt: their length schedule with their GCG settings."""
-        return cls(**{"schedule": "paper", "gcg": GCGConfig.reference(), **overrides})
+        """The authors' MiniPrompt: their length schedule with their GCG settings (no early rejection)."""
+        return cls(**{"schedule": "paper", "gcg": GCGConfig.reference(), "early_reject": False, **overrides})
 
 
 @dataclass(frozen=True, kw_only=True)

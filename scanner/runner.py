@@ -89,7 +89,7 @@ def _base_row(span: Span, shard: int, tau: float) -> dict:
             "steps": 0, "forwards": 0, "screen_s": 0.0, "search_s": 0.0, "shard": shard, "extra": None,
             "verify_version": None, "verify_dtype": None, "verify_flags": None, "verify_disagrees": None,
             "rejected_matches": None, "screen_engine": None, "doc_row": span.doc_row, **empty_columns(),
-            "acr_kind": None}
+            "acr_kind": None, "rejected_early": None}
 
 
 def _screened_row(row: dict, screened: Screened, certificate: str | None, seconds: float, engine: str) -> dict:
@@ -109,7 +109,7 @@ def _searched_row(row: dict, result: AcrResult, seconds: float) -> dict:
             "forwards": result.forwards, "search_s": seconds, "verify_version": result.verify_version,
             "verify_dtype": result.verify_dtype, "verify_flags": json.dumps(result.verify_flags, sort_keys=True),
             "verify_disagrees": result.verify_disagrees, "rejected_matches": result.rejected_matches,
-            "acr_kind": "searched_min", "reason": None}
+            "acr_kind": "searched_min", "reason": None, "rejected_early": result.rejected_early}
 
 
 def _is_candidate(row: dict, config: ScanConfig) -> bool:

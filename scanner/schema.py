@@ -228,10 +228,22 @@ def _phase_fields() -> list[pa.Field]:
     ]
 
 
+def _rejection_fields() -> list[pa.Field]:
+    """Early rejection of searches (scanner/search/reject.py)."""
+    return [
+        _field("rejected_early", pa.bool_(), "The search found no prompt and the early-rejection rule "
+               "(--early-reject) stopped it before its budget: the model's best candidates got too few "
+               "target tokens right under teacher forcing (or stopped improving), so the span is "
+               "not_memorized without the full search; steps and forwards count what was spent. False "
+               "for a search that ran to its end or found a prompt; null when no search ran.", nullable=True),
+    ]
+
+
 def results_schema() -> pa.Schema:
     """One row per span. Column names are a public interface: add columns, never rename or retype."""
     fields = (_span_fields() + _verdict_fields() + _screen_fields() + _verify_fields() + _cost_fields()
-              + _engine_fields() + _identity_fields() + _calibration_fields() + _phase_fields())
+              + _engine_fields() + _identity_fields() + _calibration_fields() + _phase_fields()
+              + _rejection_fields())
     return pa.schema(fields, metadata={b"name": b"acr-scanner results", b"version": SCHEMA_VERSION.encode()})
 
 

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from scanner.engine.hf import HFEngine, Scores, TargetScorer, initial_chunk
-from scanner.search.losses import exact_match, target_loss
+from scanner.search.losses import exact_match, target_loss, tokens_right
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def gradients(engine: HFEngine, items: list[tuple[TargetScorer, torch.Tensor]]) 
 
 @torch.no_grad()
 def scores(engine: HFEngine, items: list[tuple[TargetScorer, torch.Tensor]]) -> list[Scores]:
-    """Loss and exact match of every (scorer, candidates [B, n]), all rows in memory-sized chunks
+    """Loss, exact match and target tokens right of every (scorer, candidates [B, n]), all rows in memory-sized chunks
     (halved on out-of-memory, no gc.collect: 0.24 s a call on an H200); longest rows first so each
     chunk pads to little more than its own rows. Several items need `supported(engine)`."""
     if len(items) > 1 and not supported(engine):
@@ -100,7 +100,7 @@ def scores(engine: HFEngine, items: list[tuple[TargetScorer, torch.Tensor]]) -> 
     total = sum(s.shape[0] for s in seqs)
     keep = max(s.target.numel() for s, _ in items) + 1
     chunk = engine.chunk_size or initial_chunk(engine, torch.Size((total, seqs[order[0]].shape[1])), keep)
-    losses, exact = [[] for _ in items], [[] for _ in items]
+    losses, right = [[] for _ in items], [[] for _ in items]
     start = 0
     while start < total:
         parts = _segments(order, [seqs[j].shape[0] for j in order], start, min(start + chunk, total))
@@ -112,11 +112,12 @@ def scores(engine: HFEngine, items: list[tuple[TargetScorer, torch.Tensor]]) -> 
             chunk = engine.chunk_size = max(chunk // 2, 1)
             log.warning("out of memory: candidate chunk halved to %d", chunk)
             continue
-        for j, loss, match in results:
+        for j, loss, count in results:
             losses[j].append(loss)
-            exact[j].append(match)
+            right[j].append(count)
         start += chunk
-    return [Scores(loss=torch.cat(a), exact=torch.cat(b)) for a, b in zip(losses, exact, strict=True)]
+    return [Scores(loss=torch.cat(a), exact=torch.cat(b) == items[j][0].target.numel(), right=torch.cat(b))
+            for j, (a, b) in enumerate(zip(losses, right, strict=True))]
 
 
 def _segments(order: list[int], sizes: list[int], lo: int, hi: int) -> list[tuple[int, int, int]]:
@@ -134,7 +135,7 @@ def _score_chunk(engine: HFEngine, items, seqs, parts) -> list[tuple[int, torch.
     out = []
     for (j, _, _), logits in zip(parts, _chunk_logits(engine, items, seqs, parts), strict=True):
         target, kind = items[j][0].target, items[j][0].loss
-        out.append((j, target_loss(logits, target, kind).float().cpu(), exact_match(logits, target).cpu()))
+        out.append((j, target_loss(logits, target, kind).float().cpu(), tokens_right(logits, target).cpu()))
     return out
 
 

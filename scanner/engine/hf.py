@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 class Scores:
     loss: torch.Tensor  # [B] float32, cpu
     exact: torch.Tensor  # [B] bool, cpu: teacher-forced greedy reproduces the target
+    right: torch.Tensor  # [B] int, cpu: target tokens that teacher-forced greedy gets right
 
 
 @dataclass(frozen=True)

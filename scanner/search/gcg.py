@@ -12,7 +12,7 @@ driver (search/driver.py) can run one search alone or put the work of several ta
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,7 +65,12 @@ class GCGOutcome:
     best_loss: float
     steps: int = 0
     losses: list[float] = field(default_factory=list)  # best loss after each step
+    # Target tokens that teacher-forced greedy gets right after each step: the step's lowest-loss
+    # candidate (`rights`) and its best candidate by that count (`top_rights`).
+    rights: list[int] = field(default_factory=list)
+    top_rights: list[int] = field(default_factory=list)
     rejected: int = 0  # teacher-forced matches that real generation did not confirm
+    stopped: str | None = None  # why the caller's stop rule ended it early (search/reject.py)
 
 
 def sample_candidates(prompt: torch.Tensor, grad: torch.Tensor, config: GCGConfig,
@@ -102,8 +107,10 @@ def confirm(engine: HFEngine, candidates: torch.Tensor, scores: Scores, target_i
 
 
 def run_gcg(scorer: TargetScorer, init: list[int], steps: int, config: GCGConfig,
-            generator: torch.Generator, verify_limit: int) -> Generator[Request, Any, GCGOutcome]:
-    """Optimize a prompt of len(init) tokens for at most `steps` steps; stop at a verified match."""
+            generator: torch.Generator, verify_limit: int,
+            stop: Callable[[GCGOutcome], str | None] | None = None) -> Generator[Request, Any, GCGOutcome]:
+    """Optimize a prompt of len(init) tokens for at most `steps` steps; stop at a verified match, or
+    when `stop` (asked after every step) gives a reason why the run will not get there (outcome.stopped)."""
     engine, target_ids = scorer.engine, scorer.target.tolist()
     current = torch.tensor(init, dtype=torch.long)
     outcome = GCGOutcome(success=None, best_ids=list(init), best_loss=float("inf"))
@@ -128,6 +135,8 @@ def run_gcg(scorer: TargetScorer, init: list[int], steps: int, config: GCGConfig
         best = int(scores.loss.argmin())
         current = candidates[best]
         outcome.losses.append(min(float(scores.loss[best]), outcome.best_loss))
+        outcome.rights.append(int(scores.right[best]))
+        outcome.top_rights.append(int(scores.right.max()))
         if outcome.success is not None:
             outcome.best_ids, outcome.best_loss = outcome.success.prompt_ids or current.tolist(), 0.0
             return outcome
@@ -135,5 +144,8 @@ def run_gcg(scorer: TargetScorer, init: list[int], steps: int, config: GCGConfig
             outcome.best_ids, outcome.best_loss, since_best = current.tolist(), float(scores.loss[best]), 0
         since_best += 1
         if config.patience and since_best >= config.patience:
+            break
+        if stop is not None and (reason := stop(outcome)) is not None:
+            outcome.stopped = reason
             break
     return outcome

@@ -32,6 +32,11 @@ def exact_match(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return (logits.argmax(-1) == target).all(-1)
 
 
+def tokens_right(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """[B] int: target positions where teacher-forced argmax is the target token."""
+    return (logits.argmax(-1) == target).sum(-1)
+
+
 def _ce(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     flat = logits.float().reshape(-1, logits.shape[-1])
     return F.cross_entropy(flat, target.repeat(logits.shape[0]), reduction="none").view(logits.shape[:2])

@@ -7,7 +7,7 @@ and the result record of one target.
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -19,6 +19,7 @@ from scanner.config import SearchConfig
 from scanner.engine.hf import HFEngine, TargetScorer, Verification
 from scanner.search.driver import run_many, run_one
 from scanner.search.gcg import GCGOutcome, Request, Score, confirm, keep_typeable, run_gcg
+from scanner.search.reject import HOPELESS, decide
 from scanner.search.schedule import Attempt, make_schedule
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,9 @@ class AcrResult:
     wall_s: float
     seed: int
     bos: str
+    # Nothing found, and the early-rejection rule stopped at least one attempt before its budget
+    # (search/reject.py); steps and forwards count what was spent.
+    rejected_early: bool = False
     trace: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -68,6 +72,7 @@ class _State:
     best_failed: list[int] | None = None  # lowest-loss prompt of the longest failed length
     steps: int = 0
     rejected: int = 0
+    stopped: int = 0  # attempts the early-rejection rule stopped
     trace: list[dict] = field(default_factory=list)
 
 
@@ -115,11 +120,24 @@ def _empty_prompt(scorer: TargetScorer) -> Generator[Request, Any, GCGOutcome]:
 
 
 def _record(state: _State, attempt: Attempt, trial: int, warm: str, outcome: GCGOutcome) -> GCGOutcome:
+    """Counts and the trace of one attempt, with its trajectory: per step the best loss so far and the
+    target tokens right under teacher forcing (of the lowest-loss and of the best candidate)."""
     state.steps += outcome.steps
     state.rejected += outcome.rejected
+    state.stopped += outcome.stopped is not None
     state.trace.append({"length": attempt.length, "trial": trial, "warm": warm, "steps": outcome.steps,
-                        "best_loss": outcome.best_loss, "success": outcome.success is not None})
+                        "best_loss": outcome.best_loss, "success": outcome.success is not None,
+                        "rejected_early": outcome.stopped, "losses": [round(x, 5) for x in outcome.losses],
+                        "rights": outcome.rights, "top_rights": outcome.top_rights})
     return outcome
+
+
+def _stop_rule(config: SearchConfig, attempt: Attempt, target_tokens: int) -> Callable[[GCGOutcome], str | None] | None:
+    """The early-rejection test for this attempt's GCG run, or None (off, or not allowed here)."""
+    rule = config.reject_rule()
+    if rule is None or not attempt.may_reject:
+        return None
+    return lambda outcome: decide(outcome.top_rights, target_tokens, rule)
 
 
 def _run_length(scorer: TargetScorer, attempt: Attempt, state: _State, config: SearchConfig,
@@ -138,9 +156,10 @@ def _run_length(scorer: TargetScorer, attempt: Attempt, state: _State, config: S
         elif trial == 0 and attempt.warm == "grow" and state.best_failed:
             init = _grow(scorer.engine, state.best_failed, attempt.length, generator)
         init = init or random_prompt(scorer.engine, attempt.length, generator)
-        outcome = yield from run_gcg(scorer, init, attempt.steps, config.gcg, generator, config.verify_retries)
+        stop = _stop_rule(config, attempt, scorer.target.numel())
+        outcome = yield from run_gcg(scorer, init, attempt.steps, config.gcg, generator, config.verify_retries, stop)
         _record(state, attempt, trial, attempt.warm if trial == 0 else "random", outcome)
-        if outcome.success is not None:
+        if outcome.success is not None or outcome.stopped:  # a stopped attempt gets no restarts
             break
     return outcome
 
@@ -207,6 +226,8 @@ def search(engine: HFEngine, target: Target, config: SearchConfig) -> Generator[
                              known_length=certificate)
     while (attempt := schedule.next()) is not None:
         outcome = yield from _run_length(scorer, attempt, state, config, generator)
+        if outcome.stopped == HOPELESS:  # the model does not know the text: "not memorized" now
+            break
         ok = outcome.success is not None
         if ok:
             state.best = outcome.success
@@ -235,4 +256,5 @@ def _result(engine: HFEngine, text: str, target_ids: list[int], cap: int, config
         steps=state.steps, forwards=0, rejected_matches=state.rejected, verify_engine=verifier["engine"],
         verify_version=verifier["version"], verify_dtype=verifier["dtype"], verify_flags=verifier["flags"],
         verify_disagrees=best.disagrees if best else None, wall_s=0.0,
-        seed=config.seed, bos=engine.template.bos_policy, trace=state.trace)
+        seed=config.seed, bos=engine.template.bos_policy, rejected_early=best is None and state.stopped > 0,
+        trace=state.trace)

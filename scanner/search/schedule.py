@@ -21,6 +21,9 @@ class Attempt:
     steps: int
     warm: str  # none: n = 0, nothing to optimize; random; shrink: from the success above; grow: from below
     tries: int  # runs (the first warm, the rest fresh) before the length is declared failed
+    # Early rejection may stop it (search/reject.py): only while nothing is found, so a memorized
+    # target's descent is never cut, and never under bound_unmemorized, which asks for that budget.
+    may_reject: bool = False
 
 
 class PaperSchedule:
@@ -40,7 +43,7 @@ class PaperSchedule:
     def next(self) -> Attempt | None:
         if self._done:
             return None
-        return Attempt(length=self._n, steps=self._steps, warm="random", tries=1)
+        return Attempt(length=self._n, steps=self._steps, warm="random", tries=1, may_reject=not self.found)
 
     def report(self, success: bool) -> None:
         if success:
@@ -104,7 +107,8 @@ class FastSchedule:
         warm = "shrink" if shrinking else ("grow" if grow else "random")
         steps = self._config.shrink_steps if shrinking and n < self._decide else self._config.decide_steps
         probing = n == self._probe and not self.found  # one try: the decision length has the restarts
-        return Attempt(length=n, steps=steps, warm=warm, tries=1 if probing else 1 + self._config.restarts)
+        return Attempt(length=n, steps=steps, warm=warm, tries=1 if probing else 1 + self._config.restarts,
+                       may_reject=not (self.found or self._config.bound_unmemorized))
 
     def report(self, success: bool) -> None:
         n = self._n
