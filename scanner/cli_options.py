@@ -159,7 +159,7 @@ def scan_options(f):
                           "a span long is not split across two windows (stages/anchor.py)."),
         click.option("--anchor-min-run", type=int, default=None,
                      help="Greedy matches a run needs to get anchored spans; default: --span-tokens minus 4."),
-        click.option("--anchor-max-gap", type=int, default=1, show_default=True,
+        click.option("--anchor-max-gap", type=int, default=0, show_default=True,
                      help="Consecutive misses bridged inside a run of matches."),
         click.option("--pz-top-k", type=int, default=40, show_default=True,
                      help="p_z: k of the top-k sampling scheme (Hayes et al. 2024; greedy p_z is always given)."),

@@ -31,7 +31,7 @@ class SpanConfig:
     # aligned to its start and end. None: the span length minus 4 (bench/RESULTS.md, anchored windows).
     anchors: bool = True
     anchor_min_run: int | None = None
-    anchor_max_gap: int = 1
+    anchor_max_gap: int = 0
 
     def __post_init__(self) -> None:
         require(self.span_tokens >= 1, f"--span-tokens {self.span_tokens} must be >= 1")
