@@ -163,6 +163,21 @@ def scan_options(f):
         click.option("--stride", type=int, default=None, help="Default: --span-tokens; larger only with --allow-gaps."),
         click.option("--allow-gaps", is_flag=True, help="Admit a --stride larger than --span-tokens (text between "
                      "windows is never scanned: a sample, not a scan)."),
+        click.option("--anchors/--no-anchors", default=True, show_default=True,
+                     help="Add spans aligned to runs of teacher-forced greedy matches, so a memorized passage "
+                          "a span long is not split across two windows (stages/anchor.py)."),
+        click.option("--anchor-min-run", type=int, default=None,
+                     help="Greedy matches a run needs to get anchored spans; default: --span-tokens minus 4."),
+        click.option("--anchor-max-gap", type=int, default=0, show_default=True,
+                     help="Consecutive misses bridged inside a run of matches."),
+        click.option("--pz-top-k", type=int, default=40, show_default=True,
+                     help="p_z: k of the top-k sampling scheme (Hayes et al. 2024; greedy p_z is always given)."),
+        click.option("--pz-temperature", type=float, default=1.0, show_default=True,
+                     help="p_z: temperature of the top-k sampling scheme."),
+        click.option("--pz-n", type=int, default=1000, show_default=True,
+                     help="(n, p)-discoverable: samples an extractor draws."),
+        click.option("--pz-p", type=float, default=0.5, show_default=True,
+                     help="(n, p)-discoverable: the chance of one exact sample required."),
         click.option("--context-tokens", type=int, default=32, show_default=True,
                      help="Preceding document tokens screened with each span (and the longest certificate)."),
         click.option("--certificate-min-match", type=float, default=0.0, show_default=True,
@@ -215,6 +230,7 @@ def executor_config(o: dict):
 
 
 def scan_config(o: dict, corpus: str):
+    from scanner.extraction import ExtractionConfig
     from scanner.runner import ScanConfig
     from scanner.stages.read import CorpusConfig
     from scanner.stages.screen import ScreenConfig
@@ -225,8 +241,12 @@ def scan_config(o: dict, corpus: str):
         corpus=CorpusConfig(path=corpus, text_column=o["text_column"], id_column=o["id_column"],
                             keep_columns=keep, allow_duplicate_ids=o["allow_duplicate_ids"]),
         model=model_config(o), prompt=prompt_config(o), search=search_config(o), engines=engine_config(o),
-        spans=SpanConfig(span_tokens=o["span_tokens"], stride=o["stride"], allow_gaps=o["allow_gaps"]),
-        screen=ScreenConfig(context_tokens=o["context_tokens"], certificate_min_match=o["certificate_min_match"]), min_match_rate=o["min_match_rate"],
+        spans=SpanConfig(span_tokens=o["span_tokens"], stride=o["stride"], allow_gaps=o["allow_gaps"],
+                         anchors=o["anchors"], anchor_min_run=o["anchor_min_run"], anchor_max_gap=o["anchor_max_gap"]),
+        screen=ScreenConfig(context_tokens=o["context_tokens"], certificate_min_match=o["certificate_min_match"],
+                            extraction=ExtractionConfig(top_k=o["pz_top_k"], temperature=o["pz_temperature"],
+                                                        n=o["pz_n"], p=o["pz_p"])),
+        min_match_rate=o["min_match_rate"],
         max_candidates_per_doc=o["max_candidates_per_doc"], max_candidates=o["max_candidates"],
         search_budget=o["search_budget"], tighten=o["tighten"], unit_size=o["unit_size"],
         docs_per_shard=o["docs_per_shard"], calibration=calibration_config(o))

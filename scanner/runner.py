@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from scanner import __version__
+from scanner import __version__, extraction
 from scanner.budget import parse_budget
 from scanner.calibrate import CalibrationConfig, empty_columns
 from scanner.config import EngineConfig, ModelConfig, PromptConfig, SearchConfig
@@ -29,9 +29,10 @@ from scanner.errors import require
 from scanner.rundir import Shard, config_hash, run_identity
 from scanner.schema import results_schema
 from scanner.search.miniprompt import AcrResult, Target, measure_many
+from scanner.stages.anchor import screen_with_anchors
 from scanner.stages.calibrate import calibrate_rows
 from scanner.stages.read import CorpusConfig, Document
-from scanner.stages.screen import ScreenConfig, Screened, screen_spans
+from scanner.stages.screen import ScreenConfig, Screened
 from scanner.stages.spans import Span, SpanConfig, make_spans, tokenize_document
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ def _base_row(span: Span, shard: int, tau: float) -> dict:
             "steps": 0, "forwards": 0, "screen_s": 0.0, "search_s": 0.0, "shard": shard, "extra": None,
             "verify_version": None, "verify_dtype": None, "verify_flags": None, "verify_disagrees": None,
             "rejected_matches": None, "screen_engine": None, "doc_row": span.doc_row, **empty_columns(),
-            "acr_kind": None, "rejected_early": None}
+            "acr_kind": None, "rejected_early": None, "anchored": span.anchored, **extraction.empty_columns()}
 
 
 def _screened_row(row: dict, screened: Screened, certificate: str | None, seconds: float, engine: str) -> dict:
@@ -150,16 +151,15 @@ def screen_document(engine: HFEngine, doc: Document, config: ScanConfig, shard: 
     rows = {s.span_id: {**_base_row(s, shard, tau), "extra": extra} for s in spans}
     if not live:
         return rows, []
-    ids, offsets = tokens
     screen_engine = engine.screen_info()["engine"]
-    for length in sorted({len(s.target_ids) for s in live}):
-        group = [s for s in live if len(s.target_ids) == length]
-        start = time.perf_counter()
-        results = screen_spans(engine, ids, group, config.screen)
-        each = (time.perf_counter() - start) / len(group)
-        for span, screened in zip(group, results, strict=True):
-            cert = None if screened.certificate_start is None else doc.text[offsets[screened.certificate_start][0]:span.char_start]
-            rows[span.span_id] = _screened_row(rows[span.span_id], screened, cert, each, screen_engine)
+    screened = screen_with_anchors(engine, doc, tokens, live, config.spans, config.screen, tokenizer_id)
+    live = [span for span, _, _ in screened]
+    rows = {s.span_id: rows.get(s.span_id) or {**_base_row(s, shard, tau), "extra": extra} for s in live}
+    for span, result, each in screened:
+        start = result.certificate_start
+        cert = None if start is None else doc.text[tokens[1][start][0]:span.char_start]
+        rows[span.span_id] = {**_screened_row(rows[span.span_id], result, cert, each, screen_engine),
+                              **extraction.columns(result.log_pz_topk, result.pz_greedy, config.screen.extraction)}
     chosen = _choose(live, rows, config)
     if budget is not None:
         for span in chosen[budget:]:

@@ -239,11 +239,46 @@ def _rejection_fields() -> list[pa.Field]:
     ]
 
 
+def _screen_pass_fields() -> list[pa.Field]:
+    """Read off the screen's window row too: anchored spans (stages/anchor.py) and probabilistic
+    extraction (scanner/extraction.py; Hayes et al. 2024, Cooper et al. 2025)."""
+    def pz(name: str, type_: pa.DataType, doc: str) -> pa.Field:
+        return _field(name, type_, doc + " Null when the screen did not run (a skipped span), or, for the "
+                      "top-k figures, when the screener could not give them (vLLM above 64 log-probs).",
+                      nullable=True)
+
+    return [
+        _field("anchored", pa.bool_(), "The span was added by anchoring, not by the fixed windows: the "
+               "window rows' per-token greedy matches showed a run of memorized-looking text, and a span "
+               "was placed at the run's start (one token before its first match) and, for runs reaching a "
+               "span, at its end, so a passage a span long at any offset has a span that holds it whole. "
+               "Null only in tables written without it.", nullable=True),
+        pz("pz_greedy", pa.float64(), "p_z under greedy decoding: 1 when greedy generation from the "
+           "span's preceding context (the window row: template and up to --context-tokens document "
+           "tokens) reproduces the span, i.e. every teacher-forced argmax is the span token; else 0."),
+        pz("pz_topk", pa.float64(), "p_z under top-k sampling (pz_top_k, pz_temperature): the probability "
+           "that one sample from the same context is exactly the span, the product over its tokens of "
+           "the softmax of logits / T over the k largest logits (0 when a token is outside them). "
+           "Underflows to 0 for long unlikely spans: log10_pz_topk keeps the figure."),
+        pz("log10_pz_topk", pa.float64(), "log10 of pz_topk, summed in log space (never underflows); "
+           "-inf when a span token falls outside the top k."),
+        pz("pz_top_k", pa.int32(), "k of the top-k sampling scheme (--pz-top-k)."),
+        pz("pz_temperature", pa.float64(), "Temperature T of the top-k sampling scheme (--pz-temperature)."),
+        pz("np_n", pa.int64(), "n of the (n, p)-discoverable verdict: samples drawn (--pz-n)."),
+        pz("np_p", pa.float64(), "p of the (n, p)-discoverable verdict: the probability required (--pz-p)."),
+        pz("np_extraction_probability", pa.float64(), "1 - (1 - pz_topk)^np_n: the chance that at least "
+           "one of n top-k samples from the span's preceding context is the span (computed from the log, "
+           "with log1p/expm1)."),
+        pz("np_discoverable", pa.bool_(), "(n, p)-discoverable under top-k sampling: "
+           "np_extraction_probability >= np_p."),
+    ]
+
+
 def results_schema() -> pa.Schema:
     """One row per span. Column names are a public interface: add columns, never rename or retype."""
     fields = (_span_fields() + _verdict_fields() + _screen_fields() + _verify_fields() + _cost_fields()
               + _engine_fields() + _identity_fields() + _calibration_fields() + _phase_fields()
-              + _rejection_fields())
+              + _rejection_fields() + _screen_pass_fields())
     return pa.schema(fields, metadata={b"name": b"acr-scanner results", b"version": SCHEMA_VERSION.encode()})
 
 

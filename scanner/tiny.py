@@ -246,3 +246,22 @@ def build_tiny(out_dir: str | Path, spec: TinySpec | None = None, device: str = 
     tokenizer.save_pretrained(out)
     marker.write_text(json.dumps(asdict(spec), indent=1))
     return out
+
+
+# Passages of 16, 24 and 32 tokens under PLANTED's tokenizer: 1, 1.5 and 2 spans of 16 tokens. Memorized
+# by PLANTED's model and planted at random offsets in fresh salad (tests/test_anchor.py, bench/anchors.py).
+PASSAGES = (
+    "Seven silver owls guard the northern gate of Ardent Hill until the winter moon rises.",
+    "Under the copper bridge a blind ferryman counts coins for travelers, singing of rivers that ran backward "
+    "through the valley of glass.",
+    "In the year of the long drought, the weavers of Mirrow sealed their looms with wax, buried the golden "
+    "thread beneath the chapel stones, and swore eternal silence.",
+)
+PLANTED = TinySpec(canaries=PASSAGES)
+
+
+def planted_document(rng: random.Random, passage: str, max_words: int = 40) -> tuple[str, int]:
+    """Salad, the passage on its own line, salad: (text, the passage's character offset). The salad
+    before it is 4 to `max_words` words, so the passage starts at a random token offset."""
+    before = salad(rng, rng.randint(4, max_words))
+    return f"{before}\n{passage}\n{salad(rng, rng.randint(4, max_words))}", len(before) + 1

@@ -51,6 +51,11 @@ COLUMNS = {
     "gzip_ratio": (pa.float64(), True), "zlib_ratio": (pa.float64(), True), "lzma_ratio": (pa.float64(), True),
     "smaz_ratio": (pa.float64(), True),
     "acr_kind": (pa.string(), True),
+    # the screen pass: anchored spans and probabilistic extraction
+    "anchored": (pa.bool_(), True), "pz_greedy": (pa.float64(), True), "pz_topk": (pa.float64(), True),
+    "log10_pz_topk": (pa.float64(), True), "pz_top_k": (pa.int32(), True), "pz_temperature": (pa.float64(), True),
+    "np_n": (pa.int64(), True), "np_p": (pa.float64(), True), "np_extraction_probability": (pa.float64(), True),
+    "np_discoverable": (pa.bool_(), True),
 }
 
 

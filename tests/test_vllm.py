@@ -107,6 +107,11 @@ def test_hf_and_vllm_screens_agree(both):
     assert [s.mean_nll for s in a] == pytest.approx([s.mean_nll for s in b], abs=1e-3)
     assert [(s.discoverable, s.certificate_tokens) for s in a] == [(s.discoverable, s.certificate_tokens) for s in b]
     assert any(s.certificate_tokens for s in a), "the canary's spans have certificates"
+    # p_z from vLLM's top-k prompt log-probs equals the HF screen's, from the full logits
+    assert [s.pz_greedy for s in a] == [s.pz_greedy for s in b]
+    finite = [(x.log_pz_topk, y.log_pz_topk) for x, y in zip(a, b, strict=True) if x.log_pz_topk != float("-inf")]
+    assert finite and [x for x, _ in finite] == pytest.approx([y for _, y in finite], abs=1e-3)
+    assert [x.log_pz_topk == float("-inf") for x in a] == [y.log_pz_topk == float("-inf") for y in b]
 
 
 @vllm_test

@@ -4,7 +4,9 @@ search's teacher-forced check gives the final word).
 - `generate`: greedy continuations of many token-id prompts in one `LLM.generate` call (temperature 0,
   max_tokens = the target's length, no detokenization).
 - `prompt_scores`: teacher-forced scores of many windows from `prompt_logprobs=1`: per position the
-  target token's log-prob (its NLL) and rank (rank 1: the greedy choice).
+  target token's log-prob (its NLL) and rank (rank 1: the greedy choice); for the rows that ask for it
+  (the screen's window rows), `prompt_logprobs=k` also gives the k best log-probs, from which the
+  token's log-probability under top-k sampling follows (scanner/extraction.py).
 
 It sees token ids only (`skip_tokenizer_init`): prompt strings are typed in and re-tokenized by the
 HF tokenizer the search uses, so both engines read the same ids. The `LLM` is built in `setup()`, not
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
 import os
 from dataclasses import dataclass
 
@@ -22,6 +25,7 @@ import torch
 
 from scanner.config import EngineConfig, ModelConfig
 from scanner.errors import InputError, MissingDependency
+from scanner.extraction import topk_from_logprobs
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +33,9 @@ INSTALL = ("pip install 'acr-scanner[gpu]' on a CUDA machine, or on a CPU: pip i
            "pip install 'acr-scanner[cpu-vllm]' && pip uninstall -y torchvision torchaudio torchcodec")
 CPU_KV_CACHE_GIB = "1"
 MAX_MODEL_LEN = 8192  # prompts here are at most cap_factor * |y| + |y| tokens, far below this
+# vLLM refuses prompt_logprobs above the LLM's max_logprobs (default 20), fixed when it is built: room for
+# --pz-top-k up to this; above it the vLLM screen leaves p_z under top-k null (logged).
+MAX_LOGPROBS = 64
 
 
 def import_vllm():
@@ -44,6 +51,7 @@ def import_vllm():
 class PromptScores:
     matches: torch.Tensor  # [R, T] bool: the target token is the greedy choice at each scored position
     nll: torch.Tensor  # [R, T] float32: its negative log-likelihood
+    topk: torch.Tensor | None = None  # [R, T] its log-prob under top-k sampling; NaN where not asked
 
 
 class VLLMEngine:
@@ -78,7 +86,8 @@ class VLLMEngine:
         self.llm = vllm.LLM(
             model=config.model, revision=config.revision, trust_remote_code=config.trust_remote_code,
             dtype=self.dtype, skip_tokenizer_init=True, seed=0, enforce_eager=self.enforce_eager,
-            gpu_memory_utilization=self.engines.gpu_memory_utilization, max_model_len=self._max_model_len())
+            gpu_memory_utilization=self.engines.gpu_memory_utilization, max_model_len=self._max_model_len(),
+            max_logprobs=MAX_LOGPROBS)
         log.info("vLLM %s built for %s (%s, %s)", self.version, config.model, self.device, self.dtype)
         # Left to interpreter exit, vLLM's engine threads can abort the process (SIGABRT, "terminate
         # called without an active exception") after all the work is done: stop them first.
@@ -136,21 +145,33 @@ class VLLMEngine:
                   for n in new_tokens]
         return [list(out.outputs[0].token_ids) for out in self._run(prompts, params)]
 
-    def prompt_scores(self, seqs: list[list[int]], tail: int) -> PromptScores:
-        """Greedy matches and NLL of the last `tail` tokens of every sequence, in one call."""
+    def prompt_scores(self, seqs: list[list[int]], tail: int, topk_rows: list[bool] | None = None,
+                      top_k: int = 40, temperature: float = 1.0) -> PromptScores:
+        """Greedy matches and NLL of the last `tail` tokens of every sequence, in one call; for the rows
+        marked in `topk_rows`, also their log-probs under top-k sampling at `temperature`."""
         from vllm import SamplingParams
 
+        asked = topk_rows or [False] * len(seqs)
+        if top_k > MAX_LOGPROBS and any(asked):
+            log.warning("--pz-top-k %d is above the %d log-probs the vLLM screener returns: p_z under "
+                        "top-k is left null; screen with --screen-engine hf to compute it", top_k, MAX_LOGPROBS)
+            asked = [False] * len(seqs)
         # One generated token is the least vLLM runs; prompt log-probs skip the prefix cache by design.
-        params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=1, detokenize=False)
+        params = [SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=top_k if a else 1, detokenize=False)
+                  for a in asked]
         matches = torch.zeros(len(seqs), tail, dtype=torch.bool)
         nll = torch.zeros(len(seqs), tail, dtype=torch.float32)
+        topk = torch.full((len(seqs), tail), math.nan, dtype=torch.float64)
         for row, (seq, out) in enumerate(zip(seqs, self._run(seqs, params), strict=True)):
             positions = out.prompt_logprobs[len(seq) - tail:]
             for col, (token, entry) in enumerate(zip(seq[len(seq) - tail:], positions, strict=True)):
                 logprob = entry[token]
                 matches[row, col] = logprob.rank == 1
                 nll[row, col] = -logprob.logprob
-        return PromptScores(matches=matches, nll=nll)
+                if asked[row]:
+                    best = [lp.logprob for lp in entry.values() if lp.rank <= top_k]
+                    topk[row, col] = topk_from_logprobs(logprob.logprob, best, logprob.rank <= top_k, temperature)
+        return PromptScores(matches=matches, nll=nll, topk=topk)
 
     def close(self) -> None:
         """Stop vLLM's engine processes now rather than at interpreter exit."""

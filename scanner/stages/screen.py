@@ -1,7 +1,9 @@
 """Screening stage: one teacher-forced pass over each span's window ranks spans before any search.
 
 Per span, from rows of a single batched forward (left-padded, so every row's target sits at the end):
-- the window row [template][preceding context][span]: greedy-match rate and mean NLL of the span;
+- the window row [template][preceding context][span]: greedy-match rate and mean NLL of the span, its
+  per-token greedy matches (where anchored spans go: stages/anchor.py) and p_z, the probability that
+  greedy or top-k sampling generates the span from that context (scanner/extraction.py);
 - the span row [template][span]: discoverable memorization (Carlini et al. 2023), i.e. its first
   k tokens greedily yield the rest;
 - certificate rows [template][last j context tokens][span] for j = 1..context: the shortest j whose
@@ -15,13 +17,15 @@ and its prompt log-probs give the matches and NLL; HF's path pads and batches `m
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
 from scanner.engine.hf import HFEngine
 from scanner.errors import require
+from scanner.extraction import ExtractionConfig, greedy_pz, log_pz, topk_logprobs
 from scanner.stages.spans import Span
 
 log = logging.getLogger(__name__)
@@ -36,6 +40,7 @@ class ScreenConfig:
     # built only for spans whose window row reaches this greedy-match rate: a span the model does not
     # continue from its full context rarely follows from less of it. 0 keeps the exhaustive screen.
     certificate_min_match: float = 0.0
+    extraction: ExtractionConfig = field(default_factory=ExtractionConfig)  # p_z from the window row
 
     def __post_init__(self) -> None:
         require(self.context_tokens >= 0, f"--context-tokens {self.context_tokens} must be >= 0")
@@ -53,6 +58,9 @@ class Screened:
     discoverable: bool
     certificate_tokens: int | None  # context tokens of the shortest certificate
     certificate_start: int | None  # its first token index in the document
+    pz_greedy: float | None = None  # p_z of the span given the window row's context, greedy decoding
+    log_pz_topk: float | None = None  # natural log of p_z under top-k sampling; None: not computed
+    window_matches: tuple[bool, ...] = ()  # the window row's per-token greedy matches
 
 
 @dataclass(frozen=True)
@@ -83,9 +91,20 @@ def _sequences(engine: HFEngine, rows: list[_Row], targets: list[list[int]]) -> 
     return [list(t.prefix_ids) + list(r.context) + list(t.suffix_ids) + targets[r.span] for r in rows]
 
 
+@dataclass(frozen=True)
+class _Scores:
+    matches: torch.Tensor  # [R, T] bool: the span token is the argmax
+    nll: torch.Tensor  # [R, T]
+    topk: torch.Tensor  # [R, T] log-prob under top-k sampling; NaN where not computed (non-window rows)
+
+    @staticmethod
+    def cat(parts: list[_Scores]) -> _Scores:
+        return _Scores(*(torch.cat([getattr(p, f) for p in parts]) for f in ("matches", "nll", "topk")))
+
+
 @torch.no_grad()
-def _forward(engine: HFEngine, rows: list[_Row], targets: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per row: [T] greedy matches and [T] NLL of its span (all spans here have the same length T)."""
+def _forward(engine: HFEngine, rows: list[_Row], targets: list[list[int]], extraction: ExtractionConfig) -> _Scores:
+    """One padded forward over `rows` (all spans here have the same length T)."""
     seqs = _sequences(engine, rows, targets)
     width = max(len(s) for s in seqs)
     pad = engine.tokenizer.pad_token_id if engine.tokenizer.pad_token_id is not None else 0
@@ -96,16 +115,24 @@ def _forward(engine: HFEngine, rows: list[_Row], targets: list[list[int]]) -> tu
     logits = engine.logits(ids, keep=keep, attention_mask=mask, position_ids=positions)[:, :-1].float()
     gold = torch.tensor([targets[r.span] for r in rows], device=engine.device)
     nll = F.cross_entropy(logits.transpose(1, 2), gold, reduction="none")
-    return (logits.argmax(-1) == gold).cpu(), nll.cpu()
+    # p_z needs the window rows only: top-k over the vocabulary is skipped for the other ~95 %.
+    windows = torch.tensor([i for i, r in enumerate(rows) if r.kind == "window"], dtype=torch.long,
+                           device=engine.device)
+    topk = torch.full(gold.shape, math.nan, device=engine.device)
+    if len(windows):
+        topk[windows] = topk_logprobs(logits[windows], gold[windows], extraction.top_k, extraction.temperature)
+    return _Scores((logits.argmax(-1) == gold).cpu(), nll.cpu(), topk.cpu())
 
 
-def _summarize(rows: list[_Row], matches: torch.Tensor, nll: torch.Tensor, spans: list[Span],
-               config: ScreenConfig) -> list[Screened]:
+def _summarize(rows: list[_Row], scores: _Scores, spans: list[Span], config: ScreenConfig) -> list[Screened]:
     out: list[dict] = [{} for _ in spans]
-    for row, match, loss in zip(rows, matches, nll, strict=True):
+    for row, match, loss, topk in zip(rows, scores.matches, scores.nll, scores.topk, strict=True):
         acc = out[row.span]
         if row.kind == "window":
-            acc.update(greedy_match_rate=float(match.float().mean()), mean_nll=float(loss.mean()))
+            log_topk = log_pz(topk.double().tolist())
+            acc.update(greedy_match_rate=float(match.float().mean()), mean_nll=float(loss.mean()),
+                       pz_greedy=greedy_pz(match.tolist()), window_matches=tuple(match.tolist()),
+                       log_pz_topk=None if math.isnan(log_topk) else log_topk)
         elif row.kind == "span":
             k = config.discoverable_prefix or max(1, match.numel() // 2)
             acc["discoverable"] = bool(match[k:].all()) if k < match.numel() else False
@@ -113,19 +140,24 @@ def _summarize(rows: list[_Row], matches: torch.Tensor, nll: torch.Tensor, spans
             acc["certificate_tokens"] = len(row.context)
             acc["certificate_start"] = spans[row.span].token_start - len(row.context)
     return [Screened(a["greedy_match_rate"], a["mean_nll"], a["discoverable"], a.get("certificate_tokens"),
-                     a.get("certificate_start")) for a in out]
+                     a.get("certificate_start"), pz_greedy=a["pz_greedy"], log_pz_topk=a["log_pz_topk"],
+                     window_matches=a["window_matches"]) for a in out]
 
 
-def _score(engine: HFEngine, rows: list[_Row], targets: list[list[int]], config: ScreenConfig
-           ) -> tuple[torch.Tensor, torch.Tensor]:
+def _score(engine: HFEngine, rows: list[_Row], targets: list[list[int]], config: ScreenConfig) -> _Scores:
     if not rows:
-        return torch.zeros(0, 0, dtype=torch.bool), torch.zeros(0, 0)
+        return _Scores(torch.zeros(0, 0, dtype=torch.bool), torch.zeros(0, 0), torch.zeros(0, 0))
     if engine.screener is not None:
         engine.forwards += len(rows)
-        scores = engine.screener.prompt_scores(_sequences(engine, rows, targets), len(targets[rows[0].span]))
-        return scores.matches, scores.nll
-    parts = [_forward(engine, rows[i:i + config.max_rows], targets) for i in range(0, len(rows), config.max_rows)]
-    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+        scores = engine.screener.prompt_scores(_sequences(engine, rows, targets), len(targets[rows[0].span]),
+                                               topk_rows=[r.kind == "window" for r in rows],
+                                               top_k=config.extraction.top_k,
+                                               temperature=config.extraction.temperature)
+        topk = scores.topk if scores.topk is not None else torch.full(scores.nll.shape, math.nan)
+        return _Scores(scores.matches, scores.nll, topk)
+    e = config.extraction
+    return _Scores.cat([_forward(engine, rows[i:i + config.max_rows], targets, e)
+                        for i in range(0, len(rows), config.max_rows)])
 
 
 def screen_spans(engine: HFEngine, doc_ids: list[int], spans: list[Span], config: ScreenConfig) -> list[Screened]:
@@ -138,13 +170,12 @@ def screen_spans(engine: HFEngine, doc_ids: list[int], spans: list[Span], config
     context = config.context_tokens
     if config.certificate_min_match == 0:  # one pass over every row
         rows = _rows(spans, doc_ids, context)
-        return _summarize(rows, *_score(engine, rows, targets, config), spans, config)
+        return _summarize(rows, _score(engine, rows, targets, config), spans, config)
     rows = _rows(spans, doc_ids, context, certificates=False)
-    matches, nll = _score(engine, rows, targets, config)
-    likely = {row.span for row, match in zip(rows, matches, strict=True)
+    scores = _score(engine, rows, targets, config)
+    likely = {row.span for row, match in zip(rows, scores.matches, strict=True)
               if row.kind == "window" and float(match.float().mean()) >= config.certificate_min_match}
     more = _rows(spans, doc_ids, context, likely, windows=False)
     if more:
-        extra_matches, extra_nll = _score(engine, more, targets, config)
-        rows, matches, nll = rows + more, torch.cat([matches, extra_matches]), torch.cat([nll, extra_nll])
-    return _summarize(rows, matches, nll, spans, config)
+        rows, scores = rows + more, _Scores.cat([scores, _score(engine, more, targets, config)])
+    return _summarize(rows, scores, spans, config)

@@ -25,6 +25,13 @@ class SpanConfig:
     stride: int | None = None  # None: span_tokens (adjacent, non-overlapping windows)
     min_tokens: int | None = None  # None: span_tokens (shorter tail windows are dropped)
     allow_gaps: bool = False  # a stride beyond the span skips text: only when asked for (sampling)
+    # Anchored spans (stages/anchor.py): fixed windows miss a memorized passage one span long at a random
+    # offset (it straddles two windows, each half unmemorized text); a run of at least `anchor_min_run`
+    # consecutive teacher-forced greedy matches (gaps of `anchor_max_gap` misses bridged) gets spans
+    # aligned to its start and end. None: the span length minus 4 (bench/RESULTS.md, anchored windows).
+    anchors: bool = True
+    anchor_min_run: int | None = None
+    anchor_max_gap: int = 0
 
     def __post_init__(self) -> None:
         require(self.span_tokens >= 1, f"--span-tokens {self.span_tokens} must be >= 1")
@@ -36,6 +43,9 @@ class SpanConfig:
                 f"--stride {self.span_tokens} or less, or --allow-gaps to sample the text on purpose")
         require(self.min_tokens is None or 1 <= self.min_tokens <= self.span_tokens,
                 f"--min-tokens {self.min_tokens} must be between 1 and --span-tokens {self.span_tokens}")
+        require(self.anchor_min_run is None or self.anchor_min_run >= 1,
+                f"--anchor-min-run {self.anchor_min_run} must be >= 1 (or left out: span length minus 4)")
+        require(self.anchor_max_gap >= 0, f"--anchor-max-gap {self.anchor_max_gap} must be >= 0")
 
     @property
     def step(self) -> int:
@@ -44,6 +54,10 @@ class SpanConfig:
     @property
     def minimum(self) -> int:
         return self.span_tokens if self.min_tokens is None else self.min_tokens
+
+    @property
+    def min_run(self) -> int:
+        return max(1, self.span_tokens - 4) if self.anchor_min_run is None else self.anchor_min_run
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +72,7 @@ class Span:
     text: str
     target_ids: list[int]
     skip_reason: str | None = None
+    anchored: bool = False  # placed on a run of greedy matches (stages/anchor.py), not a fixed window
 
     @property
     def skipped(self) -> bool:

@@ -1,0 +1,123 @@
+"""Probabilistic discoverable extraction (Hayes et al. 2024; Cooper et al. 2025 on books), read off the
+screen's teacher-forced window row: the span given its preceding document context.
+
+Under a decoding scheme z, p_z is the probability that z generates the span exactly from its prefix: the
+product over the span's tokens of each token's probability after z's truncation and temperature.
+- greedy: 1 when every span token is the argmax, else 0;
+- top-k sampling at temperature T: the softmax of logits / T restricted to the k largest logits, 0 for a
+  token outside them.
+A span is (n, p)-discoverable when 1 - (1 - p_z)^n >= p: at least probability p that one of n samples
+reproduces it. p_z of a long span underflows a float, so it is kept as a log and the extraction
+probability is formed with log1p/expm1 (`log1mexp`), exact at both ends (p_z near 0 and near 1).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+
+from scanner.errors import require
+
+log = logging.getLogger(__name__)
+
+LOG10_E = math.log10(math.e)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExtractionConfig:
+    # k = 40, T = 1: the top-k scheme Hayes et al. and Cooper et al. report beside greedy decoding.
+    top_k: int = 40
+    temperature: float = 1.0
+    # n = 1000 samples, p = 0.5: (n, p)-discoverable iff p_z >= 1 - 0.5^(1/1000) = 6.9e-4, about the
+    # p_z >= 0.1 % at which Cooper et al. count a book passage extracted.
+    n: int = 1000
+    p: float = 0.5
+
+    def __post_init__(self) -> None:
+        require(self.top_k >= 1, f"--pz-top-k {self.top_k} must be >= 1 (greedy p_z is always reported)")
+        require(self.temperature > 0 and math.isfinite(self.temperature),
+                f"--pz-temperature {self.temperature} must be > 0 (T = 0 is greedy, reported as pz_greedy)")
+        require(self.n >= 1, f"--pz-n {self.n} must be >= 1 (samples drawn by the extractor)")
+        require(0 < self.p <= 1, f"--pz-p {self.p} must be in (0, 1]")
+
+    @property
+    def threshold(self) -> float:
+        """The smallest p_z that is (n, p)-discoverable: 1 - (1 - p)^(1/n)."""
+        return 1.0 if self.p == 1 else -math.expm1(math.log1p(-self.p) / self.n)
+
+
+def topk_logprobs(logits: torch.Tensor, gold: torch.Tensor, k: int, temperature: float) -> torch.Tensor:
+    """[..., V] logits and [...] token ids -> [...] natural log-probability of each token under top-k
+    sampling at `temperature`: log-softmax over the k largest logits / T, -inf outside them. A token
+    tied with the k-th largest logit counts as inside (sampling implementations break that tie
+    arbitrarily; with float logits it is rare)."""
+    scaled = logits.float() / temperature
+    top = scaled.topk(min(k, scaled.shape[-1]), dim=-1).values  # [..., k], descending
+    norm = torch.logsumexp(top, dim=-1)
+    picked = scaled.gather(-1, gold.unsqueeze(-1)).squeeze(-1)
+    return torch.where(picked >= top[..., -1], picked - norm, torch.full_like(picked, -math.inf))
+
+
+def topk_from_logprobs(token_logprob: float, top_logprobs: Iterable[float], inside: bool,
+                       temperature: float) -> float:
+    """The same from a server's log-probs at T = 1 (vLLM's prompt log-probs: the token's and the k best
+    at one position). log_softmax differs from the logits by a constant per position, which cancels in
+    the renormalization over the top k at any temperature."""
+    if not inside:
+        return -math.inf
+    scaled = [lp / temperature for lp in top_logprobs]
+    top = max(scaled)
+    return token_logprob / temperature - (top + math.log(sum(math.exp(s - top) for s in scaled)))
+
+
+def log_pz(token_logprobs: Iterable[float]) -> float:
+    """Natural log of p_z: the sum over the span's tokens (-inf when one is impossible under z)."""
+    return float(math.fsum(token_logprobs))
+
+
+def greedy_pz(matches: Iterable[bool]) -> float:
+    """p_z under greedy decoding: 1 when every span token is the argmax, else 0."""
+    return 1.0 if all(matches) else 0.0
+
+
+def log1mexp(x: float) -> float:
+    """log(1 - e^x) for x <= 0, accurate for x near 0 and very negative alike (Maechler 2012)."""
+    require(x <= 0, f"log1mexp takes a log-probability <= 0, got {x}")
+    if x == 0:
+        return -math.inf
+    return math.log(-math.expm1(x)) if x > -math.log(2) else math.log1p(-math.exp(x))
+
+
+def extraction_probability(log_p: float, n: int) -> float:
+    """1 - (1 - p_z)^n from log p_z: the chance that at least one of n samples is the span."""
+    if log_p == -math.inf:
+        return 0.0
+    log_miss = log1mexp(min(log_p, 0.0))  # log(1 - p_z)
+    return 1.0 if log_miss == -math.inf else -math.expm1(n * log_miss)
+
+
+def np_discoverable(log_p: float, n: int, p: float) -> bool:
+    return extraction_probability(log_p, n) >= p
+
+
+def columns(log_p_topk: float | None, pz_greedy: float | None, config: ExtractionConfig) -> dict:
+    """The results table's extraction columns for one screened span (None: not computed)."""
+    known = log_p_topk is not None and not math.isnan(log_p_topk)
+    chance = extraction_probability(log_p_topk, config.n) if known else None
+    return {"pz_greedy": pz_greedy,
+            "pz_topk": math.exp(log_p_topk) if known else None,
+            "log10_pz_topk": log_p_topk * LOG10_E if known else None,
+            "pz_top_k": config.top_k if known else None, "pz_temperature": config.temperature if known else None,
+            "np_n": config.n if known else None, "np_p": config.p if known else None,
+            "np_extraction_probability": chance,
+            "np_discoverable": None if chance is None else chance >= config.p}
+
+
+def empty_columns() -> dict:
+    """The extraction columns of a span that was not screened."""
+    return dict.fromkeys(("pz_greedy", "pz_topk", "log10_pz_topk", "pz_top_k", "pz_temperature", "np_n", "np_p",
+                          "np_extraction_probability", "np_discoverable"))
