@@ -165,6 +165,9 @@ def scan_options(f):
         click.option("--max-candidates", type=int, default=None,
                      help="Global search budget, spent in corpus order; later candidates stay screened_out."),
         click.option("--docs-per-shard", type=int, default=8, show_default=True),
+        click.option("--extend-tokens", type=int, default=128, show_default=True,
+                     help="Passages: greedy generation this many tokens past each memorized passage, checked "
+                          "against the document (0: no extension). Changing it rebuilds passages only."),
     ]):
         f = option(f)
     return f
@@ -211,3 +214,9 @@ def scan_config(o: dict, corpus: str):
         screen=ScreenConfig(context_tokens=o["context_tokens"], certificate_min_match=o["certificate_min_match"]), min_match_rate=o["min_match_rate"],
         max_candidates_per_doc=o["max_candidates_per_doc"], max_candidates=o["max_candidates"],
         docs_per_shard=o["docs_per_shard"], calibration=calibration_config(o))
+
+
+def passage_config(o: dict):
+    from scanner.stages.extend import PassageConfig
+
+    return PassageConfig(extend_tokens=o["extend_tokens"])

@@ -14,9 +14,11 @@ from scanner.engine.positions import check_span_fits, declared_positions
 from scanner.errors import require
 from scanner.executors import ExecutorConfig
 from scanner.executors.local import run_local
+from scanner.passage_table import ensure_passages
 from scanner.rundir import Plan, RunDir, Shard
 from scanner.runlock import run_lock
 from scanner.runner import ScanConfig
+from scanner.stages.extend import PassageConfig
 from scanner.stages.read import Corpus, open_corpus
 
 log = logging.getLogger(__name__)
@@ -48,15 +50,16 @@ def check_executor(config: ScanConfig, executor: ExecutorConfig) -> None:
 
 
 def run_scan(config: ScanConfig, out: str, progress=None, executor: ExecutorConfig | None = None,
-             corpus: Corpus | None = None) -> dict:
-    """Scan the corpus into `out`; returns the merged stats with the executor's report under "run"
-    (failed shards, actor restarts). `progress(stats)` is called per finished shard; `corpus`: the
-    corpus already opened and validated by the caller."""
+             corpus: Corpus | None = None, passages: PassageConfig | None = None) -> dict:
+    """Scan the corpus into `out`, then build RUN/passages.parquet once every shard is done; returns
+    the merged stats with the executor's report under "run" (failed shards, actor restarts).
+    `progress(stats)` is called per finished shard; `corpus`: the corpus already opened and validated
+    by the caller."""
     executor = executor or ExecutorConfig()
     check_executor(config, executor)
     corpus = corpus or validate(config, out)
     with run_lock(out):
-        return _locked_scan(config, corpus, out, progress, executor)
+        return _locked_scan(config, corpus, out, progress, executor, passages or PassageConfig())
 
 
 def validate(config: ScanConfig, out: str) -> Corpus:
@@ -69,15 +72,20 @@ def validate(config: ScanConfig, out: str) -> Corpus:
     return corpus
 
 
-def _locked_scan(config: ScanConfig, corpus: Corpus, out: str, progress, executor: ExecutorConfig) -> dict:
+def _locked_scan(config: ScanConfig, corpus: Corpus, out: str, progress, executor: ExecutorConfig,
+                 passages: PassageConfig) -> dict:
     corpus, run, plan = prepare_run(config, out, corpus)
     pending = pending_shards(run, plan)
     log.info("%d of %d shards pending in %s", len(pending), len(plan), out)
     report = {"executor": executor.kind, "failed_shards": {}}
     if pending and executor.kind == "local":
-        report = run_local(config, corpus, run, plan, pending, progress)
+        # Passages on the scan's own engine, before it closes: no second model load.
+        after = lambda engine: ensure_passages(run, config, corpus, passages, engine=engine)  # noqa: E731
+        report = run_local(config, corpus, run, plan, pending, progress, after=after)
     elif pending:
         from scanner.executors.ray import run_ray  # Ray is imported only when asked for
 
         report = run_ray(config, run, pending, executor, progress)
+    # A relaunch of a finished run, or after Ray: built only when missing or stale.
+    ensure_passages(run, config, corpus, passages, executor=executor)
     return {**run.merge_stats(), "run": report}

@@ -39,7 +39,8 @@ def write_provenance(run: RunDir, meta: dict[bytes, bytes]) -> None:
 
 
 def run_local(config: ScanConfig, corpus: Corpus, run: RunDir, plan: Plan, pending: list[Shard],
-              progress=None) -> dict:
+              progress=None, after=None) -> dict:
+    """`after(engine)`: called once the shards are done, before the engine closes (passages)."""
     engine, meta = open_engine(config)
     write_provenance(run, meta)
     budget = None if config.max_candidates is None else config.max_candidates - spent(run, pending)
@@ -51,6 +52,8 @@ def run_local(config: ScanConfig, corpus: Corpus, run: RunDir, plan: Plan, pendi
             run.write_shard(shard.shard, table, stats)
             if progress:
                 progress(stats)
+        if after is not None:
+            after(engine)
     finally:
         engine.close()
     return {"executor": "local", "failed_shards": {}}
