@@ -217,6 +217,6 @@ def scan_config(o: dict, corpus: str):
 
 
 def passage_config(o: dict):
-    from scanner.stages.extend import PassageConfig
+    from scanner.passages import PassageConfig
 
     return PassageConfig(extend_tokens=o["extend_tokens"])

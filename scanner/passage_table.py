@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -20,13 +21,15 @@ import pyarrow.parquet as pq
 from scanner.atomic import atomic_write
 from scanner.errors import require
 from scanner.integrity import read_json_object
-from scanner.passages import MEMORIZED, find_passages, passage_rows, with_extension
+from scanner.passages import MEMORIZED, PassageConfig, find_passages, passage_rows, with_extension
 from scanner.rundir import RunDir
-from scanner.runner import ScanConfig, open_engine
 from scanner.schema import PASSAGES_VERSION, passages_schema, results_schema
-from scanner.stages.extend import DocumentTokens, PassageConfig, extend_passages
-from scanner.stages.read import Corpus, Document
+from scanner.stages.extend import DocumentTokens, extend_passages
 from scanner.stages.spans import tokenize_document
+
+if TYPE_CHECKING:  # the engine (torch) loads only where a table is built, never for export or report
+    from scanner.runner import ScanConfig
+    from scanner.stages.read import Corpus, Document
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +136,8 @@ def ensure_passages(run: RunDir, config: ScanConfig, corpus: Corpus, passages: P
     elif executor is not None and executor.kind == "ray":
         passages_on_ray(run, config, passages, executor)
     else:
+        from scanner.runner import open_engine
+
         engine, _ = open_engine(config)
         try:
             write_passages(run, config, corpus, engine, passages)
@@ -147,6 +152,7 @@ def _ray_task(config: ScanConfig, out: str, passages: PassageConfig, cpus: float
         import torch
 
         torch.set_num_threads(max(1, int(cpus)))
+    from scanner.runner import open_engine
     from scanner.stages.read import open_corpus
 
     engine, _ = open_engine(config)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from tqdm import tqdm
 
 from scanner.executors import ExecutorConfig
+from scanner.passages import PassageConfig
 from scanner.runlock import run_lock
 from scanner.runner import ScanConfig
 from scanner.scan import check_executor, pending_shards, prepare_run, run_scan, validate
-from scanner.stages.extend import PassageConfig
 from scanner.stages.read import Corpus
 
 

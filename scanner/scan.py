@@ -15,10 +15,10 @@ from scanner.errors import require
 from scanner.executors import ExecutorConfig
 from scanner.executors.local import run_local
 from scanner.passage_table import ensure_passages
+from scanner.passages import PassageConfig
 from scanner.rundir import Plan, RunDir, Shard
 from scanner.runlock import run_lock
 from scanner.runner import ScanConfig
-from scanner.stages.extend import PassageConfig
 from scanner.stages.read import Corpus, open_corpus
 
 log = logging.getLogger(__name__)

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from scanner.passages import find_passages
-from scanner.stages.extend import DocumentTokens, PassageConfig, candidates, extend_passages
+from scanner.passages import PassageConfig, find_passages
+from scanner.stages.extend import DocumentTokens, candidates, extend_passages
 from scanner.stages.spans import tokenize_document
 from scanner.tiny import CANARIES, salad
 

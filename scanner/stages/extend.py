@@ -15,24 +15,15 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from scanner.engine.hf import HFEngine
 from scanner.engine.template import typed_ids
-from scanner.errors import require
 from scanner.passages import Extension, Passage, best_span, verified_run
 
+if TYPE_CHECKING:
+    from scanner.engine.hf import HFEngine
+
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, kw_only=True)
-class PassageConfig:
-    """The passages table built at the end of a scan. Not part of the run's identity: changing it
-    rebuilds passages.parquet only, never a shard."""
-
-    extend_tokens: int = 128  # generated past each passage's end; 0 switches extension off
-
-    def __post_init__(self) -> None:
-        require(self.extend_tokens >= 0, f"--extend-tokens {self.extend_tokens} must be >= 0 (0: no extension)")
 
 
 @dataclass(frozen=True)
