@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import random
 import subprocess
 import sys
+import tempfile
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -81,6 +83,22 @@ def test_a_relaunch_rebuilds_the_passages_only_when_missing_or_stale(scanned, ti
     assert pq.read_table(path).column("extended_tokens").null_count == before.num_rows
     path.unlink()
     scan_again(scanned, tiny_dir)  # missing: rebuilt as it was
+    seconds = [c for c in before.column_names if c.endswith("_s")]
+    assert pq.read_table(path).drop(seconds).equals(before.drop(seconds))
+
+
+def test_under_ray_the_passages_are_built_in_one_ray_task(scanned, tiny_dir):
+    corpus, out, _ = scanned
+    path = out / "passages.parquet"
+    before = pq.read_table(path)
+    path.unlink()
+    with tempfile.TemporaryDirectory(prefix="ray-", dir="/tmp") as ray_tmp:  # Ray's socket paths stay short
+        env = {**os.environ, "RAY_TMPDIR": ray_tmp, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+        done = subprocess.run([sys.executable, "-m", "scanner", "-v", "scan", str(corpus), "--model", str(tiny_dir),
+                               "--out", str(out), *SCAN, "--executor", "ray", "--num-actors", "1"], env=env,
+                              capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    assert "passages built in one task" in done.stderr
     seconds = [c for c in before.column_names if c.endswith("_s")]
     assert pq.read_table(path).drop(seconds).equals(before.drop(seconds))
 
