@@ -19,6 +19,7 @@ from scanner.cli_options import (
     executor_options,
     model_config,
     model_options,
+    passage_config,
     prompt_config,
     scan_config,
     scan_options,
@@ -135,7 +136,7 @@ def scan_command(corpus, out, **options) -> None:
     from scanner.progress import run_with_progress
 
     executor = executor_config(options)
-    stats = run_with_progress(scan_config(options, corpus), out, executor)
+    stats = run_with_progress(scan_config(options, corpus), out, executor, passage_config(options))
     click.echo(summary_line(stats, out))
     failed = stats["run"]["failed_shards"]
     if failed:
@@ -216,13 +217,25 @@ def status_command(run_dir, workers, watch, interval, iterations) -> None:
 @click.option("--tau", default="1", show_default=True, help="1, gzip, zlib, lzma, smaz or a number.")
 @click.option("--all", "all_rows", is_flag=True, help="Every row, not only the memorized spans.")
 @click.option("--calibrated", is_flag=True, help="Only calibrated memorization: memorized and not predictable.")
-def export_command(run_dir, out, tau, all_rows, calibrated) -> None:
-    """The memorized spans with the prompts that reproduce them, as evidence."""
-    from scanner.export import export
+@click.option("--passages", is_flag=True,
+              help="The memorized passages (merged spans with their extension) instead of spans.")
+def export_command(run_dir, out, tau, all_rows, calibrated, passages) -> None:
+    """The memorized spans (or --passages) with the prompts that reproduce them, as evidence."""
+    from scanner.export import export, export_passages
 
-    table = readable_run(run_dir).read_results()
-    count = export(table, out, tau=tau, all_rows=all_rows, calibrated=calibrated)
-    click.echo(f"{count} rows written to {out}")
+    run = readable_run(run_dir)
+    table = run.read_results()
+    if passages:
+        from scanner.passage_table import read_passages
+
+        if tau != "1" or all_rows:
+            raise InputError("--tau and --all select spans; --passages exports every passage of the run's "
+                             "verdict (drop --tau/--all, or drop --passages)")
+        count = export_passages(read_passages(run), out, calibrated=calibrated)
+        click.echo(f"{count} passages written to {out}")
+    else:
+        count = export(table, out, tau=tau, all_rows=all_rows, calibrated=calibrated)
+        click.echo(f"{count} rows written to {out}")
     click.echo(calibration_line(table))
 
 
@@ -251,11 +264,16 @@ def readable_run(run_dir: str):
 @click.argument("run_dir")
 @click.option("--out", "out", required=True, help="The HTML file to write.")
 def report_command(run_dir, out) -> None:
-    """One self-contained HTML page: summary, ACR histogram, documents, top flagged spans."""
+    """One self-contained HTML page: summary, ACR histogram, documents, memorized passages."""
+    from scanner.passage_table import passages_path, read_passages
     from scanner.report import write_report
 
     run = readable_run(run_dir)
-    write_report(run.read_results(), run_summary(run), out)
+    passages = read_passages(run) if passages_path(run).is_file() else None
+    if passages is None:
+        click.echo(f"note: {run_dir} has no passages table yet; the report lists single spans (relaunch the "
+                   "scan command to build it)", err=True)
+    write_report(run.read_results(), run_summary(run), out, passages)
     click.echo(f"report written to {out}")
 
 
@@ -273,6 +291,8 @@ def run_summary(run) -> dict:
 @click.option("--model", "model", default=None, help="Default: the run's model.")
 def verify_command(run_dir, model) -> None:
     """Regenerate greedily from every flagged prompt; list any that no longer reproduce (exit 3 if any)."""
+    # Span-based on purpose: every passage's evidence is its spans' prompts, so checking the spans checks
+    # the passages; an extension is re-checked by generation from passages.parquet's extension_prompt.
     from scanner.verify import verify_run
 
     run = readable_run(run_dir)

@@ -198,6 +198,9 @@ def scan_options(f):
         click.option("--unit-size", type=int, default=8, show_default=True,
                      help="Candidates per search unit, the resumable unit of the search phase."),
         click.option("--docs-per-shard", type=int, default=8, show_default=True),
+        click.option("--extend-tokens", type=int, default=128, show_default=True,
+                     help="Passages: greedy generation this many tokens past each memorized passage, checked "
+                          "against the document (0: no extension). Changing it rebuilds passages only."),
     ]):
         f = option(f)
     return f
@@ -250,3 +253,9 @@ def scan_config(o: dict, corpus: str):
         max_candidates_per_doc=o["max_candidates_per_doc"], max_candidates=o["max_candidates"],
         search_budget=o["search_budget"], tighten=o["tighten"], unit_size=o["unit_size"],
         docs_per_shard=o["docs_per_shard"], calibration=calibration_config(o))
+
+
+def passage_config(o: dict):
+    from scanner.passages import PassageConfig
+
+    return PassageConfig(extend_tokens=o["extend_tokens"])

@@ -63,6 +63,7 @@ def scan_demo(where: Path, model_dir: Path, seed: int, echo: Callable[[str], Non
 
     from scanner.cli import calibration_line, run_summary, summary_line
     from scanner.export import export
+    from scanner.passage_table import read_passages
     from scanner.report import write_report
     from scanner.rundir import RunDir
     from scanner.runner import ScanConfig
@@ -82,7 +83,7 @@ def scan_demo(where: Path, model_dir: Path, seed: int, echo: Callable[[str], Non
     stats = run_scan(config, str(root / "run"))
     run = RunDir(root / "run")
     table = run.read_results()
-    write_report(table, run_summary(run), root / "report.html")
+    write_report(table, run_summary(run), root / "report.html", read_passages(run))
     count = export(table, root / "flagged.jsonl")
     echo(summary_line(stats, str(root / "run")))
     echo(f"{count} memorized spans with their prompts: {root / 'flagged.jsonl'}")

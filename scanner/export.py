@@ -208,3 +208,25 @@ def export(table: pa.Table, out: str | Path, tau: str = RUN_FLAG, all_rows: bool
     atomic_write(out, lambda f: writer(rows, f))
     log.info("wrote %d rows to %s", rows.num_rows, out)
     return rows.num_rows
+
+
+def select_passages(table: pa.Table, calibrated: bool = False) -> pa.Table:
+    """The passages table as it is (every row and column); `calibrated`: only passages holding at least
+    one calibrated memorized span (calibrated_spans > 0)."""
+    if not calibrated:
+        return table
+    require(table.num_rows == 0 or table["calibrated_spans"].null_count < table.num_rows,
+            "--calibrated: this run has no calibrated verdicts (made before calibration existed); drop --calibrated")
+    return table.filter(pc.greater(table["calibrated_spans"], 0).fill_null(False))
+
+
+def export_passages(table: pa.Table, out: str | Path, calibrated: bool = False) -> int:
+    """Write the memorized passages (RUN/passages.parquet, schemas/passages.md) to `out`, formatted by
+    its extension (CSV cells defused as for spans); returns rows written."""
+    out = Path(out)
+    writer = WRITERS[_format(out)]
+    rows = select_passages(table, calibrated)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(out, lambda f: writer(rows, f))
+    log.info("wrote %d passages to %s", rows.num_rows, out)
+    return rows.num_rows

@@ -5,19 +5,22 @@ from __future__ import annotations
 from tqdm import tqdm
 
 from scanner.executors import ExecutorConfig
+from scanner.passages import PassageConfig
 from scanner.runlock import run_lock
 from scanner.runner import ScanConfig
 from scanner.scan import pending_shards, prepare_run, run_scan, validate
 from scanner.stages.read import Corpus
 
 
-def run_with_progress(config: ScanConfig, out: str, executor: ExecutorConfig | None = None) -> dict:
+def run_with_progress(config: ScanConfig, out: str, executor: ExecutorConfig | None = None,
+                      passages: PassageConfig | None = None) -> dict:
     corpus = validate(config, out)  # before any folder is made or model loads
     with run_lock(out):  # before prepare, which deletes temp files a live writer owns
-        return _with_bar(config, corpus, out, executor)
+        return _with_bar(config, corpus, out, executor, passages)
 
 
-def _with_bar(config: ScanConfig, corpus: Corpus, out: str, executor: ExecutorConfig | None) -> dict:
+def _with_bar(config: ScanConfig, corpus: Corpus, out: str, executor: ExecutorConfig | None,
+              passages: PassageConfig | None) -> dict:
     _, run, plan = prepare_run(config, out, corpus)
     pending = pending_shards(run, plan)
     totals = {"candidates": 0, "memorized": 0}
@@ -29,4 +32,4 @@ def _with_bar(config: ScanConfig, corpus: Corpus, out: str, executor: ExecutorCo
             spans_per_s = stats["spans"] / stats["seconds"] if stats["seconds"] else 0.0
             bar.set_postfix(spans=stats["spans"], candidates=totals["candidates"],
                             memorized=totals["memorized"], spans_s=f"{spans_per_s:.1f}")
-        return run_scan(config, out, progress=advance, executor=executor, corpus=corpus)
+        return run_scan(config, out, progress=advance, executor=executor, corpus=corpus, passages=passages)

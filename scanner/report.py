@@ -1,4 +1,5 @@
-"""One self-contained HTML page about a scan: run summary, ACR histogram, per-document table, top flagged spans.
+"""One self-contained HTML page about a scan: run summary, ACR histogram, per-document table, the memorized
+passages with a strip per document (report_passages.py; top flagged spans for runs without passages).
 
 The page has inline CSS and an inline SVG plot and needs no JavaScript or network, so it can be mailed or
 attached to a filing as one file. Corpus text, prompts and document ids are untrusted input: every one goes
@@ -17,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from scanner import calibrate
+from scanner import calibrate, report_passages
 from scanner.atomic import atomic_write_bytes
 from scanner.export import check_columns
 from scanner.schema import STATUSES
@@ -323,8 +324,18 @@ code{font:12px ui-monospace,Menlo,Consolas,monospace}
 """
 
 
-def render_report(table: pa.Table, summary: dict) -> str:
-    """The whole page. `summary` is shown as given (any keys; nested dicts and lists on one line)."""
+def _flagged_html(table: pa.Table, passages: pa.Table | None) -> str:
+    """Memorized passages (each once, however many windows found it) where the run has them; the top
+    flagged spans for runs made before passages existed or not yet finished."""
+    if passages is None:
+        return f"<h2>Top flagged spans</h2>\n{_spans_html(table)}\n"
+    return (f"<h2>Where the memorized passages lie</h2>\n{report_passages.strips_html(passages, table)}\n"
+            f"<h2>Memorized passages</h2>\n{report_passages.passages_html(passages)}\n")
+
+
+def render_report(table: pa.Table, summary: dict, passages: pa.Table | None = None) -> str:
+    """The whole page. `summary` is shown as given (any keys; nested dicts and lists on one line);
+    `passages`: the run's passages table (passages.parquet), listed instead of single spans."""
     check_columns(table, NEEDED)
     model = summary.get("model")
     title = f"ACR scan report · {model}" if model else "ACR scan report"
@@ -332,16 +343,17 @@ def render_report(table: pa.Table, summary: dict) -> str:
             f"<h2>Memorized or predictable</h2>\n{_calibration_html(table)}\n"
             f"<h2>ACR of searched spans</h2>\n{_histogram_html(table)}\n"
             f"<h2>Documents</h2>\n{_documents_html(document_stats(table))}\n"
-            f"<h2>Top flagged spans</h2>\n{_spans_html(table)}\n")
+            + _flagged_html(table, passages))
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{_e(title)}</title><style>{CSS}</style></head>\n<body>\n{body}</body></html>\n")
+            f"<title>{_e(title)}</title><style>{CSS}{report_passages.CSS}</style></head>\n<body>\n{body}"
+            "</body></html>\n")
 
 
-def write_report(table: pa.Table, summary: dict, out: str | Path) -> Path:
+def write_report(table: pa.Table, summary: dict, out: str | Path, passages: pa.Table | None = None) -> Path:
     """Render and write the page atomically (a failed write leaves no half page); returns the path."""
     out = Path(out)
-    page = render_report(table, summary)
+    page = render_report(table, summary, passages)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out, page.encode("utf-8"))
     log.info("wrote report of %d rows to %s", table.num_rows, out)

@@ -13,6 +13,8 @@ from scanner.engine.check import check_model
 from scanner.engine.positions import check_span_fits, declared_positions
 from scanner.executors import ExecutorConfig
 from scanner.executors.local import run_local
+from scanner.passage_table import ensure_passages
+from scanner.passages import PassageConfig
 from scanner.rundir import Plan, RunDir, Shard
 from scanner.runlock import run_lock
 from scanner.runner import ScanConfig
@@ -37,14 +39,15 @@ def pending_shards(run: RunDir, plan: Plan) -> list[Shard]:
 
 
 def run_scan(config: ScanConfig, out: str, progress=None, executor: ExecutorConfig | None = None,
-             corpus: Corpus | None = None) -> dict:
-    """Scan the corpus into `out`; returns the merged stats with the executor's report under "run"
-    (failed shards, actor restarts). `progress(stats)` is called per finished shard; `corpus`: the
-    corpus already opened and validated by the caller."""
+             corpus: Corpus | None = None, passages: PassageConfig | None = None) -> dict:
+    """Scan the corpus into `out`, then build RUN/passages.parquet once every shard is done; returns
+    the merged stats with the executor's report under "run" (failed shards, actor restarts).
+    `progress(stats)` is called per finished shard; `corpus`: the corpus already opened and validated
+    by the caller."""
     executor = executor or ExecutorConfig()
     corpus = corpus or validate(config, out)
     with run_lock(out):
-        return _locked_scan(config, corpus, out, progress, executor)
+        return _locked_scan(config, corpus, out, progress, executor, passages or PassageConfig())
 
 
 def validate(config: ScanConfig, out: str) -> Corpus:
@@ -57,13 +60,18 @@ def validate(config: ScanConfig, out: str) -> Corpus:
     return corpus
 
 
-def _locked_scan(config: ScanConfig, corpus: Corpus, out: str, progress, executor: ExecutorConfig) -> dict:
+def _locked_scan(config: ScanConfig, corpus: Corpus, out: str, progress, executor: ExecutorConfig,
+                 passages: PassageConfig) -> dict:
     corpus, run, plan = prepare_run(config, out, corpus)
     log.info("%d of %d shards still to screen in %s", len(pending_shards(run, plan)), len(plan), out)
     if executor.kind == "local":
-        report = run_local(config, corpus, run, plan, progress)
+        # Passages on the scan's own engine, before it closes: no second model load.
+        after = lambda engine: ensure_passages(run, config, corpus, passages, engine=engine)  # noqa: E731
+        report = run_local(config, corpus, run, plan, progress, after=after)
     else:
         from scanner.executors.ray import run_ray  # Ray is imported only when asked for
 
         report = run_ray(config, run, plan, executor, progress)
+    # A relaunch of a finished run, or after Ray: built only when missing or stale.
+    ensure_passages(run, config, corpus, passages, executor=executor)
     return {**run.merge_stats(), "run": report}

@@ -202,3 +202,36 @@ def test_write_report_is_atomic(tmp_path):
     with pytest.raises(OSError):
         write_report(crafted(), SUMMARY, tmp_path / "taken.html")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sub", "taken.html"]
+
+
+def passage_row(doc: str, start: int, end: int, **values) -> dict:
+    """A complete passages row (scanner/schema.py passages_schema); `values` override the defaults."""
+    row = {"passage_id": f"p{doc}{start}", "doc_id": doc, "doc_row": f"f:{doc}", "char_start": start,
+           "char_end": end, "token_start": start // 4, "token_end": end // 4, "tokens": (end - start) // 4,
+           "text": f"passage of {doc}", "best_acr": 2.5, "best_acr_kind": None, "best_prompt": "a prompt",
+           "best_prompt_tokens": 3, "best_span_id": "s", "span_ids": ["s"], "spans": 1, "other_spans_inside": 0,
+           "calibrated_spans": 1, "extend_budget": 128, "extended_token_end": end // 4 + 5,
+           "extended_char_end": end + 20, "extended_tokens": 5, "extended_chars": 20, "extension_text": "more",
+           "extension_prompt": "a prompt", "extension_span_id": "s", "extension_engine": "hf", "extend_s": 0.1}
+    row.update(values)
+    return row
+
+
+def test_passages_replace_the_spans_with_one_strip_per_document():
+    from scanner.schema import passages_schema
+
+    results = table_of([make_row("x", i, "memorized", doc_row="f:x") for i in range(4)]
+                       + [make_row("y", i, doc_row="f:y") for i in range(2)])
+    passages = pa.Table.from_pylist([passage_row("x", 0, 100), passage_row("x", 200, 290, extended_tokens=0,
+                                                                             extended_char_end=290),
+                                     passage_row("z", 0, 40, text=EVIL, doc_id=EVIL, extension_text=EVIL)],
+                                    schema=passages_schema())
+    page = render_report(results, SUMMARY, passages)
+    assert "Top flagged spans" not in page and "Memorized passages" in page
+    assert page.count('<svg class="strip"') == 2 and page.count('<section class="span">') == 3
+    strip = page.split('<svg class="strip"')[1].split("</svg>")[0]
+    # doc x: 390 characters (its spans' last char_end); passage 0-100 and its extension 100-120 drawn.
+    assert 'x="0.0" y="0" width="256.4"' in strip and 'x="256.4" y="0" width="51.3"' in strip
+    assert strip.count("<rect") == 1 + 2 + 1  # the document, two passages, one extension
+    assert EVIL not in page and html.escape(EVIL) in page
+    assert "+5 tokens" in page and "reproduced nothing more" in page

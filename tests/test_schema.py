@@ -15,6 +15,7 @@ from scanner.schema import (
     TEXT_TYPES,
     describe,
     ingested_schema,
+    passages_schema,
     results_schema,
     schema_doc,
     walk_fields,
@@ -61,8 +62,8 @@ COLUMNS = {
 
 def test_committed_schemas_match_the_code(tmp_path):
     written = write_schemas(tmp_path)
-    assert sorted(p.name for p in written) == ["ingested.arrow-schema", "ingested.md", "results.arrow-schema",
-                                               "results.md"]
+    assert sorted(p.name for p in written) == ["ingested.arrow-schema", "ingested.md", "passages.arrow-schema",
+                                               "passages.md", "results.arrow-schema", "results.md"]
     for path in written:
         committed = ROOT / "schemas" / path.name
         assert committed.is_file(), f"{committed} missing; run python -m scanner.schema schemas/"
@@ -70,7 +71,8 @@ def test_committed_schemas_match_the_code(tmp_path):
             f"{committed} is stale; run python -m scanner.schema schemas/ and commit the result"
 
 
-@pytest.mark.parametrize("name, schema", [("results", results_schema), ("ingested", ingested_schema)])
+@pytest.mark.parametrize("name, schema", [("results", results_schema), ("ingested", ingested_schema),
+                                          ("passages", passages_schema)])
 def test_serialized_schema_round_trips(name, schema):
     data = (ROOT / "schemas" / f"{name}.arrow-schema").read_bytes()
     assert pa.ipc.read_schema(pa.py_buffer(data)).equals(schema(), check_metadata=True)
@@ -90,7 +92,8 @@ def test_columns_types_and_nullability_are_the_public_interface():
 
 
 @pytest.mark.parametrize("schema, nested", [(results_schema, ("thresholds.item.memorized", "prompt_ids.item")),
-                                            (ingested_schema, ("sections.item.path", "sections.item.char_end"))])
+                                            (ingested_schema, ("sections.item.path", "sections.item.char_end")),
+                                            (passages_schema, ("span_ids.item",))])
 def test_every_field_nested_ones_too_has_a_description(schema, nested):
     paths = []
     for path, field in walk_fields(schema()):
@@ -107,6 +110,21 @@ def test_the_ingested_corpus_columns_are_a_public_interface():
     # What scan's read stage picks by default: 'doc_id' as the id column, 'text' as a string text column.
     assert schema.field("text").type in TEXT_TYPES and not schema.field("text").nullable
     assert not schema.field("doc_id").nullable and "id" not in schema.names
+
+
+def test_the_passages_columns_are_a_public_interface():
+    schema = passages_schema()
+    assert schema.names == [
+        "passage_id", "doc_id", "doc_row", "char_start", "char_end", "token_start", "token_end", "tokens", "text",
+        "best_acr", "best_acr_kind", "best_prompt", "best_prompt_tokens", "best_span_id", "span_ids", "spans",
+        "other_spans_inside", "calibrated_spans", "extend_budget", "extended_token_end", "extended_char_end",
+        "extended_tokens", "extended_chars", "extension_text", "extension_prompt", "extension_span_id",
+        "extension_engine", "extend_s"]
+    # What a passage shares with the results keeps the results' type.
+    for name in ("doc_id", "char_start", "char_end", "token_start", "token_end", "text"):
+        assert schema.field(name).type == results_schema().field(name).type, name
+    assert schema.field("span_ids").type.value_type == pa.string()
+    assert not schema.field("passage_id").nullable and schema.field("extended_tokens").nullable
 
 
 def test_statuses_are_exactly_the_six():
@@ -129,5 +147,5 @@ def test_markdown_table_lists_every_field_with_its_description():
 def test_module_entry_point_writes_the_folder(tmp_path):
     subprocess.run([sys.executable, "-m", "scanner.schema", str(tmp_path / "out")], check=True,
                    capture_output=True)
-    for name in ("results.md", "ingested.md"):
+    for name in ("results.md", "ingested.md", "passages.md"):
         assert (tmp_path / "out" / name).read_bytes() == (ROOT / "schemas" / name).read_bytes()

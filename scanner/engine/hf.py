@@ -168,17 +168,19 @@ class HFEngine:
         rank = next((i for i, check in enumerate(checks) if check.verified_generation), None)
         return (None, len(prompts)) if rank is None else (checks[rank], rank)
 
-    def generate_ids(self, inputs: list[list[int]], new_tokens: int) -> list[list[int]]:
-        """Greedy continuation ids of each full input (template included), in the verify engine."""
+    def generate_ids(self, inputs: list[list[int]], new_tokens: int | list[int]) -> list[list[int]]:
+        """Greedy continuation ids of each full input (template included), in the verify engine;
+        `new_tokens`: one length for every input or one per input (vLLM still runs them in one call)."""
         return self._generate_many(inputs, new_tokens)
 
-    def _generate_many(self, inputs: list[list[int]], new_tokens: int) -> list[list[int]]:
+    def _generate_many(self, inputs: list[list[int]], new_tokens: int | list[int]) -> list[list[int]]:
         if not inputs:
             return []
+        lengths = [new_tokens] * len(inputs) if isinstance(new_tokens, int) else list(new_tokens)
         if self.verifier is None:
-            return [self._generate(ids, new_tokens) for ids in inputs]
+            return [self._generate(ids, n) for ids, n in zip(inputs, lengths, strict=True)]
         self.forwards += len(inputs)
-        return self.verifier.generate(inputs, [new_tokens] * len(inputs), self._eos_ids())
+        return self.verifier.generate(inputs, lengths, self._eos_ids())
 
     def _eos_ids(self) -> list[int]:
         eos = self.model.generation_config.eos_token_id

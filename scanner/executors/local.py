@@ -58,10 +58,14 @@ class LocalExecutor:
         return {}
 
 
-def run_local(config: ScanConfig, corpus: Corpus, run: RunDir, plan: Plan, progress=None) -> dict:
+def run_local(config: ScanConfig, corpus: Corpus, run: RunDir, plan: Plan, progress=None, after=None) -> dict:
+    """`after(engine)`: called once the phases are done, before the engine closes (passages); the
+    engine is None when this launch loaded none (a relaunch of a finished run)."""
     execute = LocalExecutor(config, corpus, run, plan)
     try:
         run_phases(Phases(config, run, plan), execute, progress)
+        if after is not None:
+            after(execute.worker.engine)
     finally:
         execute.worker.close()
     return {"executor": "local", "failed_shards": {}}
