@@ -51,7 +51,7 @@ COLUMNS = {
     "reference_nll": (pa.float64(), True), "reference_s": (pa.float64(), True),
     "gzip_ratio": (pa.float64(), True), "zlib_ratio": (pa.float64(), True), "lzma_ratio": (pa.float64(), True),
     "smaz_ratio": (pa.float64(), True),
-    "acr_kind": (pa.string(), True),
+    "acr_kind": (pa.string(), True), "rejected_early": (pa.bool_(), True),
     # the screen pass: anchored spans and probabilistic extraction
     "anchored": (pa.bool_(), True), "pz_greedy": (pa.float64(), True), "pz_topk": (pa.float64(), True),
     "log10_pz_topk": (pa.float64(), True), "pz_top_k": (pa.int32(), True), "pz_temperature": (pa.float64(), True),
