@@ -2,11 +2,16 @@
 
 Pure arithmetic; every input says where its figure comes from (bench/RESULTS.md). The model:
 
-    spans        = books * tokens_per_book / stride
+    spans        = books * tokens_per_book / stride * (1 + anchored_share)
     screen_s     = spans * screen_tokens_per_span / forward_tokens_per_s
-    search_s     = spans * candidate_share * (memorized_share * steps_memorized
-                                              + (1 - memorized_share) * steps_not_memorized) * step_s
+    candidates   = spans * candidate_share  (memorized_share of them memorized)
+    search_steps = memorized * (1 - certified_share) * steps_memorized
+                   + not_memorized * steps_not_memorized / rejection_factor
+    search_s     = min(search_steps * step_s, budget_s)          (best-first under --search-budget)
     wall_s(N)    = (screen_s + search_s) / (N * parallel_efficiency)
+
+`python bench/scale_model.py` prints the table of the issue that asked for it (1,000 books x 120k
+tokens, 8B, 8 H200s, goal 24 h): the scan as it was, and with this issue's levers.
 """
 
 from __future__ import annotations
@@ -14,10 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 
-def screen_tokens_per_span(span: int, context: int) -> int:
+def screen_tokens_per_span(span: int, context: int, certificate_share: float = 1.0) -> float:
     """Tokens through the model per span in stages/screen.py: the window row (context + span), the span
-    row, and one certificate row per context length j = 1..context (j + span tokens each)."""
-    return (context + span) + span + context * (context + 1) // 2 + context * span
+    row, and, for `certificate_share` of the spans (all of them in the exhaustive screen; those whose
+    window row reaches --certificate-min-match in the two-phase one), one certificate row per context
+    length j = 1..context (j + span tokens each)."""
+    certificates = context * (context + 1) // 2 + context * span
+    return (context + span) + span + certificate_share * certificates
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,21 +46,52 @@ class CostInputs:
     # decide_steps 400 x (1 + restarts 1).
     steps_memorized: float = 150
     steps_not_memorized: float = 800
+    # The levers of the book-collection issue (1.0 / 0 / inf: the scan before it).
+    certificate_share: float = 1.0  # spans given certificate rows (1: exhaustive screen)
+    anchored_share: float = 0.0  # extra spans screened by anchoring, per window
+    certified_share: float = 0.0  # memorized candidates settled by a verified certificate, no GCG
+    rejection_factor: float = 1.0  # steps on not-memorized candidates, full budget / early rejection
+    budget_gpu_h: float = float("inf")  # --search-budget over the whole cluster
 
     @property
     def spans(self) -> float:
-        return self.books * self.tokens_per_book / self.stride
+        return self.books * self.tokens_per_book / self.stride * (1 + self.anchored_share)
+
+    @property
+    def candidates(self) -> float:
+        return self.spans * self.candidate_share
 
     def screen_gpu_s(self) -> float:
-        return self.spans * screen_tokens_per_span(self.span, self.context) / self.forward_tokens_per_s
+        return self.spans * screen_tokens_per_span(self.span, self.context, self.certificate_share) / self.forward_tokens_per_s
+
+    def steps_per_candidate(self) -> float:
+        memorized = self.memorized_share * (1 - self.certified_share) * self.steps_memorized
+        return memorized + (1 - self.memorized_share) * self.steps_not_memorized / self.rejection_factor
+
+    def full_search_gpu_s(self) -> float:
+        return self.candidates * self.steps_per_candidate() * self.step_s
 
     def search_gpu_s(self) -> float:
-        steps = (self.memorized_share * self.steps_memorized
-                 + (1 - self.memorized_share) * self.steps_not_memorized)
-        return self.spans * self.candidate_share * steps * self.step_s
+        return min(self.full_search_gpu_s(), self.budget_gpu_h * 3600)
+
+    def searched_share(self) -> float:
+        """Candidates the budget reaches, best first (all of them when it is not binding)."""
+        full = self.full_search_gpu_s()
+        return 1.0 if full <= self.search_gpu_s() else self.search_gpu_s() / full
 
 
 GPU_FIGURES = CostInputs()
+
+# This issue's levers, each from a measurement (bench/RESULTS.md, 2026-12-01) or stated as assumed:
+# - two-phase screen (--certificate-min-match 0.5): certificate rows for spans whose window row reaches
+#   half the span; on unmemorized text about the candidate share (bench/screen_tokens.py: 0.116 s vs
+#   1.59 s exhaustive vs 0.058 s bare on a random book), 1 % assumed;
+# - anchored spans: 0.33 extra per window where a third of the documents hold planted passages
+#   (bench/anchors.py), an upper bound; on unmemorized text a run of 28 greedy matches is rare, 2 % assumed;
+# - early rejection: forwards per not-memorized candidate cut 5.4x (bench/early_reject.py, same run);
+# - certificates: on the demo corpus 15 of 17 candidates were settled by certificates (min-match 0.8);
+#   on an 8B and real books unmeasured: half of the memorized candidates assumed.
+LEVERS = dict(certificate_share=0.01, anchored_share=0.02, certified_share=0.5, rejection_factor=5.4)
 
 
 def cost_table(inputs: CostInputs, efficiency: float, gpus: tuple[int, ...],
@@ -71,3 +110,30 @@ def cost_table(inputs: CostInputs, efficiency: float, gpus: tuple[int, ...],
         walls = " | ".join(f"{(screen + search) / (n * efficiency):,.1f}" for n in gpus)
         lines.append(f"| {share:.1%} | {screen:,.0f} / {light:,.1f} | {search:,.0f} | {walls} |")
     return "\n".join(lines)
+
+
+def goal_table(gpus: int = 8, hours: float = 24.0, efficiency: float = 0.85,
+               shares: tuple[float, ...] = (0.001, 0.005, 0.02)) -> str:
+    """Markdown: wall hours on `gpus` GPUs before this issue, with its levers and no budget, and with a
+    --search-budget that fits the goal (the share of candidates it searches, best first)."""
+    levers = replace(GPU_FIGURES, **LEVERS)
+    lines = [f"| candidate share | candidates | before: wall h | levers: screen GPU-h | levers: steps per "
+             f"candidate | levers, no budget: wall h | budget for {hours:g} h: searched best-first |",
+             "|---|---|---|---|---|---|---|"]
+    for share in shares:
+        before, after = replace(GPU_FIGURES, candidate_share=share), replace(levers, candidate_share=share)
+        budget = gpus * hours * efficiency - after.screen_gpu_s() / 3600
+        capped = replace(after, budget_gpu_h=budget)
+        lines.append(
+            f"| {share:.1%} | {after.candidates:,.0f} | {_wall(before, gpus, efficiency):,.0f} | "
+            f"{after.screen_gpu_s() / 3600:,.1f} | {after.steps_per_candidate():,.0f} | "
+            f"{_wall(after, gpus, efficiency):,.1f} | {capped.searched_share():.0%} in {_wall(capped, gpus, efficiency):,.1f} h |")
+    return "\n".join(lines)
+
+
+def _wall(inputs: CostInputs, gpus: int, efficiency: float) -> float:
+    return (inputs.screen_gpu_s() + inputs.search_gpu_s()) / 3600 / (gpus * efficiency)
+
+
+if __name__ == "__main__":
+    print(goal_table())
