@@ -104,9 +104,9 @@ class SearchConfig:
     # length ends "not memorized"; an attempt stuck reject_stall steps ends without its restarts.
     # Calibrated on search trajectories (bench/early_reject.py, bench/RESULTS.md).
     early_reject: bool = True
-    reject_after: int = 10  # steps at a length before the rule may stop it
+    reject_after: int = 5  # steps at a length before the rule may stop it
     reject_min_right: float = 0.6  # share of target tokens the best candidate must get right by then
-    reject_stall: int = 40  # steps without a rise in that count that stop the attempt (0: never)
+    reject_stall: int = 0  # steps without a rise in that count that stop the attempt (0: never)
 
     def __post_init__(self) -> None:
         require(self.schedule in SCHEDULES, f"unknown schedule '{self.schedule}'; choose one of {', '.join(SCHEDULES)}")
