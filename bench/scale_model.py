@@ -88,10 +88,10 @@ GPU_FIGURES = CostInputs()
 #   1.59 s exhaustive vs 0.058 s bare on a random book), 1 % assumed;
 # - anchored spans: 0.33 extra per window where a third of the documents hold planted passages
 #   (bench/anchors.py), an upper bound; on unmemorized text a run of 28 greedy matches is rare, 2 % assumed;
-# - early rejection: forwards per not-memorized candidate cut 5.4x (bench/early_reject.py, same run);
+# - early rejection: forwards per not-memorized candidate cut 5.9x (bench/early_reject.py, same run);
 # - certificates: on the demo corpus 15 of 17 candidates were settled by certificates (min-match 0.8);
 #   on an 8B and real books unmeasured: half of the memorized candidates assumed.
-LEVERS = dict(certificate_share=0.01, anchored_share=0.02, certified_share=0.5, rejection_factor=5.4)
+LEVERS = dict(certificate_share=0.01, anchored_share=0.02, certified_share=0.5, rejection_factor=5.9)
 
 
 def cost_table(inputs: CostInputs, efficiency: float, gpus: tuple[int, ...],
