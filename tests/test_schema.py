@@ -50,6 +50,8 @@ COLUMNS = {
     "reference_nll": (pa.float64(), True), "reference_s": (pa.float64(), True),
     "gzip_ratio": (pa.float64(), True), "zlib_ratio": (pa.float64(), True), "lzma_ratio": (pa.float64(), True),
     "smaz_ratio": (pa.float64(), True),
+    # early rejection (scanner/search/reject.py)
+    "rejected_early": (pa.bool_(), True),
 }
 
 
