@@ -158,15 +158,25 @@ def _dumps(value) -> str:
 
 
 def _csv_schema(table: pa.Table) -> pa.Schema:
-    # CSV cells are flat: list and struct columns travel as JSON strings.
-    return pa.schema([pa.field(f.name, pa.string() if pa.types.is_nested(f.type) else f.type)
-                      for f in table.schema])
+    # CSV cells are flat: list and struct columns travel as JSON strings; floats as text (see _floats).
+    return pa.schema([pa.field(f.name, pa.string() if pa.types.is_nested(f.type) or pa.types.is_floating(f.type)
+                               else f.type) for f in table.schema])
 
 
 def _csv_column(column: pa.Array) -> pa.Array:
+    if pa.types.is_floating(column.type):
+        return _floats(column)
     if pa.types.is_nested(column.type):
         column = pa.array([None if v is None else _dumps(v) for v in column.to_pylist()], pa.string())
     return _defused(column) if pa.types.is_string(column.type) else column
+
+
+def _floats(column: pa.Array) -> pa.Array:
+    """Numbers stay numbers (a negative one is not a formula), but "-inf" (log10_pz_topk of a span outside
+    the top k) is read as one: non-finite values get the apostrophe too."""
+    text = pc.cast(column, pa.string())
+    infinite = pc.is_inf(column).fill_null(False)
+    return pc.if_else(infinite, pc.binary_join_element_wise("'", text, ""), text)
 
 
 def _defused(column: pa.Array) -> pa.Array:

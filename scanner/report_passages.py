@@ -106,8 +106,16 @@ def _passage_html(rank: int, row: dict) -> str:
             f'{_n(row["token_start"])}–{_n(row["token_end"])} ({_n(row["tokens"])} tokens); {_n(row["spans"])} '
             f'memorized spans merged; best prompt {_n(row["best_prompt_tokens"])} tokens, span '
             f'<code>{_e(row["best_span_id"])}</code>; passage <code>{_e(row["passage_id"])}</code></p>'
-            f"<h4>best prompt</h4>{prompt_html}<h4>passage</h4><pre>{_e(row['text'])}</pre>"
+            f"{_predictable_html(row)}<h4>best prompt</h4>{prompt_html}<h4>passage</h4><pre>{_e(row['text'])}</pre>"
             f"{_extension_html(row)}</section>")
+
+
+def _predictable_html(row: dict) -> str:
+    # A passage none of whose spans survives calibration is text the model finds predictable, not recall.
+    if row.get("calibrated_spans") is None or row["calibrated_spans"] > 0:
+        return ""
+    return (f'<p class="meta"><b>predictable</b> (not calibrated memorization): none of its {_n(row["spans"])} '
+            "memorized spans survives calibration; their predictable_reason is in the results</p>")
 
 
 def passages_html(passages: pa.Table, limit: int = TOP_PASSAGES) -> str:

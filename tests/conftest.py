@@ -1,11 +1,13 @@
-"""Shared fixtures: the tiny memorizing model is trained once per test session (about 20 s on 2 cores)
-and loaded through the same --model path a user passes."""
+"""Shared fixtures: the tiny memorizing model is trained once per test run (about 20 s on 2 cores),
+shared by the pytest-xdist workers, and loaded through the same --model path a user passes."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from scanner.config import GCGConfig, ModelConfig, PromptConfig, SearchConfig
 from scanner.tiny import build_tiny
@@ -15,10 +17,26 @@ FAST = SearchConfig(decide_steps=150, shrink_steps=80, restarts=1,
                     gcg=GCGConfig(top_k=64, num_candidates=96, patience=40))
 
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Two workers on two cores: one thread each (also for the CLI processes they start). The tiny
+    # model's small kernels gain little from a second thread; a second test running beside gains more.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):
-    # ACR_TINY_DIR: a folder to reuse across sessions (build_tiny retrains when its spec changed).
-    return build_tiny(os.environ.get("ACR_TINY_DIR") or tmp_path_factory.mktemp("tiny"))
+    """ACR_TINY_DIR: a folder to reuse across runs (build_tiny retrains when its spec changed); else
+    one folder for every xdist worker of this run, built by whichever asks first."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # pytest-N/, above each worker's popen-gwK/
+    where = Path(os.environ.get("ACR_TINY_DIR") or shared / "tiny")
+    where.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(where) + ".lock"):
+        return build_tiny(where)
 
 
 @pytest.fixture(scope="session")

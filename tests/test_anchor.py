@@ -97,3 +97,30 @@ def test_screen_with_defaults_puts_a_candidate_inside_every_planted_passage(tiny
     assert all(found), f"passages without a whole candidate: {[w for w, f in zip(where, found, strict=True) if not f]}"
     assert not all(fixed)
     assert 0 < anchored <= windows // 2  # anchors go where matches run, not everywhere
+
+
+def test_a_scan_with_the_default_windowing_finds_every_planted_passage_whole(tiny_dir, engine, tmp_path):
+    """The whole path, through the CLI with the default windowing (stride = span, anchors on): each
+    planted passage of 1, 1.5 and 2 spans lies inside one memorized passage of passages.parquet (its
+    token range whole), and no passage lies outside a planted one."""
+    import subprocess
+    import sys
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts, where = planted(engine.tokenizer)
+    corpus = tmp_path / "planted.parquet"
+    pq.write_table(pa.table({"id": [f"d{i}" for i in range(len(texts))], "text": texts}), corpus)
+    args = ["scan", str(corpus), "--model", str(tiny_dir), "--out", str(tmp_path / "run"), "--span-tokens",
+            str(SPAN), "--context-tokens", "16", "--steps", "30", "--candidates", "64", "--top-k", "64",
+            "--restarts", "0", "--extend-tokens", "0", "--docs-per-shard", "3"]
+    done = subprocess.run([sys.executable, "-m", "scanner", *args], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    passages = pq.read_table(tmp_path / "run" / "passages.parquet").to_pylist()
+    for i, (first, end) in enumerate(where):
+        held = [p for p in passages if p["doc_id"] == f"d{i}" and p["token_start"] <= first and end <= p["token_end"]]
+        assert held, f"d{i}: passage {first}-{end} not found whole in {[(p['doc_id'], p['token_start'], p['token_end']) for p in passages]}"
+    for p in passages:  # a passage may take the token before a planted one (the anchor), no more
+        first, end = where[int(p["doc_id"][1:])]
+        assert first - 1 <= p["token_start"] and p["token_end"] <= end + 1, p

@@ -207,7 +207,9 @@ def clean_run(tiny_dir, corpus, tmp_path_factory) -> Path:
 def test_the_corrected_model_command_completes_in_the_same_run_directory(clean_run):
     table = rows(clean_run)
     assert {r["doc_id"] for r in table} == {f"d{i}" for i in range(DOCS)}
-    assert {r["status"] for r in table} == {"screened_out"}
+    # --max-candidates 0: the screen's candidates stay not_searched, saying why
+    assert {r["status"] for r in table} <= {"screened_out", "not_searched"}
+    assert all("--max-candidates" in r["reason"] for r in table if r["status"] == "not_searched")
 
 
 def test_weights_that_pass_the_header_check_but_not_the_loader_are_an_input_error(tiny_dir, tmp_path):
@@ -279,7 +281,8 @@ def test_a_non_utf8_row_is_skipped_and_a_damaged_page_exits_2_then_resumes(tiny_
     out = tmp_path / "run"
     assert_fails(scan(folder, tiny_dir, out), 2, "'corpus.PARQUET' row group 1 cannot be read",
                  "restore the file from its source or a backup and relaunch the same command")
-    assert sorted(p.name for p in (out / "done").iterdir()) == ["00000"], "the shard before it is kept"
+    screened = sorted(p.name for p in (out / "screen" / "done").iterdir())
+    assert screened == ["00000"], "the shard before it is kept (screened, phase 1)"
     corpus.write_bytes(source)
     again = scan(folder, tiny_dir, out)
     assert again.returncode == 0, again.stderr[-2000:]

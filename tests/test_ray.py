@@ -120,10 +120,14 @@ def test_an_actor_killed_mid_run_loses_nothing_and_duplicates_nothing(local_ray,
 
 def test_a_shard_out_of_retries_is_reported_and_a_relaunch_completes_it(local_ray, reference, tiny_dir, tmp_path):
     corpus, want = reference
-    killed = []
+    killed, loaded = [], set()
 
     def kill_the_other_actor(stats: dict) -> None:
-        busy = worker_pids() - {stats["pid"]}
+        # Only an actor that has finished a task (its model loaded): a death while loading is a setup
+        # death, which --max-retries 0 turns into an abort, not a failed shard. Screen shards are quick,
+        # so the other actor may still be loading when the first one reports.
+        loaded.add(stats["pid"])
+        busy = (worker_pids() & loaded) - {stats["pid"]}
         if not killed and busy:
             killed.append(busy.pop())
             os.kill(killed[-1], signal.SIGKILL)
