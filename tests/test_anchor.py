@@ -55,14 +55,14 @@ def test_anchor_settings_are_validated():
         SpanConfig(anchor_max_gap=-1)
 
 
-def planted(tokenizer) -> tuple[list[str], list[tuple[int, int]]]:
-    """Six documents: canary heads of 10, 15 and 20 tokens (1, 1.5 and 2 spans), each twice, at random
-    offsets in fresh salad; and each passage's token range."""
+def planted(tokenizer, copies: int = 2) -> tuple[list[str], list[tuple[int, int]]]:
+    """Documents holding canary heads of 10, 15 and 20 tokens (1, 1.5 and 2 spans), each `copies` times,
+    at random offsets in fresh salad; and each passage's token range."""
     rng, texts, where = random.Random(4), [], []
     for canary, tokens in ((CANARIES[2], SPAN), (CANARIES[3], 3 * SPAN // 2), (CANARIES[0], 2 * SPAN)):
         ids, offsets = tokenize_document(canary, tokenizer)
         head = canary[:offsets[tokens - 1][1]]
-        for _ in range(2):
+        for _ in range(copies):
             text, at = planted_document(rng, head, max_words=30)
             _, offsets = tokenize_document(text, tokenizer)
             first = next(t for t, (a, _) in enumerate(offsets) if a >= at)
@@ -109,7 +109,7 @@ def test_a_scan_with_the_default_windowing_finds_every_planted_passage_whole(tin
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    texts, where = planted(engine.tokenizer)
+    texts, where = planted(engine.tokenizer, copies=1)  # the screen test above takes two of each
     corpus = tmp_path / "planted.parquet"
     pq.write_table(pa.table({"id": [f"d{i}" for i in range(len(texts))], "text": texts}), corpus)
     args = ["scan", str(corpus), "--model", str(tiny_dir), "--out", str(tmp_path / "run"), "--span-tokens",
