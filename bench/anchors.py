@@ -1,8 +1,8 @@
 """Anchored windows on a planted corpus: recall of memorized passages and screen tokens, by windowing.
 
-    python bench/anchors.py --model-dir /tmp/planted --docs 8      # trains scanner.tiny.PLANTED there once
+    python bench/anchors.py --model-dir /tmp/planted --docs 8      # trains scanner.studies.tiny.PLANTED there once
 
-The model memorizes passages of 16, 24 and 32 tokens (1, 1.5 and 2 spans of 16: scanner.tiny.PASSAGES);
+The model memorizes passages of 16, 24 and 32 tokens (1, 1.5 and 2 spans of 16: scanner.studies.tiny.PASSAGES);
 each test document holds one of them at a random token offset inside fresh word salad. For each windowing
 (stride, anchors on/off, run threshold, bridged gap) it screens every document as a scan does
 (stages/anchor.py) and reports
@@ -27,7 +27,7 @@ from scanner.stages.anchor import screen_with_anchors
 from scanner.stages.read import Document
 from scanner.stages.screen import ScreenConfig
 from scanner.stages.spans import SpanConfig, make_spans, tokenize_document
-from scanner.tiny import PASSAGES, PLANTED, build_tiny, planted_document
+from scanner.studies.tiny import PASSAGES, PLANTED, build_tiny, planted_document
 
 
 def corpus(tokenizer, docs: int, seed: int) -> list[tuple[Document, int, int]]:

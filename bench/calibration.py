@@ -8,9 +8,9 @@ Each text is split into a natural prefix (its first k tokens: 12 for prose, as a
 it, 6 for counting and the alphabet) and the rest, the target. Greedy generation from the prefix
 string is the certificate: when it writes the whole target, ACR >= |target| / k and the text is
 memorized at τ = 1 (no GCG: on a 2-core CPU one GCG step of this model takes seconds). Memorized
-targets are then calibrated (scanner/calibrate.py): self-calibration (8 unrelated prompts of k tokens,
+targets are then calibrated (scanner/measures/calibration.py): self-calibration (8 unrelated prompts of k tokens,
 the template alone) and a reference model, by default a tiny Llama trained here on counting, refrains
-and boilerplate but no famous text (scanner/tiny.py, a different tokenizer): it stands in for "a model
+and boilerplate but no famous text (scanner/studies/tiny.py, a different tokenizer): it stands in for "a model
 that never saw the corpus", which no second real model on this offline machine can be.
 """
 
@@ -24,13 +24,13 @@ import random
 import time
 from pathlib import Path
 
-from scanner.calibrate import CalibrationConfig
-from scanner.compression import thresholds
+from scanner.cli.demo import default_workdir, random_string
 from scanner.config import EngineConfig, ModelConfig, PromptConfig
-from scanner.demo import default_workdir, random_string
 from scanner.engine.build import build_engines
+from scanner.measures.calibration import CalibrationConfig
+from scanner.measures.compression import thresholds
 from scanner.stages.calibrate import calibrate_span, reference_engine, text_nll
-from scanner.tiny import TinySpec, build_tiny
+from scanner.studies.tiny import TinySpec, build_tiny
 
 FAMOUS = {
     "Gettysburg": "Four score and seven years ago our fathers brought forth on this continent, a new nation, "

@@ -26,12 +26,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/early_reject.py` from a checkout
 
 from bench.validity import SIZES  # noqa: E402
+from scanner.cli.demo import default_workdir  # noqa: E402
 from scanner.config import ModelConfig, PromptConfig, SearchConfig  # noqa: E402
-from scanner.demo import default_workdir  # noqa: E402
 from scanner.engine.hf import HFEngine  # noqa: E402
 from scanner.engine.loading import load_model  # noqa: E402
 from scanner.search.miniprompt import measure  # noqa: E402
-from scanner.validity import build_corpus, random_control, train_models  # noqa: E402
+from scanner.studies.validity import build_corpus, random_control, train_models  # noqa: E402
 
 log = logging.getLogger("early_reject")
 SETUP = SIZES["cpu"]

@@ -18,14 +18,14 @@ from dataclasses import replace
 
 import torch
 
+from scanner.cli.demo import CPU_SEARCH
 from scanner.config import ModelConfig, PromptConfig
-from scanner.demo import CPU_SEARCH
 from scanner.engine.hf import HFEngine, TargetScorer
 from scanner.engine.loading import load_model
 from scanner.search.driver import run_one
 from scanner.search.gcg import run_gcg
 from scanner.search.miniprompt import random_prompt
-from scanner.tiny import CANARIES, build_tiny
+from scanner.studies.tiny import CANARIES, build_tiny
 
 LOSSES = ("margin", "ce", "wrong_ce")
 

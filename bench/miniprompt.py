@@ -22,12 +22,12 @@ from dataclasses import replace
 
 import torch
 
+from scanner.cli.demo import CPU_SEARCH, random_string
 from scanner.config import ModelConfig, PromptConfig, SearchConfig
-from scanner.demo import CPU_SEARCH, random_string
 from scanner.engine.hf import HFEngine
 from scanner.engine.loading import load_model
 from scanner.search.miniprompt import Target, measure_many
-from scanner.tiny import CANARIES, TinySpec, build_tiny, salad
+from scanner.studies.tiny import CANARIES, TinySpec, build_tiny, salad
 
 GPU_SPEC = TinySpec(vocab_size=1024, hidden=256, layers=4, heads=8, documents=1200, steps=1200, batch=64,
                     train_context=128, lr=2e-3)

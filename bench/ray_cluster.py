@@ -361,8 +361,8 @@ def stop(*_) -> None:
 
 
 def main() -> None:
-    from scanner.demo import demo_corpus
-    from scanner.tiny import build_tiny
+    from scanner.cli.demo import demo_corpus
+    from scanner.studies.tiny import build_tiny
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", default=None, help="Kept; the tiny model is cached there.")

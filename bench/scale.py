@@ -17,15 +17,15 @@ from pathlib import Path
 
 from scale_model import GPU_FIGURES, cost_table
 
+from scanner.cli.demo import CPU_SEARCH
 from scanner.config import ModelConfig, SearchConfig
-from scanner.demo import CPU_SEARCH
 from scanner.executors import ExecutorConfig
-from scanner.runner import ScanConfig
-from scanner.scan import run_scan
+from scanner.run.driver import run_scan
+from scanner.run.shard import ScanConfig
 from scanner.stages.read import CorpusConfig
 from scanner.stages.screen import ScreenConfig
 from scanner.stages.spans import SpanConfig
-from scanner.tiny import build_tiny
+from scanner.studies.tiny import build_tiny
 
 try:
     from scan import corpus  # bench/scan.py: the same planted corpus

@@ -20,14 +20,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from scanner.cli.demo import CPU_SEARCH
 from scanner.config import ModelConfig, SearchConfig
-from scanner.demo import CPU_SEARCH
-from scanner.runner import ScanConfig
-from scanner.scan import run_scan
+from scanner.run.driver import run_scan
+from scanner.run.shard import ScanConfig
 from scanner.stages.read import CorpusConfig
 from scanner.stages.screen import ScreenConfig
 from scanner.stages.spans import SpanConfig
-from scanner.tiny import CANARIES, build_tiny, salad
+from scanner.studies.tiny import CANARIES, build_tiny, salad
 
 
 def corpus(path: Path, docs: int) -> Path:

@@ -8,7 +8,7 @@ plants canary passages at each duplication count, trains every model size on it,
 acr-scan's library: every canary, held-out passages, random token strings and predictable text (counting
 and a refrain: the corpus holds counting runs and refrains, never these) with the fast schedule, a subset
 with the paper schedule, and the natural continuation test (the target's first tokens -> greedy rest)
-alongside. Memorized targets are calibrated (scanner/calibrate.py): self-calibration, and a reference
+alongside. Memorized targets are calibrated (scanner/measures/calibration.py): self-calibration, and a reference
 model of the smallest size trained on the same corpus without the canaries. Writes rows.jsonl,
 summary.json, table.md and validity.png to --out.
 """
@@ -22,12 +22,12 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from scanner.calibrate import CalibrationConfig
+from scanner.cli.demo import default_workdir
 from scanner.config import GCGConfig, ModelConfig, PromptConfig, SearchConfig
-from scanner.demo import default_workdir
 from scanner.engine.hf import HFEngine
 from scanner.engine.loading import load_model
-from scanner.validity import (
+from scanner.measures.calibration import CalibrationConfig
+from scanner.studies.validity import (
     CorpusSpec,
     ModelSize,
     build_corpus,

@@ -35,7 +35,7 @@ def timed(fn, repeats: int) -> tuple[float, object]:
 
 def verification_pairs(engine, count: int, seed: int = 0) -> list[tuple[str, list[int]]]:
     """Canary heads of 1-6 words with their 16-token continuations, and salad heads (no match)."""
-    from scanner.tiny import CANARIES, salad
+    from scanner.studies.tiny import CANARIES, salad
 
     rng = random.Random(seed)
     pairs = []
@@ -75,7 +75,7 @@ def bench_screen(hf, fast, docs: int, repeats: int) -> dict:
     from scanner.stages.read import Document
     from scanner.stages.screen import ScreenConfig, screen_spans
     from scanner.stages.spans import SpanConfig, make_spans, tokenize_document
-    from scanner.tiny import CANARIES, salad
+    from scanner.studies.tiny import CANARIES, salad
 
     rng = random.Random(7)
     texts = [f"{salad(rng, 30)}\n{CANARIES[i % len(CANARIES)]}\n{salad(rng, 30)}" for i in range(docs)]
@@ -109,7 +109,7 @@ def main() -> None:
     from scanner.engine.hf import HFEngine
     from scanner.engine.loading import load_model
     from scanner.engine.vllm import VLLMEngine
-    from scanner.tiny import build_tiny
+    from scanner.studies.tiny import build_tiny
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", default=str(Path.home() / ".cache" / "acr-scanner" / "tiny"))

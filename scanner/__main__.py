@@ -1,4 +1,4 @@
-from scanner.cli import main
+from scanner.cli.main import main
 
 if __name__ == "__main__":
     main()

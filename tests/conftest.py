@@ -10,7 +10,7 @@ import pytest
 from filelock import FileLock
 
 from scanner.config import GCGConfig, ModelConfig, PromptConfig, SearchConfig
-from scanner.tiny import build_tiny
+from scanner.studies.tiny import build_tiny
 
 # The demo's CPU-sized search: small candidate batches, short budgets.
 FAST = SearchConfig(decide_steps=150, shrink_steps=80, restarts=1,

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scanner import acr
+from scanner.measures import acr
 
 
 @given(st.integers(1, 10_000), st.integers(0, 10_000), st.integers(1, 50_000))

@@ -10,11 +10,11 @@ import pytest
 
 from scanner.config import ModelConfig
 from scanner.errors import InputError
-from scanner.runner import ScanConfig, screen_document
+from scanner.run.shard import ScanConfig, screen_document
 from scanner.stages.anchor import anchor_starts, match_runs
 from scanner.stages.read import CorpusConfig, Document
 from scanner.stages.spans import SpanConfig, tokenize_document
-from scanner.tiny import CANARIES, planted_document
+from scanner.studies.tiny import CANARIES, planted_document
 
 SPAN = 10
 

@@ -16,7 +16,7 @@ from scanner.engine.template import PromptTemplate
 from scanner.search.driver import run_many
 from scanner.search.gcg import Gradient, Score
 from scanner.search.miniprompt import Target, measure, measure_many
-from scanner.tiny import CANARIES
+from scanner.studies.tiny import CANARIES
 
 
 @pytest.fixture(scope="module", params=["plain", "chat"])

@@ -1,12 +1,12 @@
-"""The search phase's pure math (scanner/budget.py): budget parsing, the evidence order, units, and
+"""The search phase's pure math (scanner/measures/budget.py): budget parsing, the evidence order, units, and
 the start rule that makes the budget resume-safe."""
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scanner import budget as bm
 from scanner.errors import InputError
+from scanner.measures import budget as bm
 
 
 @pytest.mark.parametrize("text, kind, amount", [

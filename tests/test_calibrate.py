@@ -15,11 +15,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from scanner import calibrate
-from scanner.calibrate import CalibrationConfig, ReferenceEvidence, SelfEvidence
 from scanner.errors import InputError
-from scanner.export import select_rows
-from scanner.tiny import BOILERPLATE, CANARIES, REFRAIN, TinySpec, build_tiny, counting, salad
+from scanner.measures import calibration as calibrate
+from scanner.measures.calibration import CalibrationConfig, ReferenceEvidence, SelfEvidence
+from scanner.results.export import select_rows
+from scanner.studies.tiny import BOILERPLATE, CANARIES, REFRAIN, TinySpec, build_tiny, counting, salad
 
 FAST = ["--steps", "40", "--candidates", "64", "--top-k", "64", "--restarts", "0"]
 # As the model continues them: counting and the refrain go on past any end, so no final stop.

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from scanner.tiny import CANARIES
+from scanner.studies.tiny import CANARIES
 
 FAST = ["--steps", "60", "--candidates", "64", "--top-k", "64", "--restarts", "0"]
 

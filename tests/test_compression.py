@@ -1,4 +1,4 @@
-"""Tests for scanner.compression: SMAZ coder and compression-ratio thresholds."""
+"""Tests for scanner.measures.compression: SMAZ coder and compression-ratio thresholds."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scanner import compression
-from scanner.compression import (
+from scanner.measures import compression
+from scanner.measures.compression import (
     METHODS,
     compression_ratio,
     smaz_compress,

@@ -1,7 +1,7 @@
 """The deployment files stay true: cluster/ YAML has the shape the Ray launcher and KubeRay expect,
 the Slurm script is valid bash, the Dockerfiles pin their versions and install the package, and
 every `acr-scan` command line in cluster/, docker/ and README's code blocks names a real subcommand
-and real options (with valid literal values) of `scanner.cli.cli`."""
+and real options (with valid literal values) of `scanner.cli.main.cli`."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
-from scanner.cli import cli
+from scanner.cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "cluster" / "ray-cluster.yaml"

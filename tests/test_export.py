@@ -12,10 +12,10 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from scanner import calibrate
-from scanner import export as export_module
 from scanner.errors import InputError
-from scanner.export import EVIDENCE_COLUMNS, EXTRA_COLUMNS, export, parse_tau, select_rows
+from scanner.measures import calibration as calibrate
+from scanner.results import export as export_module
+from scanner.results.export import EVIDENCE_COLUMNS, EXTRA_COLUMNS, export, parse_tau, select_rows
 from scanner.schema import results_schema
 
 TRICKY = 'He said, "hi"\nand left; naïve — 東京 <b>'

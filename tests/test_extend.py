@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from scanner.passages import PassageConfig, find_passages
+from scanner.measures.passages import PassageConfig, find_passages
 from scanner.stages.extend import DocumentTokens, candidates, extend_passages
 from scanner.stages.spans import tokenize_document
-from scanner.tiny import CANARIES, salad
+from scanner.studies.tiny import CANARIES, salad
 
 START, END = 5, 10  # the passage: tokens 5-10 of the canary ("times, it was the")
 

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from scanner.tiny import CANARIES, salad
+from scanner.studies.tiny import CANARIES, salad
 
 SCAN = ["--span-tokens", "12", "--stride", "3", "--context-tokens", "12", "--docs-per-shard", "1",
         "--min-match-rate", "0.9", "--max-candidates-per-doc", "1", "--steps", "30", "--candidates", "64",

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from scanner.tiny import salad
+from scanner.studies.tiny import salad
 
 SCAN = ["--span-tokens", "16", "--context-tokens", "8", "--max-candidates", "0", "--docs-per-shard", "3",
         "--device", "cpu", "--threads", "1"]

@@ -7,7 +7,7 @@ from scanner.engine.hf import TargetScorer
 from scanner.search.driver import run_one
 from scanner.search.gcg import run_gcg, sample_candidates
 from scanner.search.losses import exact_match, target_loss, token_margins
-from scanner.tiny import CANARIES
+from scanner.studies.tiny import CANARIES
 
 
 def test_candidates_are_distinct_swaps_from_the_allowed_top_k():

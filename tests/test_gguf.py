@@ -15,7 +15,7 @@ from gguf_writer import write_gguf  # tests/gguf_writer.py: pytest puts tests/ o
 from scanner.config import ModelConfig, PromptConfig
 from scanner.engine.hf import HFEngine
 from scanner.engine.loading import load_model
-from scanner.tiny import CANARIES
+from scanner.studies.tiny import CANARIES
 
 TEXTS = ("Call me Ishmael. Some years ago", "hello  world\n x", " leading space, digits 12345!")
 

@@ -7,7 +7,7 @@ from scanner.config import ModelConfig, PromptConfig
 from scanner.engine.hf import HFEngine, TargetScorer
 from scanner.engine.loading import load_model
 from scanner.search.miniprompt import measure
-from scanner.tiny import CANARIES
+from scanner.studies.tiny import CANARIES
 
 pytestmark = pytest.mark.gpu
 

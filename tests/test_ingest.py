@@ -25,7 +25,7 @@ from scanner.ingest.common import Doc
 from scanner.ingest.epub import html_lines
 from scanner.ingest.text import Refused, decode, strip_gutenberg
 from scanner.schema import ingested_schema
-from scanner.tiny import CANARIES, salad
+from scanner.studies.tiny import CANARIES, salad
 
 # tests/test_scan.py's small settings, and one search per document (the best-screened span) to keep it short.
 SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--docs-per-shard", "1",

@@ -8,7 +8,7 @@ from scanner.config import GCGConfig, PromptConfig, SearchConfig
 from scanner.engine.hf import HFEngine
 from scanner.engine.template import typed_ids
 from scanner.search.miniprompt import measure
-from scanner.tiny import CANARIES, salad
+from scanner.studies.tiny import CANARIES, salad
 
 
 @pytest.fixture(scope="module")

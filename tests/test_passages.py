@@ -1,4 +1,4 @@
-"""Passages (scanner/passages.py): the merge of memorized spans, its invariants under hypothesis, and the
+"""Passages (scanner/measures/passages.py): the merge of memorized spans, its invariants under hypothesis, and the
 passage rows; no model."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scanner.passages import (
+from scanner.measures.passages import (
     find_passages,
     merge_runs,
     passage_id,

@@ -1,5 +1,5 @@
 """Screen first, then search by evidence within a budget; certificates settle verdicts without search
-(scanner/phases.py), through the CLI on the tiny model and one demo document each.
+(scanner/run/phases.py), through the CLI on the tiny model and one demo document each.
 
 doc-0 holds a canary: its spans inside the canary have natural-prefix certificates (settled by
 generation, no GCG), and spans that overlap the canary's edges are uncertified candidates of differing
@@ -13,8 +13,8 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from scanner import budget as bm
-from scanner.demo import demo_corpus
+from scanner.cli.demo import demo_corpus
+from scanner.measures import budget as bm
 
 SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--min-match-rate", "0.8", "--steps", "10",
         "--candidates", "64", "--top-k", "64", "--restarts", "0", "--calibration-prompts", "0", "--unit-size", "1"]
@@ -111,7 +111,7 @@ def test_tighten_searches_the_settled_spans_and_keeps_the_shorter_prompt(tiny_di
 
 
 def test_a_tightening_search_replaces_a_certificate_only_with_a_prompt_no_longer():
-    from scanner.phases import _better
+    from scanner.run.phases import _better
 
     cert = {"acr_kind": "certificate_bound", "status": "memorized", "prompt_tokens": 3}
     assert _better(cert, {"acr_kind": "searched_min", "status": "failed", "prompt_tokens": None}) is cert

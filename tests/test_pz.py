@@ -1,4 +1,4 @@
-"""Probabilistic extraction (scanner/extraction.py): the math against direct computation, and the screen's
+"""Probabilistic extraction (scanner/measures/extraction.py): the math against direct computation, and the screen's
 p_z against softmax and top-k done by hand on the tiny model's logits."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scanner.errors import InputError
-from scanner.extraction import (
+from scanner.measures.extraction import (
     ExtractionConfig,
     columns,
     extraction_probability,
@@ -22,7 +22,7 @@ from scanner.extraction import (
 )
 from scanner.stages.screen import ScreenConfig, screen_spans
 from scanner.stages.spans import Span, tokenize_document
-from scanner.tiny import CANARIES, salad
+from scanner.studies.tiny import CANARIES, salad
 
 
 @settings(max_examples=80, deadline=None)

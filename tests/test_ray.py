@@ -18,11 +18,11 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from scanner.demo import demo_corpus
+from scanner.cli.demo import demo_corpus
 from scanner.errors import InputError
 from scanner.executors import ExecutorConfig
-from scanner.runner import ScanConfig
-from scanner.scan import run_scan
+from scanner.run.driver import run_scan
+from scanner.run.shard import ScanConfig
 
 # Before Ray is imported: a local Ray then stays on 127.0.0.1 (by default even a single-node Ray takes the
 # host's outward address). The switch is meant for macOS and Windows; it only refuses `ray start --address`.
@@ -38,7 +38,7 @@ CLI_SEARCH = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", 
 
 def config(corpus, tiny_dir, **overrides) -> ScanConfig:
     """The configuration the CLI builds from CLI_SEARCH, so library and CLI runs compare equal."""
-    from scanner.cli import scan_command, scan_config
+    from scanner.cli.main import scan_command, scan_config
 
     args = [str(corpus), "--model", str(tiny_dir), "--out", "unused", *CLI_SEARCH]
     params = scan_command.make_context("scan", args).params
@@ -228,7 +228,7 @@ def scripted_scheduler(folder, steps: list[str], shards: int, **options):
     from collections import deque
 
     from scanner.executors.ray import Scheduler
-    from scanner.rundir import Shard
+    from scanner.storage.rundir import Shard
 
     for i, step in enumerate(steps):
         (folder / f"{step.split('-')[0]}-{i:03d}-{step.split('-')[1]}").touch()

@@ -13,7 +13,7 @@ from scanner.config import GCGConfig, SearchConfig
 from scanner.search.miniprompt import Target, measure, measure_many
 from scanner.search.reject import HOPELESS, STALLED, RejectRule, decide
 from scanner.search.schedule import make_schedule
-from scanner.tiny import CANARIES, salad
+from scanner.studies.tiny import CANARIES, salad
 
 rules = st.builds(RejectRule, after=st.integers(1, 20), min_right=st.floats(0, 1), stall=st.integers(0, 30))
 

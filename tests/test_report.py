@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scanner.errors import InputError
-from scanner.report import (
+from scanner.results.report import (
     MAX_BINS,
     DocStats,
     document_stats,

@@ -14,10 +14,10 @@ import time
 import pyarrow as pa
 import pytest
 
-from scanner.atomic import atomic_write_bytes, atomic_write_json
 from scanner.errors import InputError
-from scanner.rundir import Plan, RunDir, Shard, config_hash
 from scanner.schema import STATUSES, results_schema
+from scanner.storage.atomic import atomic_write_bytes, atomic_write_json
+from scanner.storage.rundir import Plan, RunDir, Shard, config_hash
 
 CONFIG = {"model": "tiny", "span_tokens": 32, "tau": 1.0, "search": {"steps": 150, "top_k": 64}}
 FINGERPRINT = "f" * 64
@@ -124,7 +124,7 @@ def test_failed_rewrite_of_a_done_shard_leaves_it_pending(tmp_path, monkeypatch)
     def crash(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr("scanner.rundir.pq.write_table", crash)
+    monkeypatch.setattr("scanner.storage.rundir.pq.write_table", crash)
     with pytest.raises(OSError, match="disk full"):
         run.write_shard(0, shard_table(0, rows=2), shard_stats(0, rows=2))
     assert run.pending(plan)[0].shard == 0 and run.read_results().num_rows == 0

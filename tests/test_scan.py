@@ -11,8 +11,8 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from scanner.demo import demo_corpus
-from scanner.tiny import CANARIES
+from scanner.cli.demo import demo_corpus
+from scanner.studies.tiny import CANARIES
 
 SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--docs-per-shard", "3", "--min-match-rate", "0.95",
         "--steps", "40", "--candidates", "64", "--top-k", "64", "--restarts", "0"]
@@ -140,7 +140,7 @@ def test_spans_sharing_forwards_give_the_same_table(scanned, tiny_dir, tmp_path)
 def test_max_candidates_searches_the_best_evidence_corpus_wide(tiny_dir, tmp_path):
     """--max-candidates counts searched candidates, best screen evidence first across the corpus;
     certificate-settled spans cost none of it; the rest stay not_searched with the reason."""
-    from scanner.budget import evidence_key
+    from scanner.measures.budget import evidence_key
 
     corpus = demo_corpus(tmp_path / "corpus.parquet")
     out = tmp_path / "run"
@@ -176,7 +176,7 @@ def test_bad_corpora_exit_2_before_the_model_loads(tmp_path, table, args, messag
 def test_a_document_longer_than_the_model_context_is_scanned_in_spans(tiny_dir, tmp_path):
     import pyarrow as pa
 
-    from scanner.tiny import salad
+    from scanner.studies.tiny import salad
 
     long_text = salad(__import__("random").Random(1), 1500)  # thousands of tokens; the model holds 256
     path = tmp_path / "long.parquet"
@@ -192,10 +192,10 @@ def test_a_document_longer_than_the_model_context_is_scanned_in_spans(tiny_dir, 
 def test_kept_columns_logs_and_failed_rows_are_retried(tiny_dir, tmp_path, monkeypatch):
     import pyarrow as pa
 
-    from scanner.calibrate import CalibrationConfig
     from scanner.config import ModelConfig, SearchConfig
-    from scanner.runner import ScanConfig
-    from scanner.scan import run_scan
+    from scanner.measures.calibration import CalibrationConfig
+    from scanner.run.driver import run_scan
+    from scanner.run.shard import ScanConfig
     from scanner.stages.read import CorpusConfig
     from scanner.stages.screen import ScreenConfig
     from scanner.stages.spans import SpanConfig

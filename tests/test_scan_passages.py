@@ -21,9 +21,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from scanner.export import export_passages
+from scanner.results.export import export_passages
 from scanner.schema import passages_schema
-from scanner.tiny import CANARIES, salad
+from scanner.studies.tiny import CANARIES, salad
 
 SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--docs-per-shard", "2",
         "--min-match-rate", "0.95", "--certificate-min-match", "0.5", "--steps", "20", "--candidates", "64",

@@ -3,8 +3,8 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scanner.acr import decision_length
 from scanner.config import SearchConfig
+from scanner.measures.acr import decision_length
 from scanner.search.schedule import FastSchedule, PaperSchedule, make_schedule
 
 

@@ -41,7 +41,7 @@ COLUMNS = {
     "verify_flags": (pa.string(), True), "verify_disagrees": (pa.bool_(), True),
     "rejected_matches": (pa.int64(), True), "screen_engine": (pa.string(), True),
     "doc_row": (pa.string(), True),
-    # calibration (scanner/calibrate.py)
+    # calibration (scanner/measures/calibration.py)
     "predictable": (pa.bool_(), True), "predictable_reason": (pa.string(), True),
     "calibrated_memorized": (pa.bool_(), True), "random_prompt_trials": (pa.int32(), True),
     "random_prompt_hits": (pa.int32(), True), "random_prompt_match": (pa.float64(), True),

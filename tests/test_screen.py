@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from scanner.stages.screen import ScreenConfig, screen_spans
 from scanner.stages.spans import Span, tokenize_document
-from scanner.tiny import CANARIES, salad
+from scanner.studies.tiny import CANARIES, salad
 
 
 def span_at(doc, ids, offsets, start, end):

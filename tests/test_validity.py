@@ -7,7 +7,7 @@ import random
 import pytest
 
 from scanner.config import GCGConfig, ModelConfig, PromptConfig, SearchConfig
-from scanner.validity import (
+from scanner.studies.validity import (
     CorpusSpec,
     ModelSize,
     build_corpus,

@@ -16,7 +16,7 @@ import pytest
 
 from scanner.config import EngineConfig, ModelConfig, PromptConfig
 from scanner.errors import InputError, MissingDependency
-from scanner.tiny import CANARIES
+from scanner.studies.tiny import CANARIES
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
@@ -116,7 +116,7 @@ def test_hf_and_vllm_screens_agree(both):
 
 @vllm_test
 def test_acr_records_name_the_verifying_engine(both, fast_config):
-    from scanner.measure import measure_many
+    from scanner.run.measure import measure_many
 
     _, fast = both
     record = next(measure_many(ModelConfig(model="tiny"), PromptConfig(), fast_config,
@@ -129,7 +129,7 @@ def test_acr_records_name_the_verifying_engine(both, fast_config):
 
 @vllm_test
 def test_scan_verified_and_screened_by_vllm(tiny_dir, tmp_path):
-    from scanner.demo import demo_corpus
+    from scanner.cli.demo import demo_corpus
 
     corpus = demo_corpus(tmp_path / "corpus.parquet")
     out = tmp_path / "run"

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from scanner.rundir import RunDir
 from scanner.schema import results_schema
+from scanner.storage.rundir import RunDir
 
 NOW_AGO = {0: 100.0, 1: 90.0, 2: 30.0}  # seconds before the test when each shard was committed
 

@@ -6,7 +6,7 @@ search's teacher-forced check gives the final word).
 - `prompt_scores`: teacher-forced scores of many windows from `prompt_logprobs=1`: per position the
   target token's log-prob (its NLL) and rank (rank 1: the greedy choice); for the rows that ask for it
   (the screen's window rows), `prompt_logprobs=k` also gives the k best log-probs, from which the
-  token's log-probability under top-k sampling follows (scanner/extraction.py).
+  token's log-probability under top-k sampling follows (scanner/measures/extraction.py).
 
 It sees token ids only (`skip_tokenizer_init`): prompt strings are typed in and re-tokenized by the
 HF tokenizer the search uses, so both engines read the same ids. The `LLM` is built in `setup()`, not
@@ -25,7 +25,7 @@ import torch
 
 from scanner.config import EngineConfig, ModelConfig
 from scanner.errors import InputError, MissingDependency
-from scanner.extraction import topk_from_logprobs
+from scanner.measures.extraction import topk_from_logprobs
 
 log = logging.getLogger(__name__)
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from scanner.atomic import atomic_write_json
-from scanner.phases import Phases, run_phases
-from scanner.rundir import Plan, RunDir, Shard
-from scanner.runner import ScanConfig
+from scanner.run.phases import Phases, run_phases
+from scanner.run.shard import ScanConfig
+from scanner.run.tasks import Worker
 from scanner.stages.read import Corpus, Document
-from scanner.units import Worker
+from scanner.storage.atomic import atomic_write_json
+from scanner.storage.rundir import Plan, RunDir, Shard
 
 
 def shard_documents(corpus: Corpus, plan: Plan, pending: list[Shard]) -> Iterator[tuple[Shard, list[Document]]]:

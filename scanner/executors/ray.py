@@ -1,6 +1,6 @@
 """The Ray executor: long-lived actors, each loading the model once, run the same tasks as the local
 executor (units.Worker: screen shards, then phase-2 units) and commit them into the run directory
-themselves; the driver only schedules, phase after phase (scanner/phases.py), with the same actors.
+themselves; the driver only schedules, phase after phase (scanner/run/phases.py), with the same actors.
 
 Scheduling: one task in flight per actor, handed out from the saved plan as actors free up, so a slow
 shard never holds back another and at most `actors` shards are in flight. Fault tolerance: an actor
@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from scanner.errors import InputError
 from scanner.executors import ExecutorConfig
 from scanner.executors.local import write_provenance
-from scanner.phases import Phases, run_phases
-from scanner.rundir import Plan, RunDir, Shard
-from scanner.runner import ScanConfig
-from scanner.units import Worker
+from scanner.run.phases import Phases, run_phases
+from scanner.run.shard import ScanConfig
+from scanner.run.tasks import Worker
+from scanner.storage.rundir import Plan, RunDir, Shard
 
 log = logging.getLogger(__name__)
 

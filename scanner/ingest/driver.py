@@ -22,7 +22,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from scanner import __version__
-from scanner.atomic import atomic_write, atomic_write_bytes
 from scanner.errors import InputError, require
 from scanner.ingest.common import Doc, IngestConfig, Skip, one_line
 from scanner.ingest.epub import read_epub
@@ -30,6 +29,7 @@ from scanner.ingest.jsonl import read_jsonl
 from scanner.ingest.sources import file_format, relative_names, resolve_sources
 from scanner.ingest.text import read_text_file, strip_gutenberg
 from scanner.schema import ingested_schema
+from scanner.storage.atomic import atomic_write, atomic_write_bytes
 
 log = logging.getLogger(__name__)
 

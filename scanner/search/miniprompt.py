@@ -13,10 +13,10 @@ from typing import Any
 
 import torch
 
-from scanner import acr as acr_math
-from scanner.compression import thresholds as compression_thresholds
 from scanner.config import SearchConfig
 from scanner.engine.hf import HFEngine, TargetScorer, Verification
+from scanner.measures import acr as acr_math
+from scanner.measures.compression import thresholds as compression_thresholds
 from scanner.search.driver import run_many, run_one
 from scanner.search.gcg import GCGOutcome, Request, Score, confirm, keep_typeable, run_gcg
 from scanner.search.reject import HOPELESS, decide

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scanner.acr import decision_length
 from scanner.config import SearchConfig
+from scanner.measures.acr import decision_length
 
 WARM_KINDS = ("none", "random", "shrink", "grow")
 

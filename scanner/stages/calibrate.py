@@ -1,4 +1,4 @@
-"""Calibration stage: the probes behind the calibrated verdict (scanner/calibrate.py decides), run only on
+"""Calibration stage: the probes behind the calibrated verdict (scanner/measures/calibration.py decides), run only on
 memorized spans, in the process (Ray actor) that ran their search, after it.
 
 - Self-calibration, on the scan's own engine: `random_prompts` unrelated prompts (random prompt-vocabulary
@@ -21,11 +21,11 @@ from dataclasses import asdict, replace
 import torch
 import torch.nn.functional as F
 
-from scanner import calibrate
-from scanner.calibrate import CalibrationConfig, ReferenceEvidence, SelfEvidence
 from scanner.config import EngineConfig, ModelConfig, PromptConfig
 from scanner.engine.hf import HFEngine
 from scanner.engine.template import typed_ids
+from scanner.measures import calibration as calibrate
+from scanner.measures.calibration import CalibrationConfig, ReferenceEvidence, SelfEvidence
 from scanner.stages.spans import tokenize_document
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from scanner.engine.template import typed_ids
-from scanner.passages import Extension, Passage, best_span, verified_run
+from scanner.measures.passages import Extension, Passage, best_span, verified_run
 
 if TYPE_CHECKING:
     from scanner.engine.hf import HFEngine

@@ -3,7 +3,7 @@
 Per span, from rows of a single batched forward (left-padded, so every row's target sits at the end):
 - the window row [template][preceding context][span]: greedy-match rate and mean NLL of the span, its
   per-token greedy matches (where anchored spans go: stages/anchor.py) and p_z, the probability that
-  greedy or top-k sampling generates the span from that context (scanner/extraction.py);
+  greedy or top-k sampling generates the span from that context (scanner/measures/extraction.py);
 - the span row [template][span]: discoverable memorization (Carlini et al. 2023), i.e. its first
   k tokens greedily yield the rest;
 - certificate rows [template][last j context tokens][span] for j = 1..context: the shortest j whose
@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from scanner.engine.hf import HFEngine
 from scanner.errors import require
-from scanner.extraction import ExtractionConfig, greedy_pz, log_pz, topk_logprobs
+from scanner.measures.extraction import ExtractionConfig, greedy_pz, log_pz, topk_logprobs
 from scanner.stages.spans import Span
 
 log = logging.getLogger(__name__)

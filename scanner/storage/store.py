@@ -21,9 +21,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from scanner.atomic import TMP_SUFFIX, atomic_write, atomic_write_json, remove_file
-from scanner.integrity import file_sha256, read_json_object, reopen_damaged
 from scanner.schema import results_schema
+from scanner.storage.atomic import TMP_SUFFIX, atomic_write, atomic_write_json, remove_file
+from scanner.storage.integrity import file_sha256, read_json_object, reopen_damaged
 
 log = logging.getLogger(__name__)
 

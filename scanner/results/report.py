@@ -18,10 +18,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from scanner import calibrate, report_passages
-from scanner.atomic import atomic_write_bytes
-from scanner.export import check_columns
+from scanner.measures import calibration as calibrate
+from scanner.results import report_passages
+from scanner.results.export import check_columns
 from scanner.schema import STATUSES
+from scanner.storage.atomic import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -262,7 +263,7 @@ def _prompt_html(row: dict) -> str:
 
 
 def _calibration_html(table: pa.Table) -> str:
-    """The paper's verdict and the calibrated one side by side (scanner/calibrate.py)."""
+    """The paper's verdict and the calibrated one side by side (scanner/measures/calibration.py)."""
     if "calibrated_memorized" not in table.column_names:
         return '<p class="meta">This run has no calibrated verdicts (made before calibration existed).</p>'
     c = calibrate.counts(table.select(["memorized", "calibrated_memorized", "predictable"]).to_pylist())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scanner.acr import aggregate
+from scanner.measures.acr import aggregate
 
 COLUMNS = "{:>3}  {:>6}  {:>6}  {:>6}  {:>9}  {:>8}  {:<24}  {}"
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from scanner.config import EngineConfig, ModelConfig, PromptConfig
 from scanner.engine.build import build_engines
-from scanner.rundir import RunDir
+from scanner.storage.rundir import RunDir
 
 
 def verify_run(run_dir: str, model: str | None = None) -> tuple[list[dict], int]:

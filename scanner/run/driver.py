@@ -2,7 +2,7 @@
 
 Validation of the corpus and of the run directory happens before any model loads, so a bad input
 costs seconds, not a model load; a relaunch of the same command resumes from the completion markers
-of every phase (scanner/phases.py), under either executor (they give equal tables).
+of every phase (scanner/run/phases.py), under either executor (they give equal tables).
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from scanner.engine.check import check_model
 from scanner.engine.positions import check_span_fits, declared_positions
 from scanner.executors import ExecutorConfig
 from scanner.executors.local import run_local
-from scanner.passage_table import ensure_passages
-from scanner.passages import PassageConfig
-from scanner.rundir import Plan, RunDir, Shard
-from scanner.runlock import run_lock
-from scanner.runner import ScanConfig
+from scanner.measures.passages import PassageConfig
+from scanner.run.passages import ensure_passages
+from scanner.run.shard import ScanConfig
 from scanner.stages.read import Corpus, open_corpus
+from scanner.storage.lock import run_lock
+from scanner.storage.rundir import Plan, RunDir, Shard
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ def prepare_run(config: ScanConfig, out: str, corpus: Corpus | None = None) -> t
 
 def pending_shards(run: RunDir, plan: Plan) -> list[Shard]:
     """The shards phase 1 has still to screen (for the progress bar)."""
-    from scanner.store import Store
+    from scanner.storage.store import Store
 
     done = Store(run.path, "screen").done()
     return [s for s in plan if s.shard not in done]

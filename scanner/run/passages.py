@@ -1,6 +1,6 @@
 """RUN/passages.parquet: the memorized passages of a finished scan, built once all shards are done.
 
-`write_passages` is the one entry point that builds the table (merge: scanner/passages.py; extension:
+`write_passages` is the one entry point that builds the table (merge: scanner/measures/passages.py; extension:
 stages/extend.py) on an engine the caller owns; `ensure_passages` decides whether it must run and where:
 on the local executor's engine before it closes, in the driver for a relaunch of a finished run, or in
 one Ray task with an actor's resources. The table records a fingerprint of the results (every done
@@ -18,17 +18,17 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from scanner.atomic import atomic_write
 from scanner.errors import require
-from scanner.integrity import read_json_object
-from scanner.passages import MEMORIZED, PassageConfig, find_passages, passage_rows, with_extension
-from scanner.rundir import RunDir
+from scanner.measures.passages import MEMORIZED, PassageConfig, find_passages, passage_rows, with_extension
 from scanner.schema import PASSAGES_VERSION, passages_schema, results_schema
 from scanner.stages.extend import DocumentTokens, extend_passages
 from scanner.stages.spans import tokenize_document
+from scanner.storage.atomic import atomic_write
+from scanner.storage.integrity import read_json_object
+from scanner.storage.rundir import RunDir
 
 if TYPE_CHECKING:  # the engine (torch) loads only where a table is built, never for export or report
-    from scanner.runner import ScanConfig
+    from scanner.run.shard import ScanConfig
     from scanner.stages.read import Corpus, Document
 
 log = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ def ensure_passages(run: RunDir, config: ScanConfig, corpus: Corpus, passages: P
     elif executor is not None and executor.kind == "ray":
         passages_on_ray(run, config, passages, executor)
     else:
-        from scanner.runner import open_engine
+        from scanner.run.shard import open_engine
 
         engine, _ = open_engine(config)
         try:
@@ -152,7 +152,7 @@ def _ray_task(config: ScanConfig, out: str, passages: PassageConfig, cpus: float
         import torch
 
         torch.set_num_threads(max(1, int(cpus)))
-    from scanner.runner import open_engine
+    from scanner.run.shard import open_engine
     from scanner.stages.read import open_corpus
 
     engine, _ = open_engine(config)

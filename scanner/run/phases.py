@@ -25,14 +25,14 @@ from collections import defaultdict
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from scanner import budget as bm
-from scanner.atomic import atomic_write_json
-from scanner.integrity import read_json_object
-from scanner.rundir import Plan, RunDir
-from scanner.runner import ScanConfig, shard_stats
+from scanner.measures import budget as bm
+from scanner.run.shard import ScanConfig, shard_stats
+from scanner.run.tasks import Unit
 from scanner.schema import results_schema
-from scanner.store import Store
-from scanner.units import Unit
+from scanner.storage.atomic import atomic_write_json
+from scanner.storage.integrity import read_json_object
+from scanner.storage.rundir import Plan, RunDir
+from scanner.storage.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from scanner.cli_options import (
+from scanner.cli.options import (
     calibration_config,
     calibration_options,
     engine_config,
@@ -96,7 +96,7 @@ def acr_command(texts, file, as_json, natural_prefix, **options) -> None:
     # Before the heavy imports (torch, transformers): a bad --file or --model fails in a moment.
     targets = read_targets(texts, file)
     check_model(model_config(options))
-    from scanner.measure import measure_many
+    from scanner.run.measure import measure_many
 
     if natural_prefix is not None:
         for t in targets:
@@ -108,7 +108,7 @@ def acr_command(texts, file, as_json, natural_prefix, **options) -> None:
 
 def emit_records(records, as_json: bool) -> None:
     """Stream results as they come: JSON lines, or a table with a summary at the end."""
-    from scanner import table
+    from scanner.cli import table
 
     done = []
     for record in records:
@@ -133,7 +133,7 @@ def emit_records(records, as_json: bool) -> None:
 @executor_options
 def scan_command(corpus, out, **options) -> None:
     """Scan a Parquet CORPUS (file, directory or glob) span by span into the run directory --out."""
-    from scanner.progress import run_with_progress
+    from scanner.cli.progress import run_with_progress
 
     executor = executor_config(options)
     stats = run_with_progress(scan_config(options, corpus), out, executor, passage_config(options))
@@ -189,16 +189,16 @@ def ingest_command(sources, out, log_path, text_field, id_field, title_field, au
 def status_command(run_dir, workers, watch, interval, iterations) -> None:
     """Shards done and total, rows by status, both phases (screened shards, candidates, search units,
     budget spent), throughput, ETA (JSON; --watch: a live view)."""
-    from scanner.rundir import RunDir
+    from scanner.storage.rundir import RunDir
 
     if not watch:
         run = RunDir(run_dir)
         run.require_run()
-        from scanner.phases import status as phase_status
+        from scanner.run.phases import status as phase_status
 
         click.echo(json.dumps({**run.status(workers), "phases": phase_status(run)}, indent=1))
         return
-    from scanner.watch import watch as watch_run
+    from scanner.cli.watch import watch as watch_run
 
     def show(frame: str) -> None:
         if sys.stdout.isatty():
@@ -221,12 +221,12 @@ def status_command(run_dir, workers, watch, interval, iterations) -> None:
               help="The memorized passages (merged spans with their extension) instead of spans.")
 def export_command(run_dir, out, tau, all_rows, calibrated, passages) -> None:
     """The memorized spans (or --passages) with the prompts that reproduce them, as evidence."""
-    from scanner.export import export, export_passages
+    from scanner.results.export import export, export_passages
 
     run = readable_run(run_dir)
     table = run.read_results()
     if passages:
-        from scanner.passage_table import read_passages
+        from scanner.run.passages import read_passages
 
         if tau != "1" or all_rows:
             raise InputError("--tau and --all select spans; --passages exports every passage of the run's "
@@ -241,7 +241,7 @@ def export_command(run_dir, out, tau, all_rows, calibrated, passages) -> None:
 
 def calibration_line(table) -> str:
     """The paper's and the calibrated count side by side (export, report, verify)."""
-    from scanner import calibrate
+    from scanner.measures import calibration as calibrate
 
     columns = [c for c in ("memorized", "calibrated_memorized", "predictable") if c in table.column_names]
     return calibrate.counts_line(calibrate.counts(table.select(columns).to_pylist()))
@@ -249,7 +249,7 @@ def calibration_line(table) -> str:
 
 def readable_run(run_dir: str):
     """The run directory for export/report/verify: refused when it is none, a warning when unfinished."""
-    from scanner.rundir import RunDir
+    from scanner.storage.rundir import RunDir
 
     run = RunDir(run_dir)
     run.require_run()
@@ -265,8 +265,8 @@ def readable_run(run_dir: str):
 @click.option("--out", "out", required=True, help="The HTML file to write.")
 def report_command(run_dir, out) -> None:
     """One self-contained HTML page: summary, ACR histogram, documents, memorized passages."""
-    from scanner.passage_table import passages_path, read_passages
-    from scanner.report import write_report
+    from scanner.results.report import write_report
+    from scanner.run.passages import passages_path, read_passages
 
     run = readable_run(run_dir)
     passages = read_passages(run) if passages_path(run).is_file() else None
@@ -293,7 +293,7 @@ def verify_command(run_dir, model) -> None:
     """Regenerate greedily from every flagged prompt; list any that no longer reproduce (exit 3 if any)."""
     # Span-based on purpose: every passage's evidence is its spans' prompts, so checking the spans checks
     # the passages; an extension is re-checked by generation from passages.parquet's extension_prompt.
-    from scanner.verify import verify_run
+    from scanner.results.verify import verify_run
 
     run = readable_run(run_dir)
     failures, checked = verify_run(run_dir, model)
@@ -312,7 +312,7 @@ def verify_command(run_dir, model) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per target.")
 def demo_command(workdir, seed, as_json) -> None:
     """The embedded default: train a tiny model that memorized planted passages, measure them and unseen text."""
-    from scanner.demo import run_demo
+    from scanner.cli.demo import run_demo
 
     run_demo(workdir=workdir, seed=seed, as_json=as_json, echo=click.echo)
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from scanner.config import GCGConfig, ModelConfig, PromptConfig, SearchConfig
-from scanner.tiny import CANARIES, TinySpec, build_tiny, salad
+from scanner.studies.tiny import CANARIES, TinySpec, build_tiny, salad
 
 # Sized for a 2-core CPU and a 64-wide model: small batches are cheap, long runs are not.
 CPU_SEARCH = SearchConfig(decide_steps=150, shrink_steps=80, restarts=1,
@@ -36,8 +36,8 @@ def demo_targets(seed: int) -> list[dict]:
 
 
 def run_demo(*, workdir: str | None, seed: int, as_json: bool, echo: Callable[[str], None]) -> list[dict]:
-    from scanner.cli import emit_records
-    from scanner.measure import measure_many
+    from scanner.cli.main import emit_records
+    from scanner.run.measure import measure_many
 
     where = Path(workdir) if workdir else default_workdir()
     echo(f"training the tiny model in {where} (cached after the first run) ...")
@@ -61,16 +61,16 @@ def scan_demo(where: Path, model_dir: Path, seed: int, echo: Callable[[str], Non
     """The main job in miniature: corpus -> run directory -> report and evidence export."""
     import shutil
 
-    from scanner.cli import calibration_line, run_summary, summary_line
-    from scanner.export import export
-    from scanner.passage_table import read_passages
-    from scanner.report import write_report
-    from scanner.rundir import RunDir
-    from scanner.runner import ScanConfig
-    from scanner.scan import run_scan
+    from scanner.cli.main import calibration_line, run_summary, summary_line
+    from scanner.results.export import export
+    from scanner.results.report import write_report
+    from scanner.run.driver import run_scan
+    from scanner.run.passages import read_passages
+    from scanner.run.shard import ScanConfig
     from scanner.stages.read import CorpusConfig
     from scanner.stages.screen import ScreenConfig
     from scanner.stages.spans import SpanConfig
+    from scanner.storage.rundir import RunDir
 
     root = where / "demo-scan"
     shutil.rmtree(root, ignore_errors=True)  # a demonstration starts clean; real runs resume instead

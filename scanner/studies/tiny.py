@@ -62,7 +62,7 @@ class TinySpec:
     # function: vLLM's CPU attention only takes head sizes 32, 64, 80, ... (widen_heads).
     saved_head_dim: int = 32
     # Documents of predictable text added to the training stream (counting runs, refrains): what any
-    # competent model can continue without having memorized a passage (scanner/calibrate.py).
+    # competent model can continue without having memorized a passage (scanner/measures/calibration.py).
     # 0 keeps the default model exactly as it was.
     predictable_docs: int = 0
 

@@ -33,11 +33,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from scanner import __version__
-from scanner.atomic import TMP_SUFFIX, atomic_write, atomic_write_json, remove_file
 from scanner.errors import InputError, require
-from scanner.integrity import file_sha256, read_json_object, reopen_damaged
 from scanner.schema import SCHEMA_VERSION, results_schema
-from scanner.store import has_work
+from scanner.storage.atomic import TMP_SUFFIX, atomic_write, atomic_write_json, remove_file
+from scanner.storage.integrity import file_sha256, read_json_object, reopen_damaged
+from scanner.storage.store import has_work
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ CONFIG_FILE = "run_config.json"
 PLAN_FILE = "plan.json"
 STATS_FILE = "stats.json"
 FOLDERS = ("results", "done", "logs", "stats")
-PHASE_PLANS = ("certify_plan.json", "search_plan.json")  # scanner/phases.py
+PHASE_PLANS = ("certify_plan.json", "search_plan.json")  # scanner/run/phases.py
 FIX = "use a new --out or delete it"
 SHOWN_VALUE = 60  # characters of a changed value shown in the error; nested configs can be long
 

@@ -94,7 +94,7 @@ def engine_options(screen: bool):
 
 
 def calibration_options(f):
-    """Memorized or merely predictable: the calibrated verdict of every memorized span (scanner/calibrate.py)."""
+    """Memorized or merely predictable: the calibrated verdict of every memorized span (scanner/measures/calibration.py)."""
     for option in reversed([
         click.option("--reference-model", default=None,
                      help="A model that did not see the corpus (HF dir, hub id or .gguf; any tokenizer): a "
@@ -109,8 +109,8 @@ def calibration_options(f):
 
 
 def calibration_config(o: dict):
-    from scanner.calibrate import CalibrationConfig
     from scanner.engine.check import check_model
+    from scanner.measures.calibration import CalibrationConfig
 
     if o["reference_model"]:
         try:  # a wrong or damaged reference is named now, before anything is loaded or written
@@ -233,8 +233,8 @@ def executor_config(o: dict):
 
 
 def scan_config(o: dict, corpus: str):
-    from scanner.extraction import ExtractionConfig
-    from scanner.runner import ScanConfig
+    from scanner.measures.extraction import ExtractionConfig
+    from scanner.run.shard import ScanConfig
     from scanner.stages.read import CorpusConfig
     from scanner.stages.screen import ScreenConfig
     from scanner.stages.spans import SpanConfig
@@ -256,6 +256,6 @@ def scan_config(o: dict, corpus: str):
 
 
 def passage_config(o: dict):
-    from scanner.passages import PassageConfig
+    from scanner.measures.passages import PassageConfig
 
     return PassageConfig(extend_tokens=o["extend_tokens"])

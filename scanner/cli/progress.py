@@ -5,11 +5,11 @@ from __future__ import annotations
 from tqdm import tqdm
 
 from scanner.executors import ExecutorConfig
-from scanner.passages import PassageConfig
-from scanner.runlock import run_lock
-from scanner.runner import ScanConfig
-from scanner.scan import pending_shards, prepare_run, run_scan, validate
+from scanner.measures.passages import PassageConfig
+from scanner.run.driver import pending_shards, prepare_run, run_scan, validate
+from scanner.run.shard import ScanConfig
 from scanner.stages.read import Corpus
+from scanner.storage.lock import run_lock
 
 
 def run_with_progress(config: ScanConfig, out: str, executor: ExecutorConfig | None = None,

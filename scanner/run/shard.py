@@ -18,15 +18,15 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from scanner import __version__, extraction
-from scanner.budget import parse_budget
-from scanner.calibrate import CalibrationConfig, empty_columns
+from scanner import __version__
 from scanner.config import EngineConfig, ModelConfig, PromptConfig, SearchConfig
 from scanner.engine import batched
 from scanner.engine.build import build_engines
 from scanner.engine.hf import HFEngine
 from scanner.errors import require
-from scanner.rundir import Shard, config_hash, run_identity
+from scanner.measures import extraction
+from scanner.measures.budget import parse_budget
+from scanner.measures.calibration import CalibrationConfig, empty_columns
 from scanner.schema import results_schema
 from scanner.search.miniprompt import AcrResult, Target, measure_many
 from scanner.stages.anchor import screen_with_anchors
@@ -34,6 +34,7 @@ from scanner.stages.calibrate import calibrate_rows
 from scanner.stages.read import CorpusConfig, Document
 from scanner.stages.screen import ScreenConfig, Screened
 from scanner.stages.spans import Span, SpanConfig, make_spans, tokenize_document
+from scanner.storage.rundir import Shard, config_hash, run_identity
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class ScanConfig:
     engines: EngineConfig = field(default_factory=EngineConfig)  # "auto" is decided where the shard runs
     min_match_rate: float = 0.5  # screen: a span is a candidate at this greedy-match rate or with a certificate
     max_candidates_per_doc: int | None = None
-    # Phase 2 (scanner/phases.py) searches candidates corpus-wide, best screen evidence first, until a
+    # Phase 2 (scanner/run/phases.py) searches candidates corpus-wide, best screen evidence first, until a
     # budget is spent: --max-candidates counts searched candidates, --search-budget GCG steps or
     # seconds ("20000steps", "2h"); candidates left over are not_searched. Settled certificates cost neither.
     max_candidates: int | None = None
@@ -222,7 +223,7 @@ PENDING = "not searched yet"
 def screen_shard(engine: HFEngine, shard: Shard, docs: list[Document], config: ScanConfig,
                  meta: dict[bytes, bytes]) -> tuple[pa.Table, dict]:
     """Phase 1 of a shard: every document screened; its candidates (after --max-candidates-per-doc) are
-    rows with status not_searched, which phase 2 settles, searches or leaves (scanner/phases.py)."""
+    rows with status not_searched, which phase 2 settles, searches or leaves (scanner/run/phases.py)."""
     start = time.perf_counter()
     tokenizer_id = meta[b"tokenizer_hash"].decode()[:16]
     rows: dict = {}

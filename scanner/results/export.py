@@ -8,7 +8,7 @@
 Without `all_rows` only those spans are written, with the columns a reader needs to re-check them and the
 threshold each one beat; with it every row and every column is written (the selection is ignored).
 `calibrated` keeps, of the selected spans, only calibrated memorization (`calibrated_memorized`: memorized
-at the run's τ and not shown predictable, scanner/calibrate.py).
+at the run's τ and not shown predictable, scanner/measures/calibration.py).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from scanner import calibrate
-from scanner.atomic import atomic_write
-from scanner.compression import METHODS
 from scanner.errors import require
+from scanner.measures import calibration as calibrate
+from scanner.measures.compression import METHODS
+from scanner.storage.atomic import atomic_write
 
 log = logging.getLogger(__name__)
 

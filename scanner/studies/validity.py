@@ -34,7 +34,7 @@ class CorpusSpec:
     # Canary length in characters; about 4 characters a token at vocabulary 1024, so 28-45 tokens:
     # long enough that in-context copying from a prompt shorter than the target cannot write it.
     passage_chars: tuple[int, int] = (100, 150)
-    # Lines of predictable text (counting runs, refrains: scanner/tiny.py predictable_line) planted into
+    # Lines of predictable text (counting runs, refrains: scanner/studies/tiny.py predictable_line) planted into
     # the background, so the model learns the rules and the "predictable" group can be reached (0: none).
     predictable: int = 0
     seed: int = 0
@@ -197,7 +197,7 @@ def plant(docs: list[str], canaries: list[tuple[str, int]], seed: int) -> list[s
 
 def plant_predictable(docs: list[str], lines: int, seed: int) -> list[str]:
     """`lines` counting runs and refrains, each a paragraph of a random document."""
-    from scanner.tiny import predictable_line
+    from scanner.studies.tiny import predictable_line
 
     rng = random.Random(seed + 4)
     return plant(docs, [(predictable_line(rng), 1) for _ in range(lines)], seed + 5)
@@ -205,7 +205,7 @@ def plant_predictable(docs: list[str], lines: int, seed: int) -> list[str]:
 
 def predictable_targets() -> list[str]:
     """Counting and a refrain as a model continues them (no end: the rules go on), never planted as such."""
-    from scanner.tiny import counting, refrain
+    from scanner.studies.tiny import counting, refrain
 
     return [counting(1, 16)[:-1], counting(31, 44)[:-1], refrain("sing it again", 6)[:-1]]
 
@@ -225,7 +225,7 @@ def build_corpus(spec: CorpusSpec) -> Corpus:
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSize:
-    """One model of the study; fields as TinySpec's, so scanner.tiny.train_model trains it."""
+    """One model of the study; fields as TinySpec's, so scanner.studies.tiny.train_model trains it."""
 
     name: str
     hidden: int
@@ -246,7 +246,7 @@ def train_models(corpus: Corpus, sizes: list[ModelSize], vocab_size: int, epochs
     as trained (steps filled in)."""
     from dataclasses import replace
 
-    from scanner.tiny import _stream, train_model, train_tokenizer
+    from scanner.studies.tiny import _stream, train_model, train_tokenizer
 
     tokenizer = train_tokenizer(corpus.documents, vocab_size)
     tokens = len(_stream(tokenizer, corpus.documents))

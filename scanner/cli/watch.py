@@ -15,8 +15,8 @@ import time
 from datetime import datetime
 
 from scanner.errors import require
-from scanner.phases import status as phase_status
-from scanner.rundir import PLAN_FILE, RunDir
+from scanner.run.phases import status as phase_status
+from scanner.storage.rundir import PLAN_FILE, RunDir
 
 RECENT = 8  # shard commits the wall-clock rate is measured over: recent enough to follow a resumed run
 

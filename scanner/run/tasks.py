@@ -20,13 +20,13 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from scanner import acr as acr_math
-from scanner.compression import thresholds as compression_thresholds
-from scanner.rundir import RunDir, Shard
-from scanner.runner import ScanConfig, calibrate, open_engine, screen_shard, search_rows, shard_log
+from scanner.measures import acr as acr_math
+from scanner.measures.compression import thresholds as compression_thresholds
+from scanner.run.shard import ScanConfig, calibrate, open_engine, screen_shard, search_rows, shard_log
 from scanner.schema import results_schema
 from scanner.search.miniprompt import effective_cap
-from scanner.store import Store
+from scanner.storage.rundir import RunDir, Shard
+from scanner.storage.store import Store
 
 log = logging.getLogger(__name__)
 
