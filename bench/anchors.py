@@ -20,13 +20,12 @@ import time
 
 from screen_tokens import count_tokens
 
-from scanner.config import ModelConfig, PromptConfig
+from scanner.config import ModelConfig, PromptConfig, ScreenConfig, SpanConfig
 from scanner.engine.hf import HFEngine
 from scanner.engine.loading import load_model
 from scanner.stages.anchor import screen_with_anchors
 from scanner.stages.read import Document
-from scanner.stages.screen import ScreenConfig
-from scanner.stages.spans import SpanConfig, make_spans, tokenize_document
+from scanner.stages.spans import make_spans, tokenize_document
 from scanner.studies.tiny import PASSAGES, PLANTED, build_tiny, planted_document
 
 

@@ -25,9 +25,8 @@ import time
 from pathlib import Path
 
 from scanner.cli.demo import default_workdir, random_string
-from scanner.config import EngineConfig, ModelConfig, PromptConfig
+from scanner.config import CalibrationConfig, EngineConfig, ModelConfig, PromptConfig
 from scanner.engine.build import build_engines
-from scanner.measures.calibration import CalibrationConfig
 from scanner.measures.compression import thresholds
 from scanner.stages.calibrate import calibrate_span, reference_engine, text_nll
 from scanner.studies.tiny import TinySpec, build_tiny

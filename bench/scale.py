@@ -18,13 +18,16 @@ from pathlib import Path
 from scale_model import GPU_FIGURES, cost_table
 
 from scanner.cli.demo import CPU_SEARCH
-from scanner.config import ModelConfig, SearchConfig
-from scanner.executors import ExecutorConfig
+from scanner.config import (
+    CorpusConfig,
+    ExecutorConfig,
+    ModelConfig,
+    ScanConfig,
+    ScreenConfig,
+    SearchConfig,
+    SpanConfig,
+)
 from scanner.run.driver import run_scan
-from scanner.run.shard import ScanConfig
-from scanner.stages.read import CorpusConfig
-from scanner.stages.screen import ScreenConfig
-from scanner.stages.spans import SpanConfig
 from scanner.studies.tiny import build_tiny
 
 try:

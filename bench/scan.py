@@ -21,12 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from scanner.cli.demo import CPU_SEARCH
-from scanner.config import ModelConfig, SearchConfig
+from scanner.config import CorpusConfig, ModelConfig, ScanConfig, ScreenConfig, SearchConfig, SpanConfig
 from scanner.run.driver import run_scan
-from scanner.run.shard import ScanConfig
-from scanner.stages.read import CorpusConfig
-from scanner.stages.screen import ScreenConfig
-from scanner.stages.spans import SpanConfig
 from scanner.studies.tiny import CANARIES, build_tiny, salad
 
 

@@ -22,13 +22,14 @@ from types import SimpleNamespace
 import torch
 from gcg_step import SHAPES, build, matmul_floor
 
+from scanner.config import ScreenConfig, SpanConfig
 from scanner.engine.hf import HFEngine
 from scanner.engine.loading import LoadedModel
 from scanner.engine.template import PromptTemplate
 from scanner.stages.anchor import screen_with_anchors
 from scanner.stages.read import Document
-from scanner.stages.screen import ScreenConfig, screen_spans
-from scanner.stages.spans import Span, SpanConfig
+from scanner.stages.screen import screen_spans
+from scanner.stages.spans import Span
 
 
 def book_spans(ids: list[int], span: int) -> list[Span]:

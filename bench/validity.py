@@ -23,10 +23,9 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from scanner.cli.demo import default_workdir
-from scanner.config import GCGConfig, ModelConfig, PromptConfig, SearchConfig
+from scanner.config import CalibrationConfig, GCGConfig, ModelConfig, PromptConfig, SearchConfig
 from scanner.engine.hf import HFEngine
 from scanner.engine.loading import load_model
-from scanner.measures.calibration import CalibrationConfig
 from scanner.studies.validity import (
     CorpusSpec,
     ModelSize,

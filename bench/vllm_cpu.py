@@ -72,9 +72,10 @@ def bench_verify(hf, fast, pairs, repeats: int) -> dict:
 
 
 def bench_screen(hf, fast, docs: int, repeats: int) -> dict:
+    from scanner.config import ScreenConfig, SpanConfig
     from scanner.stages.read import Document
-    from scanner.stages.screen import ScreenConfig, screen_spans
-    from scanner.stages.spans import SpanConfig, make_spans, tokenize_document
+    from scanner.stages.screen import screen_spans
+    from scanner.stages.spans import make_spans, tokenize_document
     from scanner.studies.tiny import CANARIES, salad
 
     rng = random.Random(7)

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from scanner.errors import require
-from scanner.search.reject import RejectRule
+from scanner.measures.budget import parse_budget
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 BOS_POLICIES = ("auto", "always", "never")
 LOSSES = ("ce", "margin", "wrong_ce")
 SCHEDULES = ("fast", "paper")
 ENGINES = ("auto", "hf", "vllm")
+# What a corpus path may be (stages/read.py resolves it).
+EXPECTED = "a Parquet file, a directory of Parquet files or a glob such as 'data/*.parquet'"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -183,3 +185,213 @@ def _vllm_fits(model: ModelConfig) -> bool:
 
 def to_dict(config: Any) -> dict[str, Any]:
     return dataclasses.asdict(config)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExtractionConfig:
+    # k = 40, T = 1: the top-k scheme Hayes et al. and Cooper et al. report beside greedy decoding.
+    top_k: int = 40
+    temperature: float = 1.0
+    # n = 1000 samples, p = 0.5: (n, p)-discoverable iff p_z >= 1 - 0.5^(1/1000) = 6.9e-4, about the
+    # p_z >= 0.1 % at which Cooper et al. count a book passage extracted.
+    n: int = 1000
+    p: float = 0.5
+
+    def __post_init__(self) -> None:
+        require(self.top_k >= 1, f"--pz-top-k {self.top_k} must be >= 1 (greedy p_z is always reported)")
+        require(self.temperature > 0 and math.isfinite(self.temperature),
+                f"--pz-temperature {self.temperature} must be > 0 (T = 0 is greedy, reported as pz_greedy)")
+        require(self.n >= 1, f"--pz-n {self.n} must be >= 1 (samples drawn by the extractor)")
+        require(0 < self.p <= 1, f"--pz-p {self.p} must be in (0, 1]")
+
+    @property
+    def threshold(self) -> float:
+        """The smallest p_z that is (n, p)-discoverable: 1 - (1 - p)^(1/n)."""
+        return 1.0 if self.p == 1 else -math.expm1(math.log1p(-self.p) / self.n)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CorpusConfig:
+    path: str
+    text_column: str = "text"
+    id_column: str | None = None  # None: "id", else "doc_id", else "<file>:<row>"
+    keep_columns: tuple[str, ...] = ()
+    allow_duplicate_ids: bool = False
+
+    def __post_init__(self) -> None:
+        require(bool(self.path), f"the corpus path is empty; pass {EXPECTED}")
+        require(bool(self.text_column), "--text-column is empty; pass the name of the text column")
+        require(self.id_column is None or bool(self.id_column),
+                "--id-column is empty; pass a column name or leave it out to detect 'id' / 'doc_id'")
+        require(isinstance(self.keep_columns, tuple),
+                f"keep_columns {self.keep_columns!r} must be a tuple of column names")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpanConfig:
+    span_tokens: int = 32
+    stride: int | None = None  # None: span_tokens (adjacent, non-overlapping windows)
+    min_tokens: int | None = None  # None: span_tokens (shorter tail windows are dropped)
+    allow_gaps: bool = False  # a stride beyond the span skips text: only when asked for (sampling)
+    # Anchored spans (stages/anchor.py): fixed windows miss a memorized passage one span long at a random
+    # offset (it straddles two windows, each half unmemorized text); a run of at least `anchor_min_run`
+    # consecutive teacher-forced greedy matches (gaps of `anchor_max_gap` misses bridged) gets spans
+    # aligned to its start and end. None: the span length minus 4 (bench/RESULTS.md, anchored windows).
+    anchors: bool = True
+    anchor_min_run: int | None = None
+    anchor_max_gap: int = 0
+
+    def __post_init__(self) -> None:
+        require(self.span_tokens >= 1, f"--span-tokens {self.span_tokens} must be >= 1")
+        require(self.stride is None or self.stride >= 1,
+                f"--stride {self.stride} must be >= 1 (or left out to use --span-tokens)")
+        require(self.allow_gaps or self.step <= self.span_tokens,
+                f"--stride {self.stride} is larger than --span-tokens {self.span_tokens}: "
+                f"{self.step - self.span_tokens} tokens of every {self.step} would never be scanned; pass "
+                f"--stride {self.span_tokens} or less, or --allow-gaps to sample the text on purpose")
+        require(self.min_tokens is None or 1 <= self.min_tokens <= self.span_tokens,
+                f"--min-tokens {self.min_tokens} must be between 1 and --span-tokens {self.span_tokens}")
+        require(self.anchor_min_run is None or self.anchor_min_run >= 1,
+                f"--anchor-min-run {self.anchor_min_run} must be >= 1 (or left out: span length minus 4)")
+        require(self.anchor_max_gap >= 0, f"--anchor-max-gap {self.anchor_max_gap} must be >= 0")
+
+    @property
+    def step(self) -> int:
+        return self.span_tokens if self.stride is None else self.stride
+
+    @property
+    def minimum(self) -> int:
+        return self.span_tokens if self.min_tokens is None else self.min_tokens
+
+    @property
+    def min_run(self) -> int:
+        return max(1, self.span_tokens - 4) if self.anchor_min_run is None else self.anchor_min_run
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScreenConfig:
+    context_tokens: int = 32  # preceding document tokens in the window and the longest certificate
+    discoverable_prefix: int | None = None  # k; None = half the span
+    max_rows: int = 256  # rows per forward on the CPU; on CUDA the engine's chunking applies
+    # Certificate rows are ~95 % of the screen's tokens (j = 1..context rows per span). Above 0 they are
+    # built only for spans whose window row reaches this greedy-match rate: a span the model does not
+    # continue from its full context rarely follows from less of it. 0 keeps the exhaustive screen.
+    certificate_min_match: float = 0.0
+    extraction: ExtractionConfig = field(default_factory=ExtractionConfig)  # p_z from the window row
+
+    def __post_init__(self) -> None:
+        require(self.context_tokens >= 0, f"--context-tokens {self.context_tokens} must be >= 0")
+        require(self.discoverable_prefix is None or self.discoverable_prefix >= 1,
+                f"discoverable_prefix {self.discoverable_prefix} must be >= 1")
+        require(self.max_rows >= 1, f"max_rows {self.max_rows} must be >= 1")
+        require(0 <= self.certificate_min_match <= 1,
+                f"--certificate-min-match {self.certificate_min_match} must be in [0, 1]")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CalibrationConfig:
+    """What calibrates a memorized span. Defaults: self-calibration on, no reference model."""
+
+    reference_model: str | None = None  # anything the engine loads (HF dir, hub id, .gguf); its own tokenizer
+    nll_margin: float = 0.5  # nats per model token: R's NLL within this of the model's = nearly as likely
+    random_prompts: int = 8  # unrelated prompts per memorized span (0: no self-calibration)
+    long_prefix: float = 0.5  # share of the span's tokens an unrelated prompt must elicit to count as a hit
+    random_share: float = 0.25  # share of unrelated prompts that must hit for "predictable"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        require(self.reference_model is None or bool(self.reference_model.strip()),
+                "--reference-model is empty; pass a model directory, a .gguf file or a hub id, or leave it out")
+        require(self.nll_margin >= 0, f"--reference-margin {self.nll_margin} must be >= 0 (nats per token)")
+        require(self.random_prompts >= 0, f"--calibration-prompts {self.random_prompts} must be >= 0 (0: off)")
+        require(0 < self.long_prefix <= 1, f"long_prefix {self.long_prefix} must be in (0, 1]")
+        require(0 < self.random_share <= 1, f"random_share {self.random_share} must be in (0, 1]")
+
+    @property
+    def enabled(self) -> bool:
+        return self.reference_model is not None or self.random_prompts > 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class PassageConfig:
+    """The passages table built at the end of a scan. Not part of the run's identity: changing it
+    rebuilds passages.parquet only, never a shard."""
+
+    extend_tokens: int = 128  # generated past each passage's end; 0 switches extension off
+
+    def __post_init__(self) -> None:
+        require(self.extend_tokens >= 0, f"--extend-tokens {self.extend_tokens} must be >= 0 (0: no extension)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RejectRule:
+    after: int  # steps at a length before the rule may stop it
+    min_right: float  # share of target tokens the best candidate so far must get right by then
+    stall: int  # steps without a rise in the best count that stop the attempt (0: never)
+
+
+EXECUTORS = ("local", "ray")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecutorConfig:
+    """Where the scan runs. Not part of the run's identity: a run may resume under another executor
+    (both give equal tables), so this is kept out of run_config.json's hash."""
+
+    kind: str = "local"
+    address: str | None = None  # ray: None starts a local Ray; "auto" joins the cluster this job runs in
+    num_actors: int | None = None  # ray: None means one per GPU slot, else one per CPU slot
+    gpus_per_actor: float | None = None  # ray: None means 1 where the cluster has GPUs, else 0
+    cpus_per_actor: float = 1.0
+    max_retries: int = 3  # ray: infrastructure failures (actor died, node lost) per shard
+
+    def __post_init__(self) -> None:
+        require(self.kind in EXECUTORS, f"--executor {self.kind!r} is not one of {', '.join(EXECUTORS)}")
+        require(self.num_actors is None or self.num_actors >= 1, f"--num-actors {self.num_actors} must be >= 1")
+        require(self.gpus_per_actor is None or self.gpus_per_actor >= 0,
+                f"--gpus-per-actor {self.gpus_per_actor} must be >= 0 (0: CPU actors)")
+        require(self.cpus_per_actor > 0, f"--cpus-per-actor {self.cpus_per_actor} must be > 0")
+        require(self.max_retries >= 0, f"--max-retries {self.max_retries} must be >= 0")
+        if self.kind == "local":
+            given = [name for name, value in (("--ray-address", self.address), ("--num-actors", self.num_actors),
+                                              ("--gpus-per-actor", self.gpus_per_actor)) if value is not None]
+            require(not given, f"{', '.join(given)} only apply to --executor ray; add --executor ray or drop them")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScanConfig:
+    corpus: CorpusConfig
+    model: ModelConfig
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    spans: SpanConfig = field(default_factory=SpanConfig)
+    screen: ScreenConfig = field(default_factory=ScreenConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    engines: EngineConfig = field(default_factory=EngineConfig)  # "auto" is decided where the shard runs
+    min_match_rate: float = 0.5  # screen: a span is a candidate at this greedy-match rate or with a certificate
+    max_candidates_per_doc: int | None = None
+    # Phase 2 (scanner/run/phases.py) searches candidates corpus-wide, best screen evidence first, until a
+    # budget is spent: --max-candidates counts searched candidates, --search-budget GCG steps or
+    # seconds ("20000steps", "2h"); candidates left over are not_searched. Settled certificates cost neither.
+    max_candidates: int | None = None
+    search_budget: str | None = None
+    tighten: bool = False  # also search spans their certificate settled, after the others
+    unit_size: int = 8  # candidates per search unit (the resumable unit of phase 2)
+    docs_per_shard: int = 8
+    # Memorized spans are calibrated after the search: predictable text is told from recall (calibrate.py).
+    calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
+
+    def __post_init__(self) -> None:
+        require(0 <= self.min_match_rate <= 1, f"--min-match-rate {self.min_match_rate} must be in [0, 1]")
+        require(self.max_candidates_per_doc is None or self.max_candidates_per_doc >= 0,
+                f"--max-candidates-per-doc {self.max_candidates_per_doc} must be >= 0")
+        require(self.max_candidates is None or self.max_candidates >= 0,
+                f"--max-candidates {self.max_candidates} must be >= 0")
+        require(self.docs_per_shard >= 1, f"--docs-per-shard {self.docs_per_shard} must be >= 1")
+        require(self.unit_size >= 1, f"--unit-size {self.unit_size} must be >= 1")
+        parse_budget(self.search_budget)  # InputError naming the value and the accepted forms
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -8,12 +8,12 @@ import random
 
 import pytest
 
-from scanner.config import ModelConfig
+from scanner.config import CorpusConfig, ModelConfig, ScanConfig, SpanConfig
 from scanner.errors import InputError
-from scanner.run.shard import ScanConfig, screen_document
+from scanner.run.shard import screen_document
 from scanner.stages.anchor import anchor_starts, match_runs
-from scanner.stages.read import CorpusConfig, Document
-from scanner.stages.spans import SpanConfig, tokenize_document
+from scanner.stages.read import Document
+from scanner.stages.spans import tokenize_document
 from scanner.studies.tiny import CANARIES, planted_document
 
 SPAN = 10

@@ -15,9 +15,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from scanner.config import CalibrationConfig
 from scanner.errors import InputError
 from scanner.measures import calibration as calibrate
-from scanner.measures.calibration import CalibrationConfig, ReferenceEvidence, SelfEvidence
+from scanner.measures.calibration import ReferenceEvidence, SelfEvidence
 from scanner.results.export import select_rows
 from scanner.studies.tiny import BOILERPLATE, CANARIES, REFRAIN, TinySpec, build_tiny, counting, salad
 

@@ -8,7 +8,8 @@ import random
 
 import pytest
 
-from scanner.measures.passages import PassageConfig, find_passages
+from scanner.config import PassageConfig
+from scanner.measures.passages import find_passages
 from scanner.stages.extend import DocumentTokens, candidates, extend_passages
 from scanner.stages.spans import tokenize_document
 from scanner.studies.tiny import CANARIES, salad

@@ -318,7 +318,8 @@ def test_a_bad_target_file_exits_2_naming_the_line(tiny_dir, tmp_path, name, con
 
 @pytest.mark.parametrize("text_type", ["string", "large_string", "string_view", "dictionary"])
 def test_every_text_type_reads_a_bad_row_as_a_problem_in_both_read_paths(tmp_path, text_type):
-    from scanner.stages.read import CorpusConfig, open_corpus
+    from scanner.config import CorpusConfig
+    from scanner.stages.read import open_corpus
 
     raw = pa.array([b"one", b"tw\xc3o", b"three", b"four", None], pa.binary()).view(pa.string())
     text = raw.dictionary_encode() if text_type == "dictionary" else raw.cast(getattr(pa, text_type)())
@@ -338,8 +339,9 @@ def test_every_text_type_reads_a_bad_row_as_a_problem_in_both_read_paths(tmp_pat
 
 
 def test_an_id_that_is_not_utf8_is_refused_at_open_naming_its_place(tmp_path):
+    from scanner.config import CorpusConfig
     from scanner.errors import InputError
-    from scanner.stages.read import CorpusConfig, open_corpus
+    from scanner.stages.read import open_corpus
 
     ids = pa.array([b"a", b"b", b"c", b"\xff", b"e\xfe"], pa.binary()).view(pa.string())
     pq.write_table(pa.table({"id": ids, "text": ["t"] * 5}), tmp_path / "c.parquet", row_group_size=2)

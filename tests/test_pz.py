@@ -11,16 +11,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scanner.config import ExtractionConfig, ScreenConfig
 from scanner.errors import InputError
 from scanner.measures.extraction import (
-    ExtractionConfig,
     columns,
     extraction_probability,
     log1mexp,
     np_discoverable,
     topk_logprobs,
 )
-from scanner.stages.screen import ScreenConfig, screen_spans
+from scanner.stages.screen import screen_spans
 from scanner.stages.spans import Span, tokenize_document
 from scanner.studies.tiny import CANARIES, salad
 

@@ -19,10 +19,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from scanner.cli.demo import demo_corpus
+from scanner.config import ExecutorConfig, ScanConfig
 from scanner.errors import InputError
-from scanner.executors import ExecutorConfig
 from scanner.run.driver import run_scan
-from scanner.run.shard import ScanConfig
 
 # Before Ray is imported: a local Ray then stays on 127.0.0.1 (by default even a single-node Ray takes the
 # host's outward address). The switch is meant for macOS and Windows; it only refuses `ray start --address`.

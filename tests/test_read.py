@@ -8,8 +8,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from scanner.config import CorpusConfig
 from scanner.errors import InputError
-from scanner.stages.read import Corpus, CorpusConfig, Document, open_corpus
+from scanner.stages.read import Corpus, Document, open_corpus
 
 
 def write(path, **columns):

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scanner.config import GCGConfig, SearchConfig
+from scanner.config import GCGConfig, RejectRule, SearchConfig
 from scanner.search.miniprompt import Target, measure, measure_many
-from scanner.search.reject import HOPELESS, STALLED, RejectRule, decide
+from scanner.search.reject import HOPELESS, STALLED, decide
 from scanner.search.schedule import make_schedule
 from scanner.studies.tiny import CANARIES, salad
 

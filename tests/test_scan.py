@@ -192,13 +192,16 @@ def test_a_document_longer_than_the_model_context_is_scanned_in_spans(tiny_dir, 
 def test_kept_columns_logs_and_failed_rows_are_retried(tiny_dir, tmp_path, monkeypatch):
     import pyarrow as pa
 
-    from scanner.config import ModelConfig, SearchConfig
-    from scanner.measures.calibration import CalibrationConfig
+    from scanner.config import (
+        CalibrationConfig,
+        CorpusConfig,
+        ModelConfig,
+        ScanConfig,
+        ScreenConfig,
+        SearchConfig,
+        SpanConfig,
+    )
     from scanner.run.driver import run_scan
-    from scanner.run.shard import ScanConfig
-    from scanner.stages.read import CorpusConfig
-    from scanner.stages.screen import ScreenConfig
-    from scanner.stages.spans import SpanConfig
 
     corpus = demo_corpus(tmp_path / "c.parquet")
     table = pq.read_table(corpus)

@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from scanner.stages.screen import ScreenConfig, screen_spans
+from scanner.config import ScreenConfig
+from scanner.stages.screen import screen_spans
 from scanner.stages.spans import Span, tokenize_document
 from scanner.studies.tiny import CANARIES, salad
 

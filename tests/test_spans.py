@@ -6,9 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scanner.config import SpanConfig
 from scanner.errors import InputError
 from scanner.stages.read import Document
-from scanner.stages.spans import SpanConfig, make_spans, span_id, tokenize_document, windows
+from scanner.stages.spans import make_spans, span_id, tokenize_document, windows
 
 TEXT = ("Call me Ishmael. Some years ago, never mind how long precisely, having little or no money in my "
         "purse, and nothing particular to interest me on shore, I thought I would sail about a little.")

@@ -92,9 +92,10 @@ def test_hf_and_vllm_reach_the_same_verdicts(both):
 
 @vllm_test
 def test_hf_and_vllm_screens_agree(both):
+    from scanner.config import ScreenConfig, SpanConfig
     from scanner.stages.read import Document
-    from scanner.stages.screen import ScreenConfig, screen_spans
-    from scanner.stages.spans import SpanConfig, make_spans, tokenize_document
+    from scanner.stages.screen import screen_spans
+    from scanner.stages.spans import make_spans, tokenize_document
 
     hf, fast = both
     doc = Document(doc_id="d", text="Red car walk home. " + CANARIES[2] + " Town road lead early.", extra=None)

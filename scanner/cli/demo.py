@@ -62,14 +62,11 @@ def scan_demo(where: Path, model_dir: Path, seed: int, echo: Callable[[str], Non
     import shutil
 
     from scanner.cli.main import calibration_line, run_summary, summary_line
+    from scanner.config import CorpusConfig, ScanConfig, ScreenConfig, SpanConfig
     from scanner.results.export import export
     from scanner.results.report import write_report
     from scanner.run.driver import run_scan
     from scanner.run.passages import read_passages
-    from scanner.run.shard import ScanConfig
-    from scanner.stages.read import CorpusConfig
-    from scanner.stages.screen import ScreenConfig
-    from scanner.stages.spans import SpanConfig
     from scanner.storage.rundir import RunDir
 
     root = where / "demo-scan"

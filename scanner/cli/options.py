@@ -109,8 +109,8 @@ def calibration_options(f):
 
 
 def calibration_config(o: dict):
+    from scanner.config import CalibrationConfig
     from scanner.engine.check import check_model
-    from scanner.measures.calibration import CalibrationConfig
 
     if o["reference_model"]:
         try:  # a wrong or damaged reference is named now, before anything is loaded or written
@@ -225,7 +225,7 @@ def executor_options(f):
 
 
 def executor_config(o: dict):
-    from scanner.executors import ExecutorConfig
+    from scanner.config import ExecutorConfig
 
     return ExecutorConfig(kind=o["executor"], address=o["ray_address"], num_actors=o["num_actors"],
                           gpus_per_actor=o["gpus_per_actor"], cpus_per_actor=o["cpus_per_actor"],
@@ -233,11 +233,7 @@ def executor_config(o: dict):
 
 
 def scan_config(o: dict, corpus: str):
-    from scanner.measures.extraction import ExtractionConfig
-    from scanner.run.shard import ScanConfig
-    from scanner.stages.read import CorpusConfig
-    from scanner.stages.screen import ScreenConfig
-    from scanner.stages.spans import SpanConfig
+    from scanner.config import CorpusConfig, ExtractionConfig, ScanConfig, ScreenConfig, SpanConfig
 
     keep = tuple(c for c in o["keep_columns"].split(",") if c)
     return ScanConfig(
@@ -256,6 +252,6 @@ def scan_config(o: dict, corpus: str):
 
 
 def passage_config(o: dict):
-    from scanner.measures.passages import PassageConfig
+    from scanner.config import PassageConfig
 
     return PassageConfig(extend_tokens=o["extend_tokens"])

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from tqdm import tqdm
 
-from scanner.executors import ExecutorConfig
-from scanner.measures.passages import PassageConfig
+from scanner.config import ExecutorConfig, PassageConfig, ScanConfig
 from scanner.run.driver import pending_shards, prepare_run, run_scan, validate
-from scanner.run.shard import ScanConfig
 from scanner.stages.read import Corpus
 from scanner.storage.lock import run_lock
 

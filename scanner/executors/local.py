@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from scanner.config import ScanConfig
 from scanner.run.phases import Phases, run_phases
-from scanner.run.shard import ScanConfig
 from scanner.run.tasks import Worker
 from scanner.stages.read import Corpus, Document
 from scanner.storage.atomic import atomic_write_json

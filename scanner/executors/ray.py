@@ -16,11 +16,10 @@ import logging
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
+from scanner.config import ExecutorConfig, ScanConfig
 from scanner.errors import InputError
-from scanner.executors import ExecutorConfig
 from scanner.executors.local import write_provenance
 from scanner.run.phases import Phases, run_phases
-from scanner.run.shard import ScanConfig
 from scanner.run.tasks import Worker
 from scanner.storage.rundir import Plan, RunDir, Shard
 

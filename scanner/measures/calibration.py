@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scanner.errors import require
+from scanner.config import CalibrationConfig
 
 # Columns calibration adds to a results row (schema.py documents them); null where not calibrated.
 REFERENCE_COLUMNS = ("reference_model", "reference_from_prompt", "reference_from_prefix", "reference_match",
@@ -33,28 +33,6 @@ VERDICT_COLUMNS = ("predictable", "predictable_reason", "calibrated_memorized")
 COLUMNS = VERDICT_COLUMNS + SELF_COLUMNS + REFERENCE_COLUMNS + COMPRESSION_COLUMNS
 
 
-@dataclass(frozen=True, kw_only=True)
-class CalibrationConfig:
-    """What calibrates a memorized span. Defaults: self-calibration on, no reference model."""
-
-    reference_model: str | None = None  # anything the engine loads (HF dir, hub id, .gguf); its own tokenizer
-    nll_margin: float = 0.5  # nats per model token: R's NLL within this of the model's = nearly as likely
-    random_prompts: int = 8  # unrelated prompts per memorized span (0: no self-calibration)
-    long_prefix: float = 0.5  # share of the span's tokens an unrelated prompt must elicit to count as a hit
-    random_share: float = 0.25  # share of unrelated prompts that must hit for "predictable"
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        require(self.reference_model is None or bool(self.reference_model.strip()),
-                "--reference-model is empty; pass a model directory, a .gguf file or a hub id, or leave it out")
-        require(self.nll_margin >= 0, f"--reference-margin {self.nll_margin} must be >= 0 (nats per token)")
-        require(self.random_prompts >= 0, f"--calibration-prompts {self.random_prompts} must be >= 0 (0: off)")
-        require(0 < self.long_prefix <= 1, f"long_prefix {self.long_prefix} must be in (0, 1]")
-        require(0 < self.random_share <= 1, f"random_share {self.random_share} must be in (0, 1]")
-
-    @property
-    def enabled(self) -> bool:
-        return self.reference_model is not None or self.random_prompts > 0
 
 
 @dataclass(frozen=True)

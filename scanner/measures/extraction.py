@@ -16,10 +16,10 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import torch
 
+from scanner.config import ExtractionConfig
 from scanner.errors import require
 
 log = logging.getLogger(__name__)
@@ -27,27 +27,6 @@ log = logging.getLogger(__name__)
 LOG10_E = math.log10(math.e)
 
 
-@dataclass(frozen=True, kw_only=True)
-class ExtractionConfig:
-    # k = 40, T = 1: the top-k scheme Hayes et al. and Cooper et al. report beside greedy decoding.
-    top_k: int = 40
-    temperature: float = 1.0
-    # n = 1000 samples, p = 0.5: (n, p)-discoverable iff p_z >= 1 - 0.5^(1/1000) = 6.9e-4, about the
-    # p_z >= 0.1 % at which Cooper et al. count a book passage extracted.
-    n: int = 1000
-    p: float = 0.5
-
-    def __post_init__(self) -> None:
-        require(self.top_k >= 1, f"--pz-top-k {self.top_k} must be >= 1 (greedy p_z is always reported)")
-        require(self.temperature > 0 and math.isfinite(self.temperature),
-                f"--pz-temperature {self.temperature} must be > 0 (T = 0 is greedy, reported as pz_greedy)")
-        require(self.n >= 1, f"--pz-n {self.n} must be >= 1 (samples drawn by the extractor)")
-        require(0 < self.p <= 1, f"--pz-p {self.p} must be in (0, 1]")
-
-    @property
-    def threshold(self) -> float:
-        """The smallest p_z that is (n, p)-discoverable: 1 - (1 - p)^(1/n)."""
-        return 1.0 if self.p == 1 else -math.expm1(math.log1p(-self.p) / self.n)
 
 
 def topk_logprobs(logits: torch.Tensor, gold: torch.Tensor, k: int, temperature: float) -> torch.Tensor:

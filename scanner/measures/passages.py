@@ -21,22 +21,11 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from scanner.errors import require
-
 log = logging.getLogger(__name__)
 
 MEMORIZED = "memorized"
 
 
-@dataclass(frozen=True, kw_only=True)
-class PassageConfig:
-    """The passages table built at the end of a scan. Not part of the run's identity: changing it
-    rebuilds passages.parquet only, never a shard."""
-
-    extend_tokens: int = 128  # generated past each passage's end; 0 switches extension off
-
-    def __post_init__(self) -> None:
-        require(self.extend_tokens >= 0, f"--extend-tokens {self.extend_tokens} must be >= 0 (0: no extension)")
 
 
 @dataclass(frozen=True, kw_only=True)

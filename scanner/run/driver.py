@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import logging
 
+from scanner.config import ExecutorConfig, PassageConfig, ScanConfig
 from scanner.engine.check import check_model
 from scanner.engine.positions import check_span_fits, declared_positions
-from scanner.executors import ExecutorConfig
 from scanner.executors.local import run_local
-from scanner.measures.passages import PassageConfig
 from scanner.run.passages import ensure_passages
-from scanner.run.shard import ScanConfig
 from scanner.stages.read import Corpus, open_corpus
 from scanner.storage.lock import run_lock
 from scanner.storage.rundir import Plan, RunDir, Shard

@@ -6,12 +6,11 @@ import logging
 from collections.abc import Iterator
 
 from scanner import __version__
-from scanner.config import EngineConfig, ModelConfig, PromptConfig, SearchConfig
+from scanner.config import CalibrationConfig, EngineConfig, ModelConfig, PromptConfig, SearchConfig
 from scanner.engine import batched
 from scanner.engine.build import build_engines
 from scanner.engine.hf import HFEngine
 from scanner.errors import InputError
-from scanner.measures.calibration import CalibrationConfig
 from scanner.search.miniprompt import AcrResult, Target, effective_cap
 from scanner.search.miniprompt import measure_many as measure_targets
 

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from scanner.config import PassageConfig
 from scanner.errors import require
-from scanner.measures.passages import MEMORIZED, PassageConfig, find_passages, passage_rows, with_extension
+from scanner.measures.passages import MEMORIZED, find_passages, passage_rows, with_extension
 from scanner.schema import PASSAGES_VERSION, passages_schema, results_schema
 from scanner.stages.extend import DocumentTokens, extend_passages
 from scanner.stages.spans import tokenize_document
@@ -28,7 +29,7 @@ from scanner.storage.integrity import read_json_object
 from scanner.storage.rundir import RunDir
 
 if TYPE_CHECKING:  # the engine (torch) loads only where a table is built, never for export or report
-    from scanner.run.shard import ScanConfig
+    from scanner.config import ScanConfig
     from scanner.stages.read import Corpus, Document
 
 log = logging.getLogger(__name__)

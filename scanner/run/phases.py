@@ -25,8 +25,9 @@ from collections import defaultdict
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from scanner.config import ScanConfig
 from scanner.measures import budget as bm
-from scanner.run.shard import ScanConfig, shard_stats
+from scanner.run.shard import shard_stats
 from scanner.run.tasks import Unit
 from scanner.schema import results_schema
 from scanner.storage.atomic import atomic_write_json

@@ -13,66 +13,30 @@ import json
 import logging
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
 
 from scanner import __version__
-from scanner.config import EngineConfig, ModelConfig, PromptConfig, SearchConfig
+from scanner.config import ScanConfig
 from scanner.engine import batched
 from scanner.engine.build import build_engines
 from scanner.engine.hf import HFEngine
-from scanner.errors import require
 from scanner.measures import extraction
-from scanner.measures.budget import parse_budget
-from scanner.measures.calibration import CalibrationConfig, empty_columns
+from scanner.measures.calibration import empty_columns
 from scanner.schema import results_schema
 from scanner.search.miniprompt import AcrResult, Target, measure_many
 from scanner.stages.anchor import screen_with_anchors
 from scanner.stages.calibrate import calibrate_rows
-from scanner.stages.read import CorpusConfig, Document
-from scanner.stages.screen import ScreenConfig, Screened
-from scanner.stages.spans import Span, SpanConfig, make_spans, tokenize_document
+from scanner.stages.read import Document
+from scanner.stages.screen import Screened
+from scanner.stages.spans import Span, make_spans, tokenize_document
 from scanner.storage.rundir import Shard, config_hash, run_identity
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, kw_only=True)
-class ScanConfig:
-    corpus: CorpusConfig
-    model: ModelConfig
-    prompt: PromptConfig = field(default_factory=PromptConfig)
-    spans: SpanConfig = field(default_factory=SpanConfig)
-    screen: ScreenConfig = field(default_factory=ScreenConfig)
-    search: SearchConfig = field(default_factory=SearchConfig)
-    engines: EngineConfig = field(default_factory=EngineConfig)  # "auto" is decided where the shard runs
-    min_match_rate: float = 0.5  # screen: a span is a candidate at this greedy-match rate or with a certificate
-    max_candidates_per_doc: int | None = None
-    # Phase 2 (scanner/run/phases.py) searches candidates corpus-wide, best screen evidence first, until a
-    # budget is spent: --max-candidates counts searched candidates, --search-budget GCG steps or
-    # seconds ("20000steps", "2h"); candidates left over are not_searched. Settled certificates cost neither.
-    max_candidates: int | None = None
-    search_budget: str | None = None
-    tighten: bool = False  # also search spans their certificate settled, after the others
-    unit_size: int = 8  # candidates per search unit (the resumable unit of phase 2)
-    docs_per_shard: int = 8
-    # Memorized spans are calibrated after the search: predictable text is told from recall (calibrate.py).
-    calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
-
-    def __post_init__(self) -> None:
-        require(0 <= self.min_match_rate <= 1, f"--min-match-rate {self.min_match_rate} must be in [0, 1]")
-        require(self.max_candidates_per_doc is None or self.max_candidates_per_doc >= 0,
-                f"--max-candidates-per-doc {self.max_candidates_per_doc} must be >= 0")
-        require(self.max_candidates is None or self.max_candidates >= 0,
-                f"--max-candidates {self.max_candidates} must be >= 0")
-        require(self.docs_per_shard >= 1, f"--docs-per-shard {self.docs_per_shard} must be >= 1")
-        require(self.unit_size >= 1, f"--unit-size {self.unit_size} must be >= 1")
-        parse_budget(self.search_budget)  # InputError naming the value and the accepted forms
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def span_seed(seed: int, span_id: str) -> int:

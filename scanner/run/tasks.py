@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from scanner.config import ScanConfig
 from scanner.measures import acr as acr_math
 from scanner.measures.compression import thresholds as compression_thresholds
-from scanner.run.shard import ScanConfig, calibrate, open_engine, screen_shard, search_rows, shard_log
+from scanner.run.shard import calibrate, open_engine, screen_shard, search_rows, shard_log
 from scanner.schema import results_schema
 from scanner.search.miniprompt import effective_cap
 from scanner.storage.rundir import RunDir, Shard

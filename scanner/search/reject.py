@@ -15,17 +15,13 @@ bench/early_reject_trajectories.json, bench/RESULTS.md).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from scanner.config import RejectRule
 
 HOPELESS = "hopeless"  # the model does not know the text: the search ends, "not memorized"
 STALLED = "stalled"  # this attempt is stuck: it fails its length without restarts; the schedule goes on
 
 
-@dataclass(frozen=True, kw_only=True)
-class RejectRule:
-    after: int  # steps at a length before the rule may stop it
-    min_right: float  # share of target tokens the best candidate so far must get right by then
-    stall: int  # steps without a rise in the best count that stop the attempt (0: never)
 
 
 def decide(rights: Sequence[int], target_tokens: int, rule: RejectRule) -> str | None:

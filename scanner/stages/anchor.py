@@ -16,10 +16,11 @@ from __future__ import annotations
 import logging
 import time
 
+from scanner.config import ScreenConfig, SpanConfig
 from scanner.engine.hf import HFEngine
 from scanner.stages.read import Document
-from scanner.stages.screen import ScreenConfig, Screened, screen_spans
-from scanner.stages.spans import Span, SpanConfig, span_id
+from scanner.stages.screen import Screened, screen_spans
+from scanner.stages.spans import Span, span_id
 
 log = logging.getLogger(__name__)
 

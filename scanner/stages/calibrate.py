@@ -21,11 +21,11 @@ from dataclasses import asdict, replace
 import torch
 import torch.nn.functional as F
 
-from scanner.config import EngineConfig, ModelConfig, PromptConfig
+from scanner.config import CalibrationConfig, EngineConfig, ModelConfig, PromptConfig
 from scanner.engine.hf import HFEngine
 from scanner.engine.template import typed_ids
 from scanner.measures import calibration as calibrate
-from scanner.measures.calibration import CalibrationConfig, ReferenceEvidence, SelfEvidence
+from scanner.measures.calibration import ReferenceEvidence, SelfEvidence
 from scanner.stages.spans import tokenize_document
 
 log = logging.getLogger(__name__)

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from scanner.config import EXPECTED, CorpusConfig
 from scanner.errors import InputError, require
 from scanner.schema import TEXT_TYPES
 
@@ -33,24 +34,8 @@ PARQUET_MAGIC = b"PAR1"
 SHOWN_DUPLICATES = 5
 ID_BATCH_ROWS = 1 << 20
 UTF8_FIX = "the row is skipped; re-encode the text as UTF-8 and rewrite the file to scan it"
-EXPECTED = "a Parquet file, a directory of Parquet files or a glob such as 'data/*.parquet'"
 
 
-@dataclass(frozen=True, kw_only=True)
-class CorpusConfig:
-    path: str
-    text_column: str = "text"
-    id_column: str | None = None  # None: "id", else "doc_id", else "<file>:<row>"
-    keep_columns: tuple[str, ...] = ()
-    allow_duplicate_ids: bool = False
-
-    def __post_init__(self) -> None:
-        require(bool(self.path), f"the corpus path is empty; pass {EXPECTED}")
-        require(bool(self.text_column), "--text-column is empty; pass the name of the text column")
-        require(self.id_column is None or bool(self.id_column),
-                "--id-column is empty; pass a column name or leave it out to detect 'id' / 'doc_id'")
-        require(isinstance(self.keep_columns, tuple),
-                f"keep_columns {self.keep_columns!r} must be a tuple of column names")
 
 
 @dataclass(frozen=True)

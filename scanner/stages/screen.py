@@ -18,37 +18,20 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from scanner.config import ExtractionConfig, ScreenConfig
 from scanner.engine.hf import HFEngine
 from scanner.errors import require
-from scanner.measures.extraction import ExtractionConfig, greedy_pz, log_pz, topk_logprobs
+from scanner.measures.extraction import greedy_pz, log_pz, topk_logprobs
 from scanner.stages.spans import Span
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, kw_only=True)
-class ScreenConfig:
-    context_tokens: int = 32  # preceding document tokens in the window and the longest certificate
-    discoverable_prefix: int | None = None  # k; None = half the span
-    max_rows: int = 256  # rows per forward on the CPU; on CUDA the engine's chunking applies
-    # Certificate rows are ~95 % of the screen's tokens (j = 1..context rows per span). Above 0 they are
-    # built only for spans whose window row reaches this greedy-match rate: a span the model does not
-    # continue from its full context rarely follows from less of it. 0 keeps the exhaustive screen.
-    certificate_min_match: float = 0.0
-    extraction: ExtractionConfig = field(default_factory=ExtractionConfig)  # p_z from the window row
-
-    def __post_init__(self) -> None:
-        require(self.context_tokens >= 0, f"--context-tokens {self.context_tokens} must be >= 0")
-        require(self.discoverable_prefix is None or self.discoverable_prefix >= 1,
-                f"discoverable_prefix {self.discoverable_prefix} must be >= 1")
-        require(self.max_rows >= 1, f"max_rows {self.max_rows} must be >= 1")
-        require(0 <= self.certificate_min_match <= 1,
-                f"--certificate-min-match {self.certificate_min_match} must be in [0, 1]")
 
 
 @dataclass(frozen=True)

@@ -13,51 +13,13 @@ import json
 import logging
 from dataclasses import dataclass
 
-from scanner.errors import InputError, require
+from scanner.config import SpanConfig
+from scanner.errors import InputError
 from scanner.stages.read import Document
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, kw_only=True)
-class SpanConfig:
-    span_tokens: int = 32
-    stride: int | None = None  # None: span_tokens (adjacent, non-overlapping windows)
-    min_tokens: int | None = None  # None: span_tokens (shorter tail windows are dropped)
-    allow_gaps: bool = False  # a stride beyond the span skips text: only when asked for (sampling)
-    # Anchored spans (stages/anchor.py): fixed windows miss a memorized passage one span long at a random
-    # offset (it straddles two windows, each half unmemorized text); a run of at least `anchor_min_run`
-    # consecutive teacher-forced greedy matches (gaps of `anchor_max_gap` misses bridged) gets spans
-    # aligned to its start and end. None: the span length minus 4 (bench/RESULTS.md, anchored windows).
-    anchors: bool = True
-    anchor_min_run: int | None = None
-    anchor_max_gap: int = 0
-
-    def __post_init__(self) -> None:
-        require(self.span_tokens >= 1, f"--span-tokens {self.span_tokens} must be >= 1")
-        require(self.stride is None or self.stride >= 1,
-                f"--stride {self.stride} must be >= 1 (or left out to use --span-tokens)")
-        require(self.allow_gaps or self.step <= self.span_tokens,
-                f"--stride {self.stride} is larger than --span-tokens {self.span_tokens}: "
-                f"{self.step - self.span_tokens} tokens of every {self.step} would never be scanned; pass "
-                f"--stride {self.span_tokens} or less, or --allow-gaps to sample the text on purpose")
-        require(self.min_tokens is None or 1 <= self.min_tokens <= self.span_tokens,
-                f"--min-tokens {self.min_tokens} must be between 1 and --span-tokens {self.span_tokens}")
-        require(self.anchor_min_run is None or self.anchor_min_run >= 1,
-                f"--anchor-min-run {self.anchor_min_run} must be >= 1 (or left out: span length minus 4)")
-        require(self.anchor_max_gap >= 0, f"--anchor-max-gap {self.anchor_max_gap} must be >= 0")
-
-    @property
-    def step(self) -> int:
-        return self.span_tokens if self.stride is None else self.stride
-
-    @property
-    def minimum(self) -> int:
-        return self.span_tokens if self.min_tokens is None else self.min_tokens
-
-    @property
-    def min_run(self) -> int:
-        return max(1, self.span_tokens - 4) if self.anchor_min_run is None else self.anchor_min_run
 
 
 @dataclass(frozen=True, kw_only=True)
