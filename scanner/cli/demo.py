@@ -66,7 +66,7 @@ def scan_demo(where: Path, model_dir: Path, seed: int, echo: Callable[[str], Non
     from scanner.results.export import export
     from scanner.results.report import write_report
     from scanner.run.driver import run_scan
-    from scanner.run.passages import read_passages
+    from scanner.storage.passages import read_passages
     from scanner.storage.rundir import RunDir
 
     root = where / "demo-scan"

@@ -226,7 +226,7 @@ def export_command(run_dir, out, tau, all_rows, calibrated, passages) -> None:
     run = readable_run(run_dir)
     table = run.read_results()
     if passages:
-        from scanner.run.passages import read_passages
+        from scanner.storage.passages import read_passages
 
         if tau != "1" or all_rows:
             raise InputError("--tau and --all select spans; --passages exports every passage of the run's "
@@ -266,7 +266,7 @@ def readable_run(run_dir: str):
 def report_command(run_dir, out) -> None:
     """One self-contained HTML page: summary, ACR histogram, documents, memorized passages."""
     from scanner.results.report import write_report
-    from scanner.run.passages import passages_path, read_passages
+    from scanner.storage.passages import passages_path, read_passages
 
     run = readable_run(run_dir)
     passages = read_passages(run) if passages_path(run).is_file() else None

@@ -1,6 +1,7 @@
 """The Ray executor: long-lived actors, each loading the model once, run the same tasks as the local
-executor (units.Worker: screen shards, then phase-2 units) and commit them into the run directory
-themselves; the driver only schedules, phase after phase (scanner/run/phases.py), with the same actors.
+executor (on the worker `make_worker()` gives: screen shards, phase-2 units, passages) and commit them
+into the run directory themselves; the driver only schedules, phase after phase (scanner/run/phases.py
+calls `execute(tasks, admit, finished)` once per phase), with the same actors.
 
 Scheduling: one task in flight per actor, handed out from the saved plan as actors free up, so a slow
 shard never holds back another and at most `actors` shards are in flight. Fault tolerance: an actor
@@ -16,12 +17,9 @@ import logging
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from scanner.config import ExecutorConfig, ScanConfig
+from scanner.config import ExecutorConfig
 from scanner.errors import InputError
-from scanner.executors.local import write_provenance
-from scanner.run.phases import Phases, run_phases
-from scanner.run.tasks import Worker
-from scanner.storage.rundir import Plan, RunDir, Shard
+from scanner.storage.rundir import Shard
 
 log = logging.getLogger(__name__)
 
@@ -37,18 +35,14 @@ def import_ray():
 
 
 class ShardWorker:
-    """A Ray actor's state: a units.Worker, whose heavy objects are built in `setup()` inside the actor,
-    never pickled. `run_shard` runs any task of a scan (a screen shard or a phase-2 unit)."""
+    """A Ray actor's state: the worker `make_worker()` gives (scanner/run/tasks.py), whose heavy
+    objects are built in `setup()` inside the actor, never pickled. `run_shard` runs any task of a scan."""
 
-    def __init__(self, config: ScanConfig, out: str, cpus: float) -> None:
-        self.worker, self.cpus = Worker(config, out), cpus
+    def __init__(self, make_worker, cpus: float) -> None:
+        self.worker, self.cpus = make_worker(), cpus
 
     def setup(self) -> dict:
-        if self.worker.config.model.threads is None:  # torch would otherwise size its pool to the whole node
-            import torch
-
-            torch.set_num_threads(max(1, int(self.cpus)))
-        return self.worker.setup()
+        return self.worker.setup(cpus=self.cpus)
 
     def run_shard(self, task) -> dict:
         return self.worker.run_task(task)
@@ -211,32 +205,26 @@ def _init(ray, executor: ExecutorConfig) -> bool:
     return True
 
 
-def run_ray(config: ScanConfig, run: RunDir, plan: Plan, executor: ExecutorConfig, progress=None) -> dict:
-    ray = import_ray()
-    started = _init(ray, executor)
-    try:
-        return _schedule(ray, config, run, plan, executor, progress)
-    finally:
-        if started:
-            ray.shutdown()
-
-
 class RayExecutor:
-    """The phases' `execute` on Ray: one Scheduler (and its actors) for all phases, started when the
-    first phase has work, so a relaunch of a finished run starts no actor."""
+    """`execute(tasks, admit, finished)` on Ray: one Scheduler (and its actors) for all the calls,
+    started when the first call has work, so a relaunch of a finished run starts no actor. Connects to
+    (or starts) Ray when made; `close()` stops the actors (and a Ray it started) and reports."""
 
-    def __init__(self, ray, config: ScanConfig, run: RunDir, plan: Plan, executor: ExecutorConfig) -> None:
-        self.ray, self.config, self.run, self.plan, self.executor = ray, config, run, plan, executor
+    def __init__(self, executor: ExecutorConfig, make_worker, on_setup=None, expected_tasks: int = 1) -> None:
+        self.ray = import_ray()
+        self.executor, self.make_worker, self.on_setup = executor, make_worker, on_setup
+        self.expected_tasks = expected_tasks  # the largest call to come (shards), so actors are not too few
         self.scheduler: Scheduler | None = None
+        self.started = _init(self.ray, executor)
 
     def _start(self, tasks: list) -> Scheduler:
         actors, gpus, cpus = cluster_shape(self.ray, self.executor)
         # More actors than tasks would only load idle models (phase 2 may have more units than shards).
-        actors = min(actors, max(len(tasks), len(self.plan)))
+        actors = min(actors, max(len(tasks), self.expected_tasks))
         remote = self.ray.remote(ShardWorker).options(num_gpus=gpus, num_cpus=cpus, max_restarts=0)
-        out, config = str(self.run.path.resolve()), self.config
+        make_worker = self.make_worker
         log.info("Ray: %d actors (%g GPU, %g CPU each)", actors, gpus, cpus)
-        return Scheduler(ray=self.ray, make_actor=lambda: remote.remote(config, out, cpus), actors=actors,
+        return Scheduler(ray=self.ray, make_actor=lambda: remote.remote(make_worker, cpus), actors=actors,
                          max_retries=self.executor.max_retries)
 
     def __call__(self, tasks: list, admit, finished) -> dict:
@@ -246,11 +234,17 @@ class RayExecutor:
         scheduler = self.scheduler
         scheduler.queue, scheduler.admit = deque(tasks), admit
         before = dict(scheduler.failed)
-        scheduler.run(finished=finished, loaded=lambda meta: write_provenance(
-            self.run, {k.encode(): v.encode() for k, v in meta.items()}))
+        scheduler.run(finished=finished, loaded=self.on_setup)
         return {k: v for k, v in scheduler.failed.items() if k not in before}
 
     def close(self) -> dict:
+        try:
+            return {"executor": "ray", **self._stop_actors()}
+        finally:
+            if self.started:
+                self.ray.shutdown()
+
+    def _stop_actors(self) -> dict:
         scheduler = self.scheduler
         if scheduler is None:
             return {"actors": 0, "actor_restarts": 0, "retries": 0}
@@ -266,13 +260,3 @@ class RayExecutor:
             self.ray.kill(actor)
         return {"actors": scheduler.actors, "actor_restarts": scheduler.restarts,
                 "retries": sum(scheduler.attempts.values())}
-
-
-def _schedule(ray, config: ScanConfig, run: RunDir, plan: Plan, executor: ExecutorConfig, progress) -> dict:
-    execute = RayExecutor(ray, config, run, plan, executor)
-    failed: dict = {}
-    try:
-        failed = run_phases(Phases(config, run, plan), execute, progress)
-    finally:
-        report = execute.close()
-    return {"executor": "ray", **report, "failed_shards": failed}

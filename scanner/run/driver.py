@@ -1,51 +1,50 @@
-"""The corpus scan driver: validate, plan, hand the pending shards to an executor, merge the stats.
+"""The corpus scan driver: validate, prepare the run directory, run the phases on an executor, merge
+the stats. The one entry point of a scan (the CLI, bench/ and tests call `run_scan`).
 
 Validation of the corpus and of the run directory happens before any model loads, so a bad input
 costs seconds, not a model load; a relaunch of the same command resumes from the completion markers
-of every phase (scanner/run/phases.py), under either executor (they give equal tables).
+of every phase (scanner/run/phases.py), under either executor (they give equal tables). The driver
+picks the executor and the worker it runs; the executor only decides where each task runs.
 """
 
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 from scanner.config import ExecutorConfig, PassageConfig, ScanConfig
 from scanner.engine.check import check_model
 from scanner.engine.positions import check_span_fits, declared_positions
-from scanner.executors.local import run_local
-from scanner.run.passages import ensure_passages
+from scanner.executors.local import LocalExecutor
+from scanner.run.phases import Phases, run_phases
+from scanner.run.tasks import Worker
 from scanner.stages.read import Corpus, open_corpus
+from scanner.storage.atomic import atomic_write_json
 from scanner.storage.lock import run_lock
-from scanner.storage.rundir import Plan, RunDir, Shard
+from scanner.storage.rundir import Plan, RunDir
 
 log = logging.getLogger(__name__)
 
 
-def prepare_run(config: ScanConfig, out: str, corpus: Corpus | None = None) -> tuple[Corpus, RunDir, Plan]:
-    corpus = corpus or validate(config, out)
-    run = RunDir(out)
-    plan = run.prepare(config.to_dict(), corpus.fingerprint(), corpus.num_rows, config.docs_per_shard)
-    return corpus, run, plan
-
-
-def pending_shards(run: RunDir, plan: Plan) -> list[Shard]:
-    """The shards phase 1 has still to screen (for the progress bar)."""
-    from scanner.storage.store import Store
-
-    done = Store(run.path, "screen").done()
-    return [s for s in plan if s.shard not in done]
-
-
 def run_scan(config: ScanConfig, out: str, progress=None, executor: ExecutorConfig | None = None,
              corpus: Corpus | None = None, passages: PassageConfig | None = None) -> dict:
-    """Scan the corpus into `out`, then build RUN/passages.parquet once every shard is done; returns
-    the merged stats with the executor's report under "run" (failed shards, actor restarts).
-    `progress(stats)` is called per finished shard; `corpus`: the corpus already opened and validated
-    by the caller."""
+    """Scan the corpus into `out`, passages.parquet included; returns the merged stats with the
+    executor's report under "run" (failed shards, actor restarts). `progress(stats)` is called per
+    screened shard, and `progress.start(documents)` first, where it has one, with the documents still
+    to screen; `corpus`: the corpus already opened and validated by the caller."""
     executor = executor or ExecutorConfig()
     corpus = corpus or validate(config, out)
-    with run_lock(out):
-        return _locked_scan(config, corpus, out, progress, executor, passages or PassageConfig())
+    with run_lock(out):  # before prepare, which deletes temp files a live writer owns
+        run = RunDir(out)
+        plan = run.prepare(config.to_dict(), corpus.fingerprint(), corpus.num_rows, config.docs_per_shard)
+        phases = Phases(config, run, plan, corpus, passages)
+        _announce(phases, progress)
+        execute = open_executor(executor, config, run, plan, corpus)
+        try:
+            failed = run_phases(phases, execute, progress)
+        finally:
+            report = execute.close()
+        return {**run.merge_stats(), "run": {**report, "failed_shards": failed}}
 
 
 def validate(config: ScanConfig, out: str) -> Corpus:
@@ -58,18 +57,26 @@ def validate(config: ScanConfig, out: str) -> Corpus:
     return corpus
 
 
-def _locked_scan(config: ScanConfig, corpus: Corpus, out: str, progress, executor: ExecutorConfig,
-                 passages: PassageConfig) -> dict:
-    corpus, run, plan = prepare_run(config, out, corpus)
-    log.info("%d of %d shards still to screen in %s", len(pending_shards(run, plan)), len(plan), out)
-    if executor.kind == "local":
-        # Passages on the scan's own engine, before it closes: no second model load.
-        after = lambda engine: ensure_passages(run, config, corpus, passages, engine=engine)  # noqa: E731
-        report = run_local(config, corpus, run, plan, progress, after=after)
-    else:
-        from scanner.executors.ray import run_ray  # Ray is imported only when asked for
+def _announce(phases: Phases, progress) -> None:
+    pending = phases.screen_pending()
+    log.info("%d of %d shards still to screen in %s", len(pending), len(phases.plan), phases.run.path)
+    start = getattr(progress, "start", None)
+    if start is not None:
+        start(sum(s.num_docs for s in pending))
 
-        report = run_ray(config, run, plan, executor, progress)
-    # A relaunch of a finished run, or after Ray: built only when missing or stale.
-    ensure_passages(run, config, corpus, passages, executor=executor)
-    return {**run.merge_stats(), "run": report}
+
+def open_executor(executor: ExecutorConfig, config: ScanConfig, run: RunDir, plan: Plan, corpus: Corpus):
+    """The executor that runs the phases' tasks, each on a Worker of this scan."""
+    on_setup = partial(write_provenance, run)
+    if executor.kind == "local":  # the driver's corpus, already open; one model load in this process
+        return LocalExecutor(lambda: Worker(config, str(run.path), corpus), on_setup)
+    from scanner.executors.ray import RayExecutor  # Ray is imported only when asked for
+
+    # Actors open the corpus themselves from shared storage: the factory pickles configs and paths only.
+    return RayExecutor(executor, partial(Worker, config, str(run.path.resolve())), on_setup,
+                       expected_tasks=len(plan))
+
+
+def write_provenance(run: RunDir, meta: dict[str, str]) -> None:
+    # Model and tokenizer identities are known only once loaded: beside run_config.json.
+    atomic_write_json(run.path / "provenance.json", dict(meta))

@@ -1,4 +1,4 @@
-"""The scan in three phases, each resumable from what the previous one committed (nothing goes back up):
+"""The scan in four phases, each resumable from what the previous one committed (nothing goes back up):
 
 1. screen: every shard screened (spans, screen; no search) into screen/part-XXXXX.parquet; candidates
    are rows with status not_searched.
@@ -8,6 +8,12 @@
    --unit-size while --search-budget / --max-candidates allow (--tighten: the settled ones after).
 3. write: results/part-XXXXX.parquet per shard = the screen rows updated by the units' rows, with the
    candidates never searched left not_searched and the reason; export/report/verify read only these.
+4. passages: once every shard is written, RUN/passages.parquet when it is missing or stale: on a
+   worker (a PassagesTask, whose engine extends the passages by generation), or here when nothing is
+   to be extended.
+
+Every phase hands its tasks to the executor's `execute(tasks, admit, finished)`, which only decides
+where they run (in this process or on Ray actors) and never calls back.
 
 Budget accounting is resume-safe: what is spent is what committed units recorded (their stats), so a
 relaunch continues where the last committed unit left off. Units start in rank order while budget is
@@ -25,13 +31,15 @@ from collections import defaultdict
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from scanner.config import ScanConfig
+from scanner.config import PassageConfig, ScanConfig
 from scanner.measures import budget as bm
+from scanner.run.passages import needs_engine, write_passages
 from scanner.run.shard import shard_stats
-from scanner.run.tasks import Unit
+from scanner.run.tasks import PassagesTask, Unit
 from scanner.schema import results_schema
 from scanner.storage.atomic import atomic_write_json
 from scanner.storage.integrity import read_json_object
+from scanner.storage.passages import is_current
 from scanner.storage.rundir import Plan, RunDir
 from scanner.storage.store import Store
 
@@ -45,8 +53,10 @@ class Phases:
     """The driver's view of one run directory's phases; `execute(tasks, admit, finished)` is the
     executor's (local or Ray) and returns {task name: error} for tasks that failed for good."""
 
-    def __init__(self, config: ScanConfig, run: RunDir, plan: Plan) -> None:
+    def __init__(self, config: ScanConfig, run: RunDir, plan: Plan, corpus=None,
+                 passages: PassageConfig | None = None) -> None:
         self.config, self.run, self.plan = config, run, plan
+        self.corpus, self.passages = corpus, passages or PassageConfig()  # phase 4
         self.budget = bm.parse_budget(config.search_budget)
         self.stores = {name: Store(run.path, name) for name in ("screen", "certify", "search")}
 
@@ -115,7 +125,27 @@ class Phases:
 
 
 def run_phases(phases: Phases, execute, progress=None) -> dict:
-    """Phases 1-3 through `execute`; returns the executor's report of tasks that failed for good."""
+    """Phases 1-4 through `execute`; returns the executor's report of tasks that failed for good."""
+    failed = _search_phases(phases, execute, progress)
+    return failed or build_passages(phases, execute)
+
+
+def build_passages(phases: Phases, execute) -> dict:
+    """Phase 4: passages.parquet, once every shard is written and only when missing or stale."""
+    run, passages = phases.run, phases.passages
+    if run.pending(phases.plan) or is_current(run, passages):
+        return {}
+    if not needs_engine(run, passages):  # nothing to extend: no model, no worker
+        write_passages(run, phases.config, phases.corpus, None, passages)
+        return {}
+    failed = execute([PassagesTask(passages)], None, lambda stats: None)
+    if not failed:
+        log.info("passages built in one task on the executor's worker")
+    return failed
+
+
+def _search_phases(phases: Phases, execute, progress) -> dict:
+    """Phases 1-3."""
     ran = phases.prepare()
     execute = _counting(execute, counter := [0])
     failed = execute(phases.screen_pending(), None, progress or (lambda stats: None))

@@ -1,4 +1,5 @@
-"""Phase 2's units of work and the worker that runs every task of a scan (screen shards and units).
+"""The tasks of a scan and the worker that runs any of them where an executor puts it: a Shard is
+screened (phase 1), a Unit certified or searched (phase 2), a PassagesTask builds passages.parquet (phase 4).
 
 A unit is a few candidates, named by (shard, span_id), whose rows the worker reads from the screen
 parts. A `certify` unit settles spans by their natural-prefix certificates: greedy generation from the
@@ -20,9 +21,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from scanner.config import ScanConfig
+from scanner.config import PassageConfig, ScanConfig
 from scanner.measures import acr as acr_math
 from scanner.measures.compression import thresholds as compression_thresholds
+from scanner.run.passages import write_passages
 from scanner.run.shard import calibrate, open_engine, screen_shard, search_rows, shard_log
 from scanner.schema import results_schema
 from scanner.search.miniprompt import effective_cap
@@ -30,6 +32,14 @@ from scanner.storage.rundir import RunDir, Shard
 from scanner.storage.store import Store
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PassagesTask:
+    """Phase 4 on a worker whose engine extends the passages by generation (run/passages.py)."""
+
+    passages: PassageConfig
+    name: str = "passages"
 
 
 @dataclass(frozen=True)
@@ -103,35 +113,48 @@ def run_unit(engine, unit: Unit, rows: list[dict], config: ScanConfig, width: in
 
 
 class Worker:
-    """Runs any task of a scan and commits it: a Shard is screened (phase 1), a Unit certified or
-    searched (phase 2). The same class is the local executor's worker and each Ray actor's state;
-    heavy objects are built in `setup()` where it runs, never pickled."""
+    """Runs any task of a scan and commits it. The same class is the local executor's worker and each
+    Ray actor's state; heavy objects are built in `setup()` where it runs, never pickled."""
 
-    def __init__(self, config: ScanConfig, out: str) -> None:
+    def __init__(self, config: ScanConfig, out: str, corpus=None) -> None:
         self.config, self.run = config, RunDir(out)
-        self.engine = self.meta = self.corpus = None
+        self.engine = self.meta = None
+        self.corpus = corpus  # the driver's, already validated; a Ray actor opens its own in setup()
 
-    def setup(self, corpus=None) -> dict:
+    def setup(self, cpus: float | None = None) -> dict:
+        """Load the engines (once) and open the corpus; returns the provenance for provenance.json.
+        `cpus`: the actor's share, which torch's thread pool is held to unless --threads says otherwise."""
         from scanner.stages.read import open_corpus
 
-        self.engine, self.meta = open_engine(self.config)
-        self.corpus = corpus or open_corpus(self.config.corpus)  # workers read the corpus from shared storage
+        if cpus is not None and self.config.model.threads is None:  # torch would size its pool to the node
+            import torch
+
+            torch.set_num_threads(max(1, int(cpus)))
+        if self.engine is None:
+            self.engine, self.meta = open_engine(self.config)
+        self.corpus = self.corpus or open_corpus(self.config.corpus)  # workers read the corpus from shared storage
         return {k.decode(): v.decode() for k, v in self.meta.items()}
 
-    def run_task(self, task, docs=None) -> dict:
+    def run_task(self, task) -> dict:
         if self.engine is None:
             self.setup()
         if isinstance(task, Shard):
-            docs = docs if docs is not None else self.corpus.documents(task.doc_start, task.doc_end)
-            with shard_log(self.run.log_path(task.shard)):
-                table, stats = screen_shard(self.engine, task, docs, self.config, self.meta)
-            Store(self.run.path, "screen").write(task.shard, table, stats)
-            return {**stats, "shard": task.shard, "pid": os.getpid()}
+            return self._screen(task)
+        if isinstance(task, PassagesTask):
+            table = write_passages(self.run, self.config, self.corpus, self.engine, task.passages)
+            return {"task": task.name, "passages": table.num_rows, "pid": os.getpid()}
         with shard_log(self.run.path / "logs" / f"{task.name}.log"):
             table, stats = run_unit(self.engine, task, self._rows(task), self.config,
                                     int(self.meta[b"targets_per_forward"]), self._docs)
         Store(self.run.path, task.kind).write(task.index, table.replace_schema_metadata(self.meta), stats)
         return {**stats, "pid": os.getpid()}
+
+    def _screen(self, shard: Shard) -> dict:
+        docs = self.corpus.documents(shard.doc_start, shard.doc_end)
+        with shard_log(self.run.log_path(shard.shard)):
+            table, stats = screen_shard(self.engine, shard, docs, self.config, self.meta)
+        Store(self.run.path, "screen").write(shard.shard, table, stats)
+        return {**stats, "shard": shard.shard, "pid": os.getpid()}
 
     def _rows(self, unit: Unit) -> list[dict]:
         """The unit's candidates as the screen left them, in the unit's order."""

@@ -35,9 +35,9 @@ import pyarrow.parquet as pq
 from scanner import __version__
 from scanner.errors import InputError, require
 from scanner.schema import SCHEMA_VERSION, results_schema
-from scanner.storage.atomic import TMP_SUFFIX, atomic_write, atomic_write_json, remove_file
-from scanner.storage.integrity import file_sha256, read_json_object, reopen_damaged
-from scanner.storage.store import has_work
+from scanner.storage.atomic import TMP_SUFFIX, atomic_write_json, remove_file
+from scanner.storage.integrity import read_json_object, reopen_damaged
+from scanner.storage.store import RESULTS, Store, has_work
 
 log = logging.getLogger(__name__)
 
@@ -213,15 +213,16 @@ class RunDir:
                 "directory must be a path on a file system that every worker mounts (local disk, NFS, EFS, "
                 "Lustre, a ReadWriteMany volume); write there and copy results/ to object storage after")
         self.path = Path(str(path).removeprefix("file://"))
+        self.results = Store(self.path, "results", RESULTS)  # phase 3, committed like every phase
 
     def result_path(self, shard: int) -> Path:
-        return self.path / "results" / f"part-{shard:05d}.parquet"
+        return self.results.result_path(shard)
 
     def done_path(self, shard: int) -> Path:
-        return self.path / "done" / f"{shard:05d}"
+        return self.results.done_path(shard)
 
     def stats_path(self, shard: int) -> Path:
-        return self.path / "stats" / f"{shard:05d}.json"
+        return self.results.stats_path(shard)
 
     def log_path(self, shard: int) -> Path:
         return self.path / "logs" / f"shard-{shard:05d}.log"
@@ -303,7 +304,7 @@ class RunDir:
 
     def reopen(self, shard: int) -> None:
         """Make a finished shard pending again (its files are rewritten when it runs)."""
-        remove_file(self.done_path(shard))
+        self.results.reopen(shard)
 
     def load_plan(self) -> Plan:
         require((self.path / PLAN_FILE).exists(), f"'{self.path}' is not a run directory (no {PLAN_FILE}); "
@@ -311,10 +312,7 @@ class RunDir:
         return Plan.load(self.path / PLAN_FILE)
 
     def done_shards(self) -> list[int]:
-        folder = self.path / "done"
-        if not folder.is_dir():
-            return []
-        return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
+        return self.results.done_shards()
 
     def pending(self, plan: Plan) -> list[Shard]:
         done = set(self.done_shards())
@@ -322,21 +320,16 @@ class RunDir:
 
     def shard_stats(self, shard: int) -> dict:
         """A finished shard's stats; {} when unreadable (a relaunch redoes such a shard)."""
-        return read_json_object(self.stats_path(shard)) or {}
+        return self.results.stats(shard)
 
     def write_shard(self, shard: int, table: pa.Table, stats: dict) -> None:
-        """Commit one shard: stats, then the results file, then the done marker, each atomically.
-        Writing a shard again replaces it; a kill at any point leaves the shard pending or done."""
-        table = _checked_table(shard, table)
-        # Without the old marker, a kill mid-rewrite leaves the shard pending, not done with new rows.
-        remove_file(self.done_path(shard))
-        atomic_write_json(self.stats_path(shard), stats)
-        atomic_write(self.result_path(shard), lambda f: pq.write_table(table, f))
-        # The checksum lets a relaunch tell a whole results file from one damaged since (integrity.py).
-        marker = {"shard": shard, "rows": table.num_rows, "file": f"results/{self.result_path(shard).name}",
-                  "sha256": file_sha256(self.result_path(shard))}
-        atomic_write_json(self.done_path(shard), marker)
-        log.info("shard %05d done: %d rows", shard, table.num_rows)
+        """Commit one shard's results through the one commit protocol (store.py)."""
+        if not isinstance(shard, int) or shard < 0:
+            raise ValueError(f"shard {shard!r} must be an int >= 0")
+        shards = table.column("shard").unique().to_pylist() if "shard" in table.column_names else []
+        if shards not in ([], [shard]):
+            raise ValueError(f"shard {shard:05d}: rows carry shard values {shards[:6]}, expected only {shard}")
+        self.results.write(shard, table, stats)
 
     def read_results(self, columns: list[str] | None = None) -> pa.Table:
         """All finished shards in shard order. Schema metadata keeps provenance that every shard shares."""
@@ -391,22 +384,6 @@ class RunDir:
         return {"shards_done": done, "shards_total": total, "rows": stats.get("rows", 0),
                 "status_counts": stats.get("status_counts", {}), "elapsed_s": stats.get("seconds", 0),
                 "spans_per_s": throughput, "eta_s": eta}
-
-
-def _checked_table(shard: int, table: pa.Table) -> pa.Table:
-    if not isinstance(shard, int) or shard < 0:
-        raise ValueError(f"shard {shard!r} must be an int >= 0")
-    schema = results_schema()
-    if not table.schema.equals(schema, check_metadata=False):
-        diff = sorted(set(map(str, table.schema)) ^ set(map(str, schema)))
-        raise ValueError(f"shard {shard:05d}: the table does not have the results schema; differing "
-                         f"fields: {diff[:6]}")
-    shards = table.column("shard").unique().to_pylist()
-    if shards not in ([], [shard]):
-        raise ValueError(f"shard {shard:05d}: rows carry shard values {shards[:6]}, expected only {shard}")
-    # Field docs from the schema, provenance from the caller's table.
-    metadata = {**schema.metadata, **(table.schema.metadata or {})}
-    return pa.Table.from_arrays(table.columns, schema=schema.with_metadata(metadata))
 
 
 def _shared_metadata(metadatas: list[dict]) -> dict:

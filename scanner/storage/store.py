@@ -1,4 +1,4 @@
-"""A phase's committed parts inside the run directory, with the same guarantees as results/:
+"""Committed parts inside the run directory: the ONE commit protocol of every phase, results included:
 
 ```
 run_dir/
@@ -6,9 +6,10 @@ run_dir/
   certify/part-00000.parquet certify/done/00000 certify/stats/00000.json   phase 2, certificate units
   search/part-00000.parquet  search/done/00000  search/stats/00000.json    phase 2, search units
   certify_plan.json  search_plan.json                                       the units, saved once
+  results/part-00000.parquet done/00000       stats/00000.json             phase 3, one per shard
 ```
 
-Each part is committed like a shard (stats, then rows, then a done marker with the rows' sha256, each
+Each part is committed the same way (stats, then rows, then a done marker with the rows' sha256, each
 atomically), so a kill at any moment leaves a part pending or done, and a relaunch checks every done
 part against its marker (integrity.py) and redoes damaged ones. Rows have the results schema.
 """
@@ -16,6 +17,7 @@ part against its marker (integrity.py) and redoes damaged ones. Rows have the re
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -30,23 +32,47 @@ log = logging.getLogger(__name__)
 PHASES = ("screen", "certify", "search")
 
 
-class Store:
-    """One phase's parts, numbered from 0. Holds only paths, so it pickles to any worker."""
+@dataclass(frozen=True)
+class Layout:
+    """Where one store's files live under the run directory: every store commits the same way, only
+    the folders differ (phase 3's results keep the top-level done/ and stats/ of the first releases)."""
 
-    def __init__(self, run_path: str | Path, name: str) -> None:
-        self.name, self.path = name, Path(run_path) / name
+    parts: str  # folder of part-XXXXX.parquet
+    done: str  # folder of the done markers
+    stats: str  # folder of the stats files
+    key: str  # the index's name in a done marker ("part", or "shard" for results)
+
+    @classmethod
+    def phase(cls, name: str) -> Layout:
+        return cls(name, f"{name}/done", f"{name}/stats", "part")
+
+
+RESULTS = Layout("results", "done", "stats", "shard")
+
+
+class Store:
+    """One store's parts, numbered from 0: a phase's (screen, certify, search) or the results. Holds
+    only paths, so it pickles to any worker."""
+
+    def __init__(self, run_path: str | Path, name: str, layout: Layout | None = None) -> None:
+        self.name, self.layout = name, layout or Layout.phase(name)
+        self.root = Path(run_path)
+        self.path = self.root / self.layout.parts
 
     def result_path(self, index: int) -> Path:
         return self.path / f"part-{index:05d}.parquet"
 
     def done_path(self, index: int) -> Path:
-        return self.path / "done" / f"{index:05d}"
+        return self.root / self.layout.done / f"{index:05d}"
 
     def stats_path(self, index: int) -> Path:
-        return self.path / "stats" / f"{index:05d}.json"
+        return self.root / self.layout.stats / f"{index:05d}.json"
+
+    def folders(self) -> tuple[Path, ...]:
+        return self.path, self.root / self.layout.done, self.root / self.layout.stats
 
     def done_shards(self) -> list[int]:  # the name integrity.reopen_damaged expects
-        folder = self.path / "done"
+        folder = self.root / self.layout.done
         return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if folder.is_dir() else []
 
     def done(self) -> set[int]:
@@ -57,23 +83,28 @@ class Store:
 
     def prepare(self) -> dict[int, str]:
         """Folders made, temp files of a stopped writer removed, damaged parts made pending again."""
-        for folder in (self.path, self.path / "done", self.path / "stats"):
+        for folder in self.folders():
             folder.mkdir(parents=True, exist_ok=True)
             for tmp in folder.glob(f".*{TMP_SUFFIX}"):
+                log.info("removing %s, left by a writer that was stopped", tmp)
                 remove_file(tmp)
         return reopen_damaged(self)
 
     def stats(self, index: int) -> dict:
+        """A done part's stats; {} when unreadable (a relaunch redoes such a part)."""
         return read_json_object(self.stats_path(index)) or {}
 
     def write(self, index: int, table: pa.Table, stats: dict) -> None:
-        schema = results_schema()
-        if not table.schema.equals(schema, check_metadata=False):
-            raise ValueError(f"{self.name} part {index:05d}: the table does not have the results schema")
+        """Commit one part: stats, then the rows, then the done marker with the rows' sha256, each
+        atomically. Writing a part again replaces it; a kill at any point leaves it pending or done."""
+        table = checked_table(f"{self.name} part {index:05d}", table)
+        # Without the old marker, a kill mid-rewrite leaves the part pending, not done with new rows.
         remove_file(self.done_path(index))
         atomic_write_json(self.stats_path(index), {**stats, "rows": table.num_rows})
         atomic_write(self.result_path(index), lambda f: pq.write_table(table, f))
-        marker = {"part": index, "rows": table.num_rows, "file": f"{self.name}/{self.result_path(index).name}",
+        # The checksum lets a relaunch tell a whole file from one damaged since (integrity.py).
+        marker = {self.layout.key: index, "rows": table.num_rows,
+                  "file": f"{self.layout.parts}/{self.result_path(index).name}",
                   "sha256": file_sha256(self.result_path(index))}
         atomic_write_json(self.done_path(index), marker)
         log.info("%s part %05d done: %d rows", self.name, index, table.num_rows)
@@ -90,6 +121,17 @@ class Store:
         """Rows of the done parts (all, or those in `indices`), in part order."""
         wanted = self.done_shards() if indices is None else sorted(set(indices) & self.done())
         return [row for i in wanted for row in self.read(i).to_pylist()]
+
+
+def checked_table(what: str, table: pa.Table) -> pa.Table:
+    """The table with the results schema's field docs and the caller's metadata (provenance), or
+    ValueError naming the fields that differ from the results schema."""
+    schema = results_schema()
+    if not table.schema.equals(schema, check_metadata=False):
+        diff = sorted(set(map(str, table.schema)) ^ set(map(str, schema)))
+        raise ValueError(f"{what}: the table does not have the results schema; differing fields: {diff[:6]}")
+    metadata = {**schema.metadata, **(table.schema.metadata or {})}
+    return pa.Table.from_arrays(table.columns, schema=schema.with_metadata(metadata))
 
 
 def has_work(run_path: Path) -> bool:
