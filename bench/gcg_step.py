@@ -25,7 +25,8 @@ import torch.nn.functional as F
 
 from scanner.config import GCGConfig
 from scanner.engine import batched
-from scanner.engine.hf import HFEngine, TargetScorer
+from scanner.engine.batched import TargetScorer
+from scanner.engine.hf import HFEngine
 from scanner.engine.loading import LoadedModel
 from scanner.engine.template import PromptTemplate
 from scanner.search.gcg import sample_candidates

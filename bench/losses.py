@@ -20,7 +20,8 @@ import torch
 
 from scanner.cli.demo import CPU_SEARCH
 from scanner.config import ModelConfig, PromptConfig
-from scanner.engine.hf import HFEngine, TargetScorer
+from scanner.engine.batched import TargetScorer
+from scanner.engine.hf import HFEngine
 from scanner.engine.loading import load_model
 from scanner.search.driver import run_one
 from scanner.search.gcg import run_gcg

@@ -14,7 +14,8 @@ import torch
 from gcg_step import build
 
 from scanner.config import GCGConfig
-from scanner.engine.hf import HFEngine, TargetScorer
+from scanner.engine.batched import TargetScorer
+from scanner.engine.hf import HFEngine
 from scanner.engine.loading import LoadedModel
 from scanner.engine.template import PromptTemplate
 from scanner.search.gcg import sample_candidates

@@ -10,7 +10,8 @@ import torch
 
 from scanner.config import PromptConfig, SearchConfig
 from scanner.engine import batched
-from scanner.engine.hf import HFEngine, TargetScorer
+from scanner.engine.batched import TargetScorer
+from scanner.engine.hf import HFEngine
 from scanner.engine.loading import LoadedModel
 from scanner.engine.template import PromptTemplate
 from scanner.search.driver import run_many

@@ -3,10 +3,10 @@
 import torch
 
 from scanner.config import GCGConfig
-from scanner.engine.hf import TargetScorer
+from scanner.engine.batched import TargetScorer
+from scanner.engine.losses import exact_match, target_loss, token_margins
 from scanner.search.driver import run_one
 from scanner.search.gcg import run_gcg, sample_candidates
-from scanner.search.losses import exact_match, target_loss, token_margins
 from scanner.studies.tiny import CANARIES
 
 

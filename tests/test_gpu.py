@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from scanner.config import ModelConfig, PromptConfig
-from scanner.engine.hf import HFEngine, TargetScorer
+from scanner.engine.batched import TargetScorer
+from scanner.engine.hf import HFEngine
 from scanner.engine.loading import load_model
 from scanner.search.miniprompt import measure
 from scanner.studies.tiny import CANARIES

@@ -2,7 +2,7 @@
 
 Order matters on a GPU: vLLM first, with an explicit share of the GPU (gpu_memory_utilization of the
 *total* memory, for its weights, activations and KV cache; it refuses to start when that much is not
-free), then the HF model, whose GCG batches are sized from the memory still free (hf.initial_chunk).
+free), then the HF model, whose GCG batches are sized from the memory still free (batched.initial_chunk).
 Built the other way round, vLLM would find the HF model's memory taken and fail or starve.
 """
 

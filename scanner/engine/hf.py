@@ -16,10 +16,10 @@ import torch
 
 from scanner.config import PromptConfig
 from scanner.engine.loading import LoadedModel
+from scanner.engine.losses import token_margins
 from scanner.engine.template import PromptTemplate, build_template, free_ids, retokenizes, typed_ids
 from scanner.engine.vocab import allowed_token_ids
 from scanner.errors import InputError
-from scanner.search.losses import exact_match, target_loss, token_margins
 
 if TYPE_CHECKING:
     from scanner.engine.vllm import VLLMEngine
@@ -27,11 +27,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Scores:
-    loss: torch.Tensor  # [B] float32, cpu
-    exact: torch.Tensor  # [B] bool, cpu: teacher-forced greedy reproduces the target
-    right: torch.Tensor  # [B] int, cpu: target tokens that teacher-forced greedy gets right
 
 
 @dataclass(frozen=True)
@@ -235,66 +230,5 @@ def _max_positions(model) -> int | None:
     return None
 
 
-class TargetScorer:
-    """One target bound to the engine: gradient and batched scores of free-token prompts."""
-
-    def __init__(self, engine: HFEngine, target_ids: list[int], loss: str):
-        self.engine, self.loss = engine, loss
-        dev = engine.device
-        self.target = torch.tensor(target_ids, device=dev)
-        self.prefix = torch.tensor(engine.template.prefix_ids, dtype=torch.long, device=dev)
-        self.suffix = torch.tensor(engine.template.suffix_ids, dtype=torch.long, device=dev)
-
-    @property
-    def keep(self) -> int:
-        return self.target.numel() + 1
-
-    def start(self, n: int) -> int:
-        """The position whose logits predict the first target token, after a prompt of n tokens."""
-        return self.prefix.numel() + n + self.suffix.numel() - 1
-
-    def embedded(self, prompt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The prompt's one-hot [n, V] (requires grad) and the whole input's embeddings [L, H]."""
-        weight = self.engine.model.get_input_embeddings().weight
-        one_hot = torch.zeros(prompt.numel(), weight.shape[0], dtype=weight.dtype, device=weight.device)
-        one_hot.scatter_(1, prompt.view(-1, 1), 1.0).requires_grad_(True)
-        parts = [weight[self.prefix], one_hot @ weight, weight[self.suffix], weight[self.target]]
-        return one_hot, torch.cat(parts)
-
-    def masked(self, grad: torch.Tensor) -> torch.Tensor:
-        """The one-hot gradient as float32, disallowed ids at +inf (never drawn)."""
-        return grad.float().masked_fill(~self.engine.allowed_mask, float("inf"))
-
-    def gradient(self, prompt: torch.Tensor) -> tuple[torch.Tensor, float, bool]:
-        """d loss / d one-hot prompt [n, V] (disallowed ids set to +inf), the loss and its exact match."""
-        with torch.enable_grad():
-            one_hot, embeds = self.embedded(prompt)
-            logits = self.engine.logits(inputs_embeds=embeds[None], keep=self.keep)[:, :-1]
-            loss = target_loss(logits, self.target, self.loss)[0]
-            (grad,) = torch.autograd.grad(loss, one_hot)
-        return self.masked(grad), loss.item(), bool(exact_match(logits.detach(), self.target)[0])
-
-    def sequences(self, prompts: torch.Tensor) -> torch.Tensor:
-        b = prompts.shape[0]
-        fixed = [t.expand(b, -1) for t in (self.prefix, self.suffix, self.target)]
-        return torch.cat([fixed[0], prompts.to(self.target.device), fixed[1], fixed[2]], dim=1)
-
-    def score(self, prompts: torch.Tensor) -> Scores:
-        """Loss and teacher-forced exact match of every prompt [B, n], in memory-sized chunks."""
-        from scanner.engine.batched import scores  # one scoring loop for one target and for several
-
-        return scores(self.engine, [(self, prompts)])[0]
 
 
-def initial_chunk(engine: HFEngine, shape: torch.Size, keep: int) -> int:
-    """Candidates per forward from free GPU memory: activations of one sequence plus its fp32 logits."""
-    batch, length = shape
-    if not str(engine.device).startswith("cuda"):
-        return batch
-    config = engine.model.config.get_text_config()
-    hidden = config.hidden_size
-    inter = getattr(config, "intermediate_size", 4 * hidden) or 4 * hidden
-    vocab = engine.model.get_input_embeddings().weight.shape[0]
-    per_seq = length * (6 * hidden + 3 * inter) * 2 + keep * vocab * 12
-    free, _ = torch.cuda.mem_get_info(engine.device)
-    return max(1, min(batch, int(0.7 * free / per_seq)))

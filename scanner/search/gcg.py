@@ -19,7 +19,8 @@ from typing import Any
 import torch
 
 from scanner.config import GCGConfig
-from scanner.engine.hf import HFEngine, Scores, TargetScorer, Verification
+from scanner.engine.batched import Scores, TargetScorer
+from scanner.engine.hf import HFEngine, Verification
 
 log = logging.getLogger(__name__)
 

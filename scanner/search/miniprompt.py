@@ -14,7 +14,8 @@ from typing import Any
 import torch
 
 from scanner.config import SearchConfig
-from scanner.engine.hf import HFEngine, TargetScorer, Verification
+from scanner.engine.batched import TargetScorer
+from scanner.engine.hf import HFEngine, Verification
 from scanner.measures import acr as acr_math
 from scanner.measures.compression import thresholds as compression_thresholds
 from scanner.search.driver import run_many, run_one

@@ -6,7 +6,7 @@ tells them apart early is how much of the target the model already writes: under
 memorized text is mostly right after a handful of GCG steps (the model recalls the rest once it is
 on the passage), and GCG then closes the last few tokens; unseen text stays far below that and stops
 improving. The signal is free: every candidate's count of target tokens right comes from the logits
-already computed for its loss (search/losses.py tokens_right).
+already computed for its loss (engine/losses.py tokens_right).
 
 The thresholds were chosen from recorded search trajectories (bench/early_reject.py,
 bench/early_reject_trajectories.json, bench/RESULTS.md).
