@@ -27,6 +27,7 @@ from scanner.cli.options import (
     search_options,
 )
 from scanner.cli.output import calibration_line, emit_records, run_summary, summary_line
+from scanner.cli.sections import TARGETS, SectionedCommand, option
 from scanner.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -81,14 +82,14 @@ def cli(verbose: int) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-@cli.command("acr")
+@cli.command("acr", cls=SectionedCommand)
 @model_options
 @search_options
 @engine_options(screen=False)
 @calibration_options
-@click.option("--natural-prefix", default=None, help="A prompt string known to precede the text (a certificate).")
-@click.option("--file", "file", default=None, help=".txt (a target per line) or .jsonl ({'text': ...}).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per target.")
+@option(TARGETS, "--natural-prefix", default=None, help="A prompt string known to precede the text (a certificate).")
+@option(TARGETS, "--file", "file", default=None, help=".txt (a target per line) or .jsonl ({'text': ...}).")
+@option(TARGETS, "--json", "as_json", is_flag=True, help="One JSON object per target.")
 @click.argument("texts", nargs=-1)
 def acr_command(texts, file, as_json, natural_prefix, **options) -> None:
     """ACR of each TEXT (or of each line of --file) against --model."""
@@ -107,7 +108,7 @@ def acr_command(texts, file, as_json, natural_prefix, **options) -> None:
                               calibration=calibration_config(options)), as_json)
 
 
-@cli.command("scan")
+@cli.command("scan", cls=SectionedCommand)
 @click.argument("corpus")
 @model_options
 @search_options
