@@ -36,7 +36,7 @@ def demo_targets(seed: int) -> list[dict]:
 
 
 def run_demo(*, workdir: str | None, seed: int, as_json: bool, echo: Callable[[str], None]) -> list[dict]:
-    from scanner.cli.main import emit_records
+    from scanner.cli.output import emit_records
     from scanner.run.measure import measure_many
 
     where = Path(workdir) if workdir else default_workdir()
@@ -61,7 +61,7 @@ def scan_demo(where: Path, model_dir: Path, seed: int, echo: Callable[[str], Non
     """The main job in miniature: corpus -> run directory -> report and evidence export."""
     import shutil
 
-    from scanner.cli.main import calibration_line, run_summary, summary_line
+    from scanner.cli.output import calibration_line, run_summary, summary_line
     from scanner.config import CorpusConfig, ScanConfig, ScreenConfig, SpanConfig
     from scanner.results.export import export
     from scanner.results.report import write_report

@@ -26,6 +26,8 @@ from scanner.cli.options import (
     search_config,
     search_options,
 )
+from scanner.cli.output import calibration_line, emit_records, run_summary, summary_line
+from scanner.cli.sections import TARGETS, SectionedCommand, option
 from scanner.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -80,14 +82,14 @@ def cli(verbose: int) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-@cli.command("acr")
+@cli.command("acr", cls=SectionedCommand)
 @model_options
 @search_options
 @engine_options(screen=False)
 @calibration_options
-@click.option("--natural-prefix", default=None, help="A prompt string known to precede the text (a certificate).")
-@click.option("--file", "file", default=None, help=".txt (a target per line) or .jsonl ({'text': ...}).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per target.")
+@option(TARGETS, "--natural-prefix", default=None, help="A prompt string known to precede the text (a certificate).")
+@option(TARGETS, "--file", "file", default=None, help=".txt (a target per line) or .jsonl ({'text': ...}).")
+@option(TARGETS, "--json", "as_json", is_flag=True, help="One JSON object per target.")
 @click.argument("texts", nargs=-1)
 def acr_command(texts, file, as_json, natural_prefix, **options) -> None:
     """ACR of each TEXT (or of each line of --file) against --model."""
@@ -106,24 +108,7 @@ def acr_command(texts, file, as_json, natural_prefix, **options) -> None:
                               calibration=calibration_config(options)), as_json)
 
 
-def emit_records(records, as_json: bool) -> None:
-    """Stream results as they come: JSON lines, or a table with a summary at the end."""
-    from scanner.cli import table
-
-    done = []
-    for record in records:
-        if as_json:
-            click.echo(json.dumps(record))
-        else:
-            if not done:
-                click.echo(table.header(record))
-            click.echo(table.row(record, len(done) + 1))
-        done.append(record)
-    if not as_json:
-        click.echo(table.summary(done))
-
-
-@cli.command("scan")
+@cli.command("scan", cls=SectionedCommand)
 @click.argument("corpus")
 @model_options
 @search_options
@@ -146,12 +131,6 @@ def scan_command(corpus, out, **options) -> None:
         click.echo(f"{len(failed)} shard(s) or unit(s) failed and stay pending; relaunch the same command to "
                    "retry them (finished work is kept)", err=True)
         sys.exit(4)
-
-
-def summary_line(stats: dict, out: str) -> str:
-    counts = ", ".join(f"{k} {v}" for k, v in sorted(stats.get("status_counts", {}).items()))
-    return (f"{stats.get('spans', 0)} spans in {stats.get('shards_done', 0)}/{stats.get('shards_total', 0)} "
-            f"shards ({counts}); results in {out}/results")
 
 
 @cli.command("ingest")
@@ -239,14 +218,6 @@ def export_command(run_dir, out, tau, all_rows, calibrated, passages) -> None:
     click.echo(calibration_line(table))
 
 
-def calibration_line(table) -> str:
-    """The paper's and the calibrated count side by side (export, report, verify)."""
-    from scanner.measures import calibration as calibrate
-
-    columns = [c for c in ("memorized", "calibrated_memorized", "predictable") if c in table.column_names]
-    return calibrate.counts_line(calibrate.counts(table.select(columns).to_pylist()))
-
-
 def readable_run(run_dir: str):
     """The run directory for export/report/verify: refused when it is none, a warning when unfinished."""
     from scanner.storage.rundir import RunDir
@@ -275,15 +246,6 @@ def report_command(run_dir, out) -> None:
                    "scan command to build it)", err=True)
     write_report(run.read_results(), run_summary(run), out, passages)
     click.echo(f"report written to {out}")
-
-
-def run_summary(run) -> dict:
-    config = run.saved_config()
-    status = run.status()
-    return {"model": config["config"]["model"]["model"], "corpus": config["config"]["corpus"]["path"],
-            "shards": f"{status['shards_done']}/{status['shards_total']}", "spans": status["rows"],
-            **{f"{k} spans": v for k, v in sorted(status["status_counts"].items())},
-            "work time (s)": round(status["elapsed_s"] or 0.0, 1)}
 
 
 @cli.command("verify")

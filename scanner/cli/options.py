@@ -1,115 +1,163 @@
 """The command line's shared options and their translation into configs (no live objects): what
-`acr`, `scan` and the Ray actors' configs are made of. cli.py holds the commands."""
+`acr`, `scan` and the Ray actors' configs are made of. main.py holds the commands.
+
+A default that is a config field's is read from the dataclass (default_of), so the two cannot drift;
+a default of None means the config decides later (by schedule, by span length, by the cluster)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import click
 
+from scanner.cli.sections import (
+    BUDGET,
+    CALIBRATION,
+    CORPUS,
+    ENGINE,
+    EXECUTOR,
+    EXTRACTION,
+    MODEL,
+    PASSAGES,
+    PROMPT,
+    REJECT,
+    SEARCH,
+    SPANS,
+    option,
+)
 from scanner.config import (
+    BOS_POLICIES,
     ENGINES,
+    EXECUTORS,
     LOSSES,
     SCHEDULES,
+    CalibrationConfig,
+    CorpusConfig,
     EngineConfig,
+    ExecutorConfig,
+    ExtractionConfig,
     GCGConfig,
     ModelConfig,
+    PassageConfig,
     PromptConfig,
+    ScanConfig,
+    ScreenConfig,
     SearchConfig,
+    SpanConfig,
 )
 from scanner.errors import InputError
 
 
-def model_options(f):
-    for option in reversed([
-        click.option("--model", "model", required=True, help="HF hub id, local HF directory or .gguf file."),
-        click.option("--revision", default=None, help="Hub revision (branch, tag or commit)."),
-        click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N."),
-        click.option("--dtype", default="auto", show_default=True, help="auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16."),
-        click.option("--threads", type=int, default=None, help="CPU threads for torch."),
-        click.option("--trust-remote-code", is_flag=True, help="Allow the model repository's own code to run."),
-        click.option("--chat", is_flag=True, help="Put the free tokens in the user turn of the chat template."),
-        click.option("--system-prompt", default=None, help="Fixed system prompt (uncounted); needs --chat."),
-        click.option("--instruction", default=None, help="Fixed text before the free tokens (uncounted)."),
-        click.option("--bos", default="auto", show_default=True, type=click.Choice(["auto", "always", "never"])),
-        click.option("--allow-non-ascii", is_flag=True, help="Admit non-ASCII prompt tokens and targets."),
-    ]):
-        f = option(f)
+def default_of(config: type, name: str):
+    """The default of field `name` of the config dataclass, for a click option to show and use."""
+    fields = {f.name: f for f in dataclasses.fields(config)}
+    if name not in fields:
+        raise ValueError(f"{config.__name__} has no field {name!r}; its fields are {sorted(fields)}")
+    field = fields[name]
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    raise ValueError(f"{config.__name__}.{name} has no default; give the option required=True instead")
+
+
+def stack(f, options: list):
+    """Apply decorators so that they list in --help in the order written."""
+    for decorate in reversed(options):
+        f = decorate(f)
     return f
+
+
+def model_options(f):
+    return stack(f, [
+        option(MODEL, "--model", "model", required=True, help="HF hub id, local HF directory or .gguf file."),
+        option(MODEL, "--revision", default=None, help="Hub revision (branch, tag or commit)."),
+        option(MODEL, "--device", default=default_of(ModelConfig, "device"), show_default=True,
+               help="auto, cpu, cuda, cuda:N."),
+        option(MODEL, "--dtype", default=default_of(ModelConfig, "dtype"), show_default=True,
+               help="auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16."),
+        option(MODEL, "--threads", type=int, default=None, help="CPU threads for torch."),
+        option(MODEL, "--trust-remote-code", is_flag=True, help="Allow the model repository's own code to run."),
+        option(PROMPT, "--chat", is_flag=True, help="Put the free tokens in the user turn of the chat template."),
+        option(PROMPT, "--system-prompt", default=None, help="Fixed system prompt (uncounted); needs --chat."),
+        option(PROMPT, "--instruction", default=None, help="Fixed text before the free tokens (uncounted)."),
+        option(PROMPT, "--bos", default=default_of(PromptConfig, "bos"), show_default=True,
+               type=click.Choice(BOS_POLICIES)),
+        option(PROMPT, "--allow-non-ascii", is_flag=True, help="Admit non-ASCII prompt tokens and targets."),
+    ])
 
 
 def search_options(f):
-    for option in reversed([
-        click.option("--schedule", default="fast", show_default=True, type=click.Choice(SCHEDULES),
-                     help="fast: verdict first, warm starts; paper: the authors' exact search."),
-        click.option("--tau", type=float, default=1.0, show_default=True, help="Memorization threshold on ACR."),
-        click.option("--seed", type=int, default=0, show_default=True),
-        click.option("--cap-factor", type=int, default=5, show_default=True, help="Longest prompt tried: this x target tokens."),
-        click.option("--steps", type=int, default=None, help="GCG steps per attempt (fast: at the decision length; paper: at the first length)."),
-        click.option("--top-k", type=int, default=None, help="GCG top-k per position."),
-        click.option("--candidates", type=int, default=None, help="GCG candidates per step."),
-        click.option("--loss", type=click.Choice(LOSSES), default=None, help="GCG target loss."),
-        click.option("--restarts", type=int, default=None, help="Fresh restarts before a length fails (fast)."),
-        click.option("--bound-unmemorized", is_flag=True,
-                     help="fast: after 'not memorized', search longer prompts for a real ACR below tau."),
-        click.option("--early-reject/--no-early-reject", default=None,
-                     help="Stop a search the model's teacher-forced tokens right say will not succeed "
-                          "(result field rejected_early). Default: on for fast, off for paper."),
-        click.option("--reject-after", type=int, default=None,
-                     help="Early rejection: GCG steps at a length before it may stop the search."),
-        click.option("--reject-min-right", type=float, default=None,
-                     help="Early rejection: share of target tokens the best candidate must get right by then."),
-        click.option("--reject-stall", type=int, default=None,
-                     help="Early rejection: steps without more tokens right that end an attempt (0: never)."),
-    ]):
-        f = option(f)
-    return f
+    # None: the schedule's own value (SearchConfig() for fast, SearchConfig.paper() for paper).
+    return stack(f, [
+        option(SEARCH, "--schedule", default=default_of(SearchConfig, "schedule"), show_default=True,
+               type=click.Choice(SCHEDULES),
+               help="fast: verdict first, warm starts; paper: the authors' exact search."),
+        option(SEARCH, "--tau", type=float, default=default_of(SearchConfig, "tau"), show_default=True,
+               help="Memorization threshold on ACR."),
+        option(SEARCH, "--seed", type=int, default=default_of(SearchConfig, "seed"), show_default=True),
+        option(SEARCH, "--cap-factor", type=int, default=default_of(SearchConfig, "cap_factor"), show_default=True,
+               help="Longest prompt tried: this x target tokens."),
+        option(SEARCH, "--steps", type=int, default=None,
+               help="GCG steps per attempt (fast: at the decision length; paper: at the first length)."),
+        option(SEARCH, "--top-k", type=int, default=None, help="GCG top-k per position."),
+        option(SEARCH, "--candidates", type=int, default=None, help="GCG candidates per step."),
+        option(SEARCH, "--loss", type=click.Choice(LOSSES), default=None, help="GCG target loss."),
+        option(SEARCH, "--restarts", type=int, default=None, help="Fresh restarts before a length fails (fast)."),
+        option(SEARCH, "--bound-unmemorized", is_flag=True,
+               help="fast: after 'not memorized', search longer prompts for a real ACR below tau."),
+        option(REJECT, "--early-reject/--no-early-reject", default=None,
+               help="Stop a search the model's teacher-forced tokens right say will not succeed "
+                    "(result field rejected_early). Default: on for fast, off for paper."),
+        option(REJECT, "--reject-after", type=int, default=None,
+               help="Early rejection: GCG steps at a length before it may stop the search."),
+        option(REJECT, "--reject-min-right", type=float, default=None,
+               help="Early rejection: share of target tokens the best candidate must get right by then."),
+        option(REJECT, "--reject-stall", type=int, default=None,
+               help="Early rejection: steps without more tokens right that end an attempt (0: never)."),
+    ])
 
 
 def engine_options(screen: bool):
     """--verify-engine (and, where spans are screened, --screen-engine), vLLM's memory share, determinism."""
-    options = [click.option("--verify-engine", default="auto", show_default=True, type=click.Choice(ENGINES),
-                            help="Greedy generation that verifies every prompt: hf (transformers) or vllm; "
-                                 "auto: vllm where it is installed and a GPU is visible, else hf.")]
+    options = [option(ENGINE, "--verify-engine", default=default_of(EngineConfig, "verify"), show_default=True,
+                      type=click.Choice(ENGINES),
+                      help="Greedy generation that verifies every prompt: hf (transformers) or vllm; "
+                           "auto: vllm where it is installed and a GPU is visible, else hf.")]
     if screen:
-        options.append(click.option("--screen-engine", default="auto", show_default=True,
-                                    type=click.Choice(ENGINES),
-                                    help="Teacher-forced screen of the spans: hf or vllm (prompt log-probs); "
-                                         "auto as for --verify-engine."))
+        options.append(option(ENGINE, "--screen-engine", default=default_of(EngineConfig, "screen"),
+                              show_default=True, type=click.Choice(ENGINES),
+                              help="Teacher-forced screen of the spans: hf or vllm (prompt log-probs); "
+                                   "auto as for --verify-engine."))
     options += [
-        click.option("--vllm-gpu-memory", type=float, default=0.4, show_default=True,
-                     help="vLLM's share of the GPU (gpu_memory_utilization), built before the HF model, "
-                          "which gets the rest."),
-        click.option("--deterministic", is_flag=True,
-                     help="vLLM's batch-invariant mode (VLLM_BATCH_INVARIANT=1; GPU only)."),
-        click.option("--targets-per-forward", type=int, default=0, show_default=True,
-                     help="Targets searched together, their GCG forwards shared (fills a GPU that one "
-                          "small model's candidates leave idle); 0: auto (1 on the CPU, by model size "
-                          "on a GPU)."),
+        option(ENGINE, "--vllm-gpu-memory", type=float, default=default_of(EngineConfig, "gpu_memory_utilization"),
+               show_default=True, help="vLLM's share of the GPU (gpu_memory_utilization), built before the HF "
+                                       "model, which gets the rest."),
+        option(ENGINE, "--deterministic", is_flag=True,
+               help="vLLM's batch-invariant mode (VLLM_BATCH_INVARIANT=1; GPU only)."),
+        option(ENGINE, "--targets-per-forward", type=int, default=default_of(EngineConfig, "targets_per_forward"),
+               show_default=True,
+               help="Targets searched together, their GCG forwards shared (fills a GPU that one small model's "
+                    "candidates leave idle); 0: auto (1 on the CPU, by model size on a GPU)."),
     ]
-
-    def decorate(f):
-        for option in reversed(options):
-            f = option(f)
-        return f
-    return decorate
+    return lambda f: stack(f, options)
 
 
 def calibration_options(f):
     """Memorized or merely predictable: the calibrated verdict of every memorized span (scanner/measures/calibration.py)."""
-    for option in reversed([
-        click.option("--reference-model", default=None,
-                     help="A model that did not see the corpus (HF dir, hub id or .gguf; any tokenizer): a "
-                          "memorized span it also writes, or finds nearly as likely, is marked predictable."),
-        click.option("--reference-margin", type=float, default=0.5, show_default=True,
-                     help="Nats per token: the reference's NLL of a span within this of the model's = predictable."),
-        click.option("--calibration-prompts", type=int, default=8, show_default=True,
-                     help="Self-calibration: unrelated prompts per memorized span (0: off)."),
-    ]):
-        f = option(f)
-    return f
+    return stack(f, [
+        option(CALIBRATION, "--reference-model", default=None,
+               help="A model that did not see the corpus (HF dir, hub id or .gguf; any tokenizer): a "
+                    "memorized span it also writes, or finds nearly as likely, is marked predictable."),
+        option(CALIBRATION, "--reference-margin", type=float, default=default_of(CalibrationConfig, "nll_margin"),
+               show_default=True,
+               help="Nats per token: the reference's NLL of a span within this of the model's = predictable."),
+        option(CALIBRATION, "--calibration-prompts", type=int, default=default_of(CalibrationConfig, "random_prompts"),
+               show_default=True, help="Self-calibration: unrelated prompts per memorized span (0: off)."),
+    ])
 
 
 def calibration_config(o: dict):
-    from scanner.config import CalibrationConfig
     from scanner.engine.check import check_model
 
     if o["reference_model"]:
@@ -151,90 +199,89 @@ def search_config(o: dict) -> SearchConfig:
     fields["bound_unmemorized"] = o["bound_unmemorized"]
     return SearchConfig(**{**base.__dict__, **fields})
 
-
 def scan_options(f):
-    for option in reversed([
-        click.option("--out", "out", required=True, help="Run directory (created, or resumed when it exists)."),
-        click.option("--text-column", default="text", show_default=True),
-        click.option("--id-column", default=None, help="Default: id, else doc_id, else file:row."),
-        click.option("--keep-columns", default="", help="Comma-separated corpus columns carried through."),
-        click.option("--allow-duplicate-ids", is_flag=True),
-        click.option("--span-tokens", type=int, default=32, show_default=True),
-        click.option("--stride", type=int, default=None, help="Default: --span-tokens; larger only with --allow-gaps."),
-        click.option("--allow-gaps", is_flag=True, help="Admit a --stride larger than --span-tokens (text between "
-                     "windows is never scanned: a sample, not a scan)."),
-        click.option("--anchors/--no-anchors", default=True, show_default=True,
-                     help="Add spans aligned to runs of teacher-forced greedy matches, so a memorized passage "
-                          "a span long is not split across two windows (stages/anchor.py)."),
-        click.option("--anchor-min-run", type=int, default=None,
-                     help="Greedy matches a run needs to get anchored spans; default: --span-tokens minus 4."),
-        click.option("--anchor-max-gap", type=int, default=0, show_default=True,
-                     help="Consecutive misses bridged inside a run of matches."),
-        click.option("--pz-top-k", type=int, default=40, show_default=True,
-                     help="p_z: k of the top-k sampling scheme (Hayes et al. 2024; greedy p_z is always given)."),
-        click.option("--pz-temperature", type=float, default=1.0, show_default=True,
-                     help="p_z: temperature of the top-k sampling scheme."),
-        click.option("--pz-n", type=int, default=1000, show_default=True,
-                     help="(n, p)-discoverable: samples an extractor draws."),
-        click.option("--pz-p", type=float, default=0.5, show_default=True,
-                     help="(n, p)-discoverable: the chance of one exact sample required."),
-        click.option("--context-tokens", type=int, default=32, show_default=True,
-                     help="Preceding document tokens screened with each span (and the longest certificate)."),
-        click.option("--certificate-min-match", type=float, default=0.0, show_default=True,
-                     help="Screen: certificate rows only for spans whose window reaches this greedy-match rate "
-                          "(0: every span; 0.5 cuts the screen's tokens ~20x on unmemorized text)."),
-        click.option("--min-match-rate", type=float, default=0.5, show_default=True,
-                     help="Screen: spans below this greedy-match rate and without a certificate are not searched."),
-        click.option("--max-candidates-per-doc", type=int, default=None),
-        click.option("--max-candidates", type=int, default=None,
-                     help="Search at most this many candidates, corpus-wide, best screen evidence first; the "
-                          "rest stay not_searched."),
-        click.option("--search-budget", default=None,
-                     help="Search candidates best-first until this is spent: GCG steps ('20000steps') or "
-                          "search seconds summed over workers ('3600s', '90m', '2h'); the rest stay not_searched."),
-        click.option("--tighten", is_flag=True,
-                     help="Also search spans their natural-prefix certificate settled (after the others, while "
-                          "budget remains), keeping the shorter prompt."),
-        click.option("--unit-size", type=int, default=8, show_default=True,
-                     help="Candidates per search unit, the resumable unit of the search phase."),
-        click.option("--docs-per-shard", type=int, default=8, show_default=True),
-        click.option("--extend-tokens", type=int, default=128, show_default=True,
-                     help="Passages: greedy generation this many tokens past each memorized passage, checked "
-                          "against the document (0: no extension). Changing it rebuilds passages only."),
-    ]):
-        f = option(f)
-    return f
+    return stack(f, [
+        option(CORPUS, "--out", "out", required=True, help="Run directory (created, or resumed when it exists)."),
+        option(CORPUS, "--text-column", default=default_of(CorpusConfig, "text_column"), show_default=True),
+        option(CORPUS, "--id-column", default=None, help="Default: id, else doc_id, else file:row."),
+        option(CORPUS, "--keep-columns", default="", help="Comma-separated corpus columns carried through."),
+        option(CORPUS, "--allow-duplicate-ids", is_flag=True),
+        option(SPANS, "--span-tokens", type=int, default=default_of(SpanConfig, "span_tokens"), show_default=True),
+        option(SPANS, "--stride", type=int, default=None,
+               help="Default: --span-tokens; larger only with --allow-gaps."),
+        option(SPANS, "--allow-gaps", is_flag=True, help="Admit a --stride larger than --span-tokens (text between "
+               "windows is never scanned: a sample, not a scan)."),
+        option(SPANS, "--anchors/--no-anchors", default=default_of(SpanConfig, "anchors"), show_default=True,
+               help="Add spans aligned to runs of teacher-forced greedy matches, so a memorized passage "
+                    "a span long is not split across two windows (stages/anchor.py)."),
+        option(SPANS, "--anchor-min-run", type=int, default=None,
+               help="Greedy matches a run needs to get anchored spans; default: --span-tokens minus 4."),
+        option(SPANS, "--anchor-max-gap", type=int, default=default_of(SpanConfig, "anchor_max_gap"),
+               show_default=True,
+               help="Consecutive misses bridged inside a run of matches."),
+        option(EXTRACTION, "--pz-top-k", type=int, default=default_of(ExtractionConfig, "top_k"), show_default=True,
+               help="p_z: k of the top-k sampling scheme (Hayes et al. 2024; greedy p_z is always given)."),
+        option(EXTRACTION, "--pz-temperature", type=float, default=default_of(ExtractionConfig, "temperature"),
+               show_default=True, help="p_z: temperature of the top-k sampling scheme."),
+        option(EXTRACTION, "--pz-n", type=int, default=default_of(ExtractionConfig, "n"), show_default=True,
+               help="(n, p)-discoverable: samples an extractor draws."),
+        option(EXTRACTION, "--pz-p", type=float, default=default_of(ExtractionConfig, "p"), show_default=True,
+               help="(n, p)-discoverable: the chance of one exact sample required."),
+        option(SPANS, "--context-tokens", type=int, default=default_of(ScreenConfig, "context_tokens"),
+               show_default=True,
+               help="Preceding document tokens screened with each span (and the longest certificate)."),
+        option(SPANS, "--certificate-min-match", type=float,
+               default=default_of(ScreenConfig, "certificate_min_match"), show_default=True,
+               help="Screen: certificate rows only for spans whose window reaches this greedy-match rate "
+                    "(0: every span; 0.5 cuts the screen's tokens ~20x on unmemorized text)."),
+        option(SPANS, "--min-match-rate", type=float, default=default_of(ScanConfig, "min_match_rate"),
+               show_default=True,
+               help="Screen: spans below this greedy-match rate and without a certificate are not searched."),
+        option(BUDGET, "--max-candidates-per-doc", type=int, default=None),
+        option(BUDGET, "--max-candidates", type=int, default=None,
+               help="Search at most this many candidates, corpus-wide, best screen evidence first; the "
+                    "rest stay not_searched."),
+        option(BUDGET, "--search-budget", default=None,
+               help="Search candidates best-first until this is spent: GCG steps ('20000steps') or "
+                    "search seconds summed over workers ('3600s', '90m', '2h'); the rest stay not_searched."),
+        option(BUDGET, "--tighten", is_flag=True,
+               help="Also search spans their natural-prefix certificate settled (after the others, while "
+                    "budget remains), keeping the shorter prompt."),
+        option(BUDGET, "--unit-size", type=int, default=default_of(ScanConfig, "unit_size"), show_default=True,
+               help="Candidates per search unit, the resumable unit of the search phase."),
+        option(CORPUS, "--docs-per-shard", type=int, default=default_of(ScanConfig, "docs_per_shard"),
+               show_default=True),
+        option(PASSAGES, "--extend-tokens", type=int, default=default_of(PassageConfig, "extend_tokens"),
+               show_default=True,
+               help="Passages: greedy generation this many tokens past each memorized passage, checked "
+                    "against the document (0: no extension). Changing it rebuilds passages only."),
+    ])
 
 
 def executor_options(f):
-    for option in reversed([
-        click.option("--executor", default="local", show_default=True, type=click.Choice(["local", "ray"]),
-                     help="local: this process; ray: long-lived actors on a Ray cluster."),
-        click.option("--ray-address", default=None,
-                     help="Ray cluster to join ('auto': the one this job runs in); default: start a local Ray."),
-        click.option("--num-actors", type=int, default=None,
-                     help="Ray actors; default: one per GPU slot, else one per --cpus-per-actor CPUs."),
-        click.option("--gpus-per-actor", type=float, default=None,
-                     help="GPUs per actor; default 1 where the cluster has GPUs, else 0 (CPU actors)."),
-        click.option("--cpus-per-actor", type=float, default=1.0, show_default=True),
-        click.option("--max-retries", type=int, default=3, show_default=True,
-                     help="Re-runs of a shard whose actor died or whose node was lost."),
-    ]):
-        f = option(f)
-    return f
+    return stack(f, [
+        option(EXECUTOR, "--executor", default=default_of(ExecutorConfig, "kind"), show_default=True,
+               type=click.Choice(EXECUTORS), help="local: this process; ray: long-lived actors on a Ray cluster."),
+        option(EXECUTOR, "--ray-address", default=None,
+               help="Ray cluster to join ('auto': the one this job runs in); default: start a local Ray."),
+        option(EXECUTOR, "--num-actors", type=int, default=None,
+               help="Ray actors; default: one per GPU slot, else one per --cpus-per-actor CPUs."),
+        option(EXECUTOR, "--gpus-per-actor", type=float, default=None,
+               help="GPUs per actor; default 1 where the cluster has GPUs, else 0 (CPU actors)."),
+        option(EXECUTOR, "--cpus-per-actor", type=float, default=default_of(ExecutorConfig, "cpus_per_actor"),
+               show_default=True),
+        option(EXECUTOR, "--max-retries", type=int, default=default_of(ExecutorConfig, "max_retries"),
+               show_default=True, help="Re-runs of a shard whose actor died or whose node was lost."),
+    ])
 
 
 def executor_config(o: dict):
-    from scanner.config import ExecutorConfig
-
     return ExecutorConfig(kind=o["executor"], address=o["ray_address"], num_actors=o["num_actors"],
                           gpus_per_actor=o["gpus_per_actor"], cpus_per_actor=o["cpus_per_actor"],
                           max_retries=o["max_retries"])
 
 
 def scan_config(o: dict, corpus: str):
-    from scanner.config import CorpusConfig, ExtractionConfig, ScanConfig, ScreenConfig, SpanConfig
-
     keep = tuple(c for c in o["keep_columns"].split(",") if c)
     return ScanConfig(
         corpus=CorpusConfig(path=corpus, text_column=o["text_column"], id_column=o["id_column"],
@@ -252,6 +299,4 @@ def scan_config(o: dict, corpus: str):
 
 
 def passage_config(o: dict):
-    from scanner.config import PassageConfig
-
     return PassageConfig(extend_tokens=o["extend_tokens"])

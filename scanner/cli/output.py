@@ -1,0 +1,49 @@
+"""What the commands print: records as a table or JSON lines, the one-line summaries of a scan and of
+its calibration. Its own module so that the commands (main.py) and the demo share it without the demo
+importing the command group."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+
+def emit_records(records, as_json: bool) -> None:
+    """Stream results as they come: JSON lines, or a table with a summary at the end."""
+    from scanner.cli import table
+
+    done = []
+    for record in records:
+        if as_json:
+            click.echo(json.dumps(record))
+        else:
+            if not done:
+                click.echo(table.header(record))
+            click.echo(table.row(record, len(done) + 1))
+        done.append(record)
+    if not as_json:
+        click.echo(table.summary(done))
+
+
+def summary_line(stats: dict, out: str) -> str:
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(stats.get("status_counts", {}).items()))
+    return (f"{stats.get('spans', 0)} spans in {stats.get('shards_done', 0)}/{stats.get('shards_total', 0)} "
+            f"shards ({counts}); results in {out}/results")
+
+
+def calibration_line(table) -> str:
+    """The paper's and the calibrated count side by side (export, report, verify)."""
+    from scanner.measures import calibration as calibrate
+
+    columns = [c for c in ("memorized", "calibrated_memorized", "predictable") if c in table.column_names]
+    return calibrate.counts_line(calibrate.counts(table.select(columns).to_pylist()))
+
+
+def run_summary(run) -> dict:
+    config = run.saved_config()
+    status = run.status()
+    return {"model": config["config"]["model"]["model"], "corpus": config["config"]["corpus"]["path"],
+            "shards": f"{status['shards_done']}/{status['shards_total']}", "spans": status["rows"],
+            **{f"{k} spans": v for k, v in sorted(status["status_counts"].items())},
+            "work time (s)": round(status["elapsed_s"] or 0.0, 1)}
