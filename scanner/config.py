@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from scanner.errors import require
-from scanner.measures.budget import parse_budget
+from scanner.errors import InputError, require
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 BOS_POLICIES = ("auto", "always", "never")
@@ -18,6 +18,39 @@ SCHEDULES = ("fast", "paper")
 ENGINES = ("auto", "hf", "vllm")
 # What a corpus path may be (stages/read.py resolves it).
 EXPECTED = "a Parquet file, a directory of Parquet files or a glob such as 'data/*.parquet'"
+
+
+BUDGET_FORMS = "GCG steps ('20000steps') or seconds ('3600s', '90m', '2h')"
+_UNITS = {"steps": ("steps", 1), "step": ("steps", 1), "s": ("seconds", 1), "m": ("seconds", 60),
+          "h": ("seconds", 3600)}
+_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(steps|step|s|m|h)\s*$")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A search budget: `amount` GCG steps or seconds of search (summed over workers: GPU-seconds)."""
+
+    kind: str  # "steps" or "seconds"
+    amount: float
+
+    def __str__(self) -> str:
+        return f"{self.amount:g} {self.kind}"
+
+
+def parse_budget(text: str | None) -> Budget | None:
+    """'20000steps' -> Budget('steps', 20000); '90m' -> Budget('seconds', 5400); None -> None."""
+    if text is None:
+        return None
+    match = _PATTERN.match(str(text).lower())
+    if not match:
+        raise InputError(f"--search-budget {text!r} is not a budget; give {BUDGET_FORMS}")
+    kind, scale = _UNITS[match.group(2)]
+    amount = float(match.group(1)) * scale
+    if amount <= 0:
+        raise InputError(f"--search-budget {text!r} must be above 0; give {BUDGET_FORMS}")
+    if kind == "steps" and amount != int(amount):
+        raise InputError(f"--search-budget {text!r}: steps are whole numbers; give {BUDGET_FORMS}")
+    return Budget(kind, amount)
 
 
 @dataclass(frozen=True, kw_only=True)

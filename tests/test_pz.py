@@ -12,13 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scanner.config import ExtractionConfig, ScreenConfig
+from scanner.engine.losses import topk_logprobs
 from scanner.errors import InputError
 from scanner.measures.extraction import (
     columns,
     extraction_probability,
     log1mexp,
     np_discoverable,
-    topk_logprobs,
 )
 from scanner.stages.screen import screen_spans
 from scanner.stages.spans import Span, tokenize_document

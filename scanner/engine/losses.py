@@ -11,6 +11,8 @@ ids `[T]`, and return one value per candidate `[B]`.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -53,3 +55,15 @@ def target_loss(logits: torch.Tensor, target: torch.Tensor, kind: str) -> torch.
         weights = 1.0 - (1.0 - CORRECT_WEIGHT) * correct
         return (_ce(logits, target) * weights).mean(-1)
     raise ValueError(f"unknown loss '{kind}'; choose one of ce, margin, wrong_ce")
+
+
+def topk_logprobs(logits: torch.Tensor, gold: torch.Tensor, k: int, temperature: float) -> torch.Tensor:
+    """[..., V] logits and [...] token ids -> [...] natural log-probability of each token under top-k
+    sampling at `temperature`: log-softmax over the k largest logits / T, -inf outside them. A token
+    tied with the k-th largest logit counts as inside (sampling implementations break that tie
+    arbitrarily; with float logits it is rare)."""
+    scaled = logits.float() / temperature
+    top = scaled.topk(min(k, scaled.shape[-1]), dim=-1).values  # [..., k], descending
+    norm = torch.logsumexp(top, dim=-1)
+    picked = scaled.gather(-1, gold.unsqueeze(-1)).squeeze(-1)
+    return torch.where(picked >= top[..., -1], picked - norm, torch.full_like(picked, -math.inf))

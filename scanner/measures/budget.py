@@ -7,42 +7,8 @@ is a function of its arguments, so a relaunch that reads the same committed unit
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
-from scanner.errors import InputError
-
-BUDGET_FORMS = "GCG steps ('20000steps') or seconds ('3600s', '90m', '2h')"
-_UNITS = {"steps": ("steps", 1), "step": ("steps", 1), "s": ("seconds", 1), "m": ("seconds", 60),
-          "h": ("seconds", 3600)}
-_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(steps|step|s|m|h)\s*$")
-
-
-@dataclass(frozen=True)
-class Budget:
-    """A search budget: `amount` GCG steps or seconds of search (summed over workers: GPU-seconds)."""
-
-    kind: str  # "steps" or "seconds"
-    amount: float
-
-    def __str__(self) -> str:
-        return f"{self.amount:g} {self.kind}"
-
-
-def parse_budget(text: str | None) -> Budget | None:
-    """'20000steps' -> Budget('steps', 20000); '90m' -> Budget('seconds', 5400); None -> None."""
-    if text is None:
-        return None
-    match = _PATTERN.match(str(text).lower())
-    if not match:
-        raise InputError(f"--search-budget {text!r} is not a budget; give {BUDGET_FORMS}")
-    kind, scale = _UNITS[match.group(2)]
-    amount = float(match.group(1)) * scale
-    if amount <= 0:
-        raise InputError(f"--search-budget {text!r} must be above 0; give {BUDGET_FORMS}")
-    if kind == "steps" and amount != int(amount):
-        raise InputError(f"--search-budget {text!r}: steps are whole numbers; give {BUDGET_FORMS}")
-    return Budget(kind, amount)
+# The budget's parse is the config's (a run's identity); re-exported for the phases' math.
+from scanner.config import BUDGET_FORMS, Budget, parse_budget  # noqa: F401
 
 
 def certificate_bound(row: dict) -> float:

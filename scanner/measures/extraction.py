@@ -17,8 +17,6 @@ import logging
 import math
 from collections.abc import Iterable
 
-import torch
-
 from scanner.config import ExtractionConfig
 from scanner.errors import require
 
@@ -27,18 +25,6 @@ log = logging.getLogger(__name__)
 LOG10_E = math.log10(math.e)
 
 
-
-
-def topk_logprobs(logits: torch.Tensor, gold: torch.Tensor, k: int, temperature: float) -> torch.Tensor:
-    """[..., V] logits and [...] token ids -> [...] natural log-probability of each token under top-k
-    sampling at `temperature`: log-softmax over the k largest logits / T, -inf outside them. A token
-    tied with the k-th largest logit counts as inside (sampling implementations break that tie
-    arbitrarily; with float logits it is rare)."""
-    scaled = logits.float() / temperature
-    top = scaled.topk(min(k, scaled.shape[-1]), dim=-1).values  # [..., k], descending
-    norm = torch.logsumexp(top, dim=-1)
-    picked = scaled.gather(-1, gold.unsqueeze(-1)).squeeze(-1)
-    return torch.where(picked >= top[..., -1], picked - norm, torch.full_like(picked, -math.inf))
 
 
 def topk_from_logprobs(token_logprob: float, top_logprobs: Iterable[float], inside: bool,

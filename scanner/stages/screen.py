@@ -25,8 +25,9 @@ import torch.nn.functional as F
 
 from scanner.config import ExtractionConfig, ScreenConfig
 from scanner.engine.hf import HFEngine
+from scanner.engine.losses import topk_logprobs
 from scanner.errors import require
-from scanner.measures.extraction import greedy_pz, log_pz, topk_logprobs
+from scanner.measures.extraction import greedy_pz, log_pz
 from scanner.stages.spans import Span
 
 log = logging.getLogger(__name__)
