@@ -413,7 +413,7 @@ class ScanConfig:
     tighten: bool = False  # also search spans their certificate settled, after the others
     unit_size: int = 8  # candidates per search unit (the resumable unit of phase 2)
     docs_per_shard: int = 8
-    # Memorized spans are calibrated after the search: predictable text is told from recall (calibrate.py).
+    # Memorized spans are calibrated after the search: predictable text is told from recall (measures/calibration.py).
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
 
     def __post_init__(self) -> None:

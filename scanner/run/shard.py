@@ -1,7 +1,8 @@
-"""run_shard: one shard of documents through spans -> screen -> search -> result rows.
+"""The worker's work on rows: a shard's documents through spans -> screen (phase 1), a unit's candidates
+through MiniPrompt and calibration (phase 2), and the engines' opening with their provenance.
 
-The same function runs in-process (local executor, tests) and inside long-lived Ray actors.
-Each span's search seed is derived from (seed, span_id), so a span's result does not depend on which
+The same functions run in-process (local executor, tests) and inside long-lived Ray actors (run/tasks.py
+Worker). Each span's search seed is derived from (seed, span_id), so a span's result does not depend on which
 shard, worker or relaunch ran it: resumed and uninterrupted runs give equal tables.
 """
 

@@ -6,7 +6,7 @@ run_dir/
   plan.json                    the shard plan, saved once and checked (never recomputed) on resume
   results/part-00000.parquet   one file per finished shard, written atomically
   done/00000                   completion marker (rows, sha256 of the results file), written last
-  lock                         the live writer's host and pid (runlock.py)
+  lock                         the live writer's host and pid (lock.py)
   logs/shard-00000.log         per-shard log (written by the caller)
   stats/00000.json             per-shard stats, merged into stats.json
   screen/ certify/ search/     the phases' own committed parts and plans (store.py, phases.py)

@@ -100,7 +100,7 @@ class Store:
         table = checked_table(f"{self.name} part {index:05d}", table)
         # Without the old marker, a kill mid-rewrite leaves the part pending, not done with new rows.
         remove_file(self.done_path(index))
-        atomic_write_json(self.stats_path(index), {**stats, "rows": table.num_rows})
+        atomic_write_json(self.stats_path(index), {"rows": table.num_rows, **stats})
         atomic_write(self.result_path(index), lambda f: pq.write_table(table, f))
         # The checksum lets a relaunch tell a whole file from one damaged since (integrity.py).
         marker = {self.layout.key: index, "rows": table.num_rows,
