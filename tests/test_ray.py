@@ -76,9 +76,19 @@ def reference(tiny_dir, tmp_path_factory):
     return corpus, pq.read_table(root / "run" / "results")
 
 
-def worker_pids() -> set[int]:
-    out = subprocess.run(["pgrep", "-f", "ray::ShardWorker"], capture_output=True, text=True)
-    return {int(p) for p in out.stdout.split()}
+def own_actor_pids() -> set[int]:
+    """This test process's own ShardWorker actors: the ray::ShardWorker processes among its descendants
+    (its local Ray's raylet starts them). A machine-wide search (pgrep) also finds the actors of the other
+    xdist worker, or of anyone on the machine, and a kill test would kill one of those."""
+    found = set()
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            title = " ".join(proc.cmdline()) or proc.name()
+        except psutil.Error:  # gone, a zombie (a killed actor not yet reaped), or not ours to read
+            continue
+        if title.startswith("ray::ShardWorker"):  # also "ray::ShardWorker.run_shard" while in a task
+            found.add(proc.pid)
+    return found
 
 
 def test_ray_scan_equals_the_local_scan(local_ray, reference, tiny_dir, tmp_path):
@@ -102,7 +112,7 @@ def test_an_actor_killed_mid_run_loses_nothing_and_duplicates_nothing(local_ray,
     killed = []
 
     def kill_the_other_actor(stats: dict) -> None:
-        busy = worker_pids() - {stats["pid"]}
+        busy = own_actor_pids() - {stats["pid"]}
         if not killed and busy:  # the actor that did not just finish is in the middle of a shard
             victim = busy.pop()
             os.kill(victim, signal.SIGKILL)
@@ -126,7 +136,7 @@ def test_a_shard_out_of_retries_is_reported_and_a_relaunch_completes_it(local_ra
         # death, which --max-retries 0 turns into an abort, not a failed shard. Screen shards are quick,
         # so the other actor may still be loading when the first one reports.
         loaded.add(stats["pid"])
-        busy = (worker_pids() & loaded) - {stats["pid"]}
+        busy = (own_actor_pids() & loaded) - {stats["pid"]}
         if not killed and busy:
             killed.append(busy.pop())
             os.kill(killed[-1], signal.SIGKILL)
