@@ -9,6 +9,7 @@ which can tip a GCG step between two near-equal candidates (see README, "Running
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from dataclasses import replace
@@ -16,6 +17,7 @@ from dataclasses import replace
 import psutil
 import pyarrow.parquet as pq
 import pytest
+from filelock import FileLock
 
 from scanner.cli.demo import demo_corpus
 from scanner.config import ExecutorConfig, ScanConfig
@@ -65,14 +67,25 @@ def local_ray(ray_tmp):
 
 @pytest.fixture(scope="module")
 def reference(tiny_dir, tmp_path_factory):
-    root = tmp_path_factory.mktemp("ray-ref")
-    corpus = demo_corpus(root / "corpus.parquet")
-    import torch
+    """The local executor's corpus and table, which every Ray run must equal. Three files ask for it (this
+    one, test_ray_actor_kill.py, test_ray_driver_kill.py): one local scan per session, shared by the xdist
+    workers as tiny_dir is, built by whichever asks first (the others wait on the lock)."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # pytest-N/, above each worker's popen-gwK/
+    root = shared / "ray-ref"
+    with FileLock(str(root) + ".lock"):
+        if not (root / "done").exists():
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir()
+            corpus = demo_corpus(root / "corpus.parquet")
+            import torch
 
-    threads = torch.get_num_threads()
-    run_scan(config(corpus, tiny_dir), str(root / "run"))
-    torch.set_num_threads(threads)  # the rest of the session keeps both cores
-    return corpus, pq.read_table(root / "run" / "results")
+            threads = torch.get_num_threads()
+            run_scan(config(corpus, tiny_dir), str(root / "run"))
+            torch.set_num_threads(threads)  # the rest of the session keeps both cores
+            (root / "done").touch()
+    return root / "corpus.parquet", pq.read_table(root / "run" / "results")
 
 
 def test_ray_scan_equals_the_local_scan(local_ray, reference, tiny_dir, tmp_path):
