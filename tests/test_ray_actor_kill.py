@@ -1,0 +1,80 @@
+"""An actor killed with SIGKILL mid-run, on a real local Ray (2 CPUs): nothing lost, nothing duplicated;
+with --max-retries 0 the shard is reported failed and a relaunch completes it. Fixtures and helpers:
+test_ray.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import psutil
+import pyarrow.parquet as pq
+import test_ray
+from test_ray import comparable, config
+
+from scanner.config import ExecutorConfig
+from scanner.run.driver import run_scan
+
+# test_ray's fixtures, under their names here: pytest finds a module's fixtures among its attributes
+local_ray, ray_tmp, reference = test_ray.local_ray, test_ray.ray_tmp, test_ray.reference
+
+
+def own_actor_pids() -> set[int]:
+    """This test process's own ShardWorker actors: the ray::ShardWorker processes among its descendants
+    (its local Ray's raylet starts them). A machine-wide search (pgrep) also finds the actors of the other
+    xdist worker, or of anyone on the machine, and a kill test would kill one of those."""
+    found = set()
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            title = " ".join(proc.cmdline()) or proc.name()
+        except psutil.Error:  # gone, a zombie (a killed actor not yet reaped), or not ours to read
+            continue
+        if title.startswith("ray::ShardWorker"):  # also "ray::ShardWorker.run_shard" while in a task
+            found.add(proc.pid)
+    return found
+
+
+def test_an_actor_killed_mid_run_loses_nothing_and_duplicates_nothing(local_ray, reference, tiny_dir, tmp_path):
+    corpus, want = reference
+    killed = []
+
+    def kill_the_other_actor(stats: dict) -> None:
+        busy = own_actor_pids() - {stats["pid"]}
+        if not killed and busy:  # the actor that did not just finish is in the middle of a shard
+            victim = busy.pop()
+            os.kill(victim, signal.SIGKILL)
+            killed.append(victim)
+
+    stats = run_scan(config(corpus, tiny_dir), str(tmp_path / "run"), progress=kill_the_other_actor,
+                     executor=ExecutorConfig(kind="ray", num_actors=2))
+    assert killed, "no actor was killed; the test lost its point"
+    assert stats["run"]["actor_restarts"] == 1 and stats["run"]["failed_shards"] == {}
+    got = pq.read_table(tmp_path / "run" / "results")
+    assert len(set(got.column("span_id").to_pylist())) == got.num_rows
+    assert comparable(got) == comparable(want)
+
+
+def test_a_shard_out_of_retries_is_reported_and_a_relaunch_completes_it(local_ray, reference, tiny_dir, tmp_path):
+    corpus, want = reference
+    killed, loaded = [], set()
+
+    def kill_the_other_actor(stats: dict) -> None:
+        # Only an actor that has finished a task (its model loaded): a death while loading is a setup
+        # death, which --max-retries 0 turns into an abort, not a failed shard. Screen shards are quick,
+        # so the other actor may still be loading when the first one reports.
+        loaded.add(stats["pid"])
+        busy = (own_actor_pids() & loaded) - {stats["pid"]}
+        if not killed and busy:
+            killed.append(busy.pop())
+            os.kill(killed[-1], signal.SIGKILL)
+
+    out = str(tmp_path / "run")
+    no_retry = ExecutorConfig(kind="ray", num_actors=2, max_retries=0)
+    stats = run_scan(config(corpus, tiny_dir), out, progress=kill_the_other_actor, executor=no_retry)
+    failed = stats["run"]["failed_shards"]
+    assert killed and len(failed) >= 1 and all("ActorDied" in e or "Actor" in e for e in failed.values())
+    # Phase 1 screens every other shard; the results wait for the failed one (phases.py)
+    assert len(list((tmp_path / "run" / "screen" / "done").iterdir())) == stats["shards_total"] - len(failed)
+    again = run_scan(config(corpus, tiny_dir), out, executor=no_retry)
+    assert again["run"]["failed_shards"] == {} and again["shards_done"] == again["shards_total"]
+    assert comparable(pq.read_table(tmp_path / "run" / "results")) == comparable(want)
