@@ -184,11 +184,11 @@ def _version_problem(saved: dict) -> str:
     version = saved.get("schema_version")
     if version == SCHEMA_VERSION:
         return ""
-    made_by = saved.get("package_version") or "an older release"
-    return (f"was made with results schema version {version if version is not None else '(unrecorded)'} "
-            f"but this acr-scanner {__version__} writes version {SCHEMA_VERSION}, so its finished parts cannot "
-            f"be resumed into one table; start a new --out, or finish it with acr-scanner {made_by} "
-            "(the version that made it)")
+    old = version if version is not None else "(unrecorded)"
+    made_by = saved.get("package_version") or "unrecorded"
+    return (f"was made with results schema version {old} but this acr-scanner writes version {SCHEMA_VERSION}, "
+            "so its finished parts cannot be resumed into one table; start a new --out, or rerun with the "
+            f"acr-scanner that writes schema version {old} (the run was started by acr-scanner {made_by})")
 
 
 def _is_number(value) -> bool:
