@@ -98,8 +98,11 @@ def test_tau_selection(table, tau, expected):
 
 def test_selection_has_evidence_columns_and_the_threshold_beaten(table):
     picked = select_rows(table, "gzip")
-    calibration = ["mean_nll", *calibrate.COLUMNS]  # the calibrated verdict and its evidence travel along
-    assert picked.column_names == [*EVIDENCE_COLUMNS, *EXTRA_COLUMNS, *calibration, "threshold_name", "threshold"]
+    assert picked.column_names == [*EVIDENCE_COLUMNS, *EXTRA_COLUMNS, "threshold_name", "threshold"]
+    # What version 1 wrote, in its order, then how the search ended (rejected_early, since version 2).
+    calibration = ("mean_nll", *calibrate.COLUMNS)  # the calibrated verdict and its evidence travel along
+    assert EXTRA_COLUMNS == ("token_end", "target_ids", "prompt_ids", "teacher_forced", *calibration, "rejected_early")
+    assert picked["rejected_early"].to_pylist() == [None, None]  # the crafted rows leave it at its default
     assert picked["threshold_name"].to_pylist() == ["gzip", "gzip"]
     assert picked["threshold"].to_pylist() == [2.5, 1.2]
     assert select_rows(table, "1")["threshold"].to_pylist() == [1.0, 1.0]
