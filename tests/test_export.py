@@ -16,7 +16,7 @@ from scanner.errors import InputError
 from scanner.measures import calibration as calibrate
 from scanner.results import export as export_module
 from scanner.results.export import EVIDENCE_COLUMNS, EXTRA_COLUMNS, export, parse_tau, select_rows
-from scanner.schema import results_schema
+from scanner.schema import default_row, results_schema
 
 TRICKY = 'He said, "hi"\nand left; naïve — 東京 <b>'
 
@@ -30,6 +30,7 @@ def make_row(doc_id: str, index: int, status: str = "not_memorized", **values) -
     """A complete results row; `values` override the defaults."""
     searched = status in ("memorized", "not_memorized")
     row = {
+        **default_row(),  # the schema's defaults: a column added there needs no change here
         "doc_id": doc_id, "span_id": f"{doc_id}-{index:04d}", "char_start": 100 * index,
         "char_end": 100 * index + 90, "token_start": 32 * index, "token_end": 32 * index + 32,
         "text": f"text of {doc_id} span {index}", "target_tokens": 32,

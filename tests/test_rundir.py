@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from scanner.errors import InputError
-from scanner.schema import SCHEMA_VERSION, STATUSES, results_schema
+from scanner.schema import SCHEMA_VERSION, STATUSES, default_row, results_schema
 from scanner.storage.atomic import atomic_write_bytes, atomic_write_json
 from scanner.storage.rundir import Plan, RunDir, Shard, config_hash
 
@@ -28,6 +28,7 @@ def row(shard: int, i: int) -> dict:
     status = STATUSES[(shard + i) % len(STATUSES)]
     found = status == "memorized"
     return {
+        **default_row(),  # the schema's defaults: a column added there needs no change here
         "doc_id": f"doc-{shard}-{i // 3}", "span_id": hashlib.sha256(f"{shard}:{i}".encode()).hexdigest()[:16],
         "char_start": 10 * i, "char_end": 10 * i + 40, "token_start": 8 * i, "token_end": 8 * i + 32,
         "text": f"span {shard}.{i}", "target_tokens": 32, "target_ids": list(range(32)), "status": status,
