@@ -62,7 +62,8 @@ def certified_row(engine, row: dict, config: ScanConfig) -> dict | None:
     if not acr_math.is_memorized(value, config.search.tau, True):
         return None  # a bound at or below tau proves nothing: the search decides
     taus = {"tau": config.search.tau, **compression_thresholds(row["text"])}
-    return settled_by_certificate(row, check, value, acr_math.threshold_flags(value, True, taus), engine.verify_info())
+    flags = acr_math.threshold_flags(value, True, taus)
+    return settled_by_certificate(row, check, value, flags, engine.verify_info())
 
 
 def _certify(engine, rows: list[dict], config: ScanConfig) -> dict:

@@ -41,10 +41,12 @@ def _span_fields() -> list[pa.Field]:
                "when the corpus has none.", default=""),
         column("span_id", pa.string(), "Stable span id: the first 16 hex digits of sha256 over (doc_row, "
                "doc_id, token_start, token count, tokenizer id); unique per corpus row (also where ids "
-               "repeat) and the same across runs of one corpus and tokenizer.", default="", roles=(ROLE_RANK,)),
+               "repeat) and the same across runs of one corpus and tokenizer.", default="",
+               roles=(ROLE_RANK,)),
         column("char_start", pa.int64(), "Start of the span in the document text, in characters "
                "(Python string index), inclusive.", default=0),
-        column("char_end", pa.int64(), "End of the span in the document text, in characters, exclusive.", default=0),
+        column("char_end", pa.int64(), "End of the span in the document text, in characters, exclusive.",
+               default=0),
         column("token_start", pa.int64(), "Start of the span in the document's token ids (the whole "
                "document tokenized once, without special tokens), inclusive.", default=0),
         column("token_end", pa.int64(), "End of the span in the document's token ids, exclusive.", default=0),
@@ -54,11 +56,13 @@ def _span_fields() -> list[pa.Field]:
                "0 for a skipped row.", default=0, roles=(ROLE_RANK,)),
         column("target_ids", pa.list_(field("item", pa.int32(), "A target token id.")), "The target token "
                "ids as cut from the document's tokenization (what the prompt must make the model "
-               "generate); empty for a skipped row. Kept so evidence can be re-checked without the corpus.", default=[]),
+               "generate); empty for a skipped row. Kept so evidence can be re-checked without the corpus.",
+               default=[]),
         column("status", pa.string(), "One of memorized, not_memorized, screened_out (ruled out by the "
                "cheap screen, no search ran), skipped (not a valid target, see reason), failed (an "
                "error, see reason; retried on resume) or not_searched (a candidate the search budget did "
-               "not reach, see reason: --search-budget or --max-candidates).", default="skipped", roles=(ROLE_RANK,)),
+               "not reach, see reason: --search-budget or --max-candidates).", default="skipped",
+               roles=(ROLE_RANK,)),
         column("reason", pa.string(), "Why the span was skipped or failed, e.g. 'too short: 5 tokens < "
                "32' or the error; null otherwise.", nullable=True),
     ]
@@ -70,14 +74,16 @@ def _verdict_fields() -> list[pa.Field]:
                "found no verified prompt; |y| / |certificate| for a span settled by its certificate (a bound, "
                "see acr_kind); null when no search ran (screened out, not searched, skipped, failed).",
                nullable=True),
-        column("memorized", pa.bool_(), "ACR > tau with a prompt verified by greedy generation.", default=False),
+        column("memorized", pa.bool_(), "ACR > tau with a prompt verified by greedy generation.",
+               default=False),
         column("prompt", pa.string(), "The shortest prompt string found (free tokens only, without the "
                "fixed template); typed in, it elicits the span. Null when none was found.", nullable=True),
         column("prompt_ids", pa.list_(field("item", pa.int32(), "A prompt token id.")), "Token ids of the prompt (the string re-tokenized); "
                "null when no prompt was found.", nullable=True),
         column("prompt_tokens", pa.int32(), "|x*|: the number of prompt tokens counted by ACR; 0 means "
                "the fixed template alone elicits the span. Null when no prompt was found.", nullable=True),
-        column("tau", pa.float64(), "The main threshold τ that decides `memorized` (the paper uses 1).", default=1.0),
+        column("tau", pa.float64(), "The main threshold τ that decides `memorized` (the paper uses 1).",
+               default=1.0),
         column("thresholds", _threshold_type(), "The verdict at every configured threshold, the main "
                "one and data-dependent ones (compression ratios); empty when none applies.", default=[]),
     ]
@@ -123,8 +129,10 @@ def _cost_fields() -> list[pa.Field]:
                "candidates, gradients and verification.", default=0),
         column("screen_s", pa.float64(), "Wall-clock seconds of the screen for this span (its share of "
                "a batched pass).", default=0.0, roles=(ROLE_WALL_CLOCK,)),
-        column("search_s", pa.float64(), "Wall-clock seconds of the search and verification.", default=0.0, roles=(ROLE_WALL_CLOCK,)),
-        column("shard", pa.int32(), "The shard of the run plan that produced this row.", default=0, roles=(ROLE_RANK,)),
+        column("search_s", pa.float64(), "Wall-clock seconds of the search and verification.", default=0.0,
+               roles=(ROLE_WALL_CLOCK,)),
+        column("shard", pa.int32(), "The shard of the run plan that produced this row.", default=0,
+               roles=(ROLE_RANK,)),
         column("extra", pa.string(), "The corpus columns named by --keep-columns for this row's document, "
                "as a JSON object; null when none were kept.", nullable=True),
     ]
@@ -197,7 +205,8 @@ def _calibration_fields() -> list[pa.Field]:
         maybe("reference_nll", pa.float64(), "The reference model's NLL of the span given the context "
               "mean_nll was computed with, in nats per *model* token (R's total over the span divided by "
               "target_tokens), so it compares with mean_nll across tokenizers."),
-        maybe("reference_s", pa.float64(), "Wall-clock seconds the reference model spent on this span.", roles=(ROLE_WALL_CLOCK,)),
+        maybe("reference_s", pa.float64(), "Wall-clock seconds the reference model spent on this span.",
+              roles=(ROLE_WALL_CLOCK,)),
         *[column(f"{name}_ratio", pa.float64(), f"Compression ratio of the span's text under {name} "
                  "(UTF-8 bytes / compressed bytes; scanner/measures/compression.py), the data-dependent threshold of "
                  "that name in `thresholds`. Null when no search ran.", nullable=True)
