@@ -41,13 +41,14 @@ from pathlib import Path
 import psutil
 import pyarrow.parquet as pq
 
+from scanner.schema import WALL_CLOCK
+
 ROOT = Path(__file__).resolve().parents[1]
 RAY = str(Path(sys.executable).with_name("ray"))
 # tests/test_ray.py's search: 12-token spans, a CPU-sized GCG, one torch thread (equal tables need it).
 SEARCH = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--min-match-rate", "0.95",
           "--steps", "40", "--candidates", "64", "--top-k", "64", "--restarts", "0", "--docs-per-shard", "1",
           "--device", "cpu", "--threads", "1"]
-TIMING = ("screen_s", "search_s")
 # Loopback only, one address per node. Not 127.0.0.1: Ray replaces "127.0.0.1" and "localhost", in
 # --node-ip-address and --address alike, by the host's outward address.
 HEAD_IP = "127.0.0.2"
@@ -89,7 +90,7 @@ def free_ports(count: int) -> list[int]:
 
 def comparable(table) -> list[dict]:
     """Rows by span_id without the wall-clock columns (as tests/test_ray.py compares)."""
-    rows = [{k: v for k, v in r.items() if k not in TIMING} for r in table.to_pylist()]
+    rows = [{k: v for k, v in r.items() if k not in WALL_CLOCK} for r in table.to_pylist()]
     return sorted(rows, key=lambda r: r["span_id"])
 
 

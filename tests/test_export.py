@@ -16,7 +16,7 @@ from scanner.errors import InputError
 from scanner.measures import calibration as calibrate
 from scanner.results import export as export_module
 from scanner.results.export import EVIDENCE_COLUMNS, EXTRA_COLUMNS, export, parse_tau, select_rows
-from scanner.schema import results_schema
+from scanner.schema import default_row, results_schema
 
 TRICKY = 'He said, "hi"\nand left; naïve — 東京 <b>'
 
@@ -30,6 +30,7 @@ def make_row(doc_id: str, index: int, status: str = "not_memorized", **values) -
     """A complete results row; `values` override the defaults."""
     searched = status in ("memorized", "not_memorized")
     row = {
+        **default_row(),  # the schema's defaults: a column added there needs no change here
         "doc_id": doc_id, "span_id": f"{doc_id}-{index:04d}", "char_start": 100 * index,
         "char_end": 100 * index + 90, "token_start": 32 * index, "token_end": 32 * index + 32,
         "text": f"text of {doc_id} span {index}", "target_tokens": 32,
@@ -98,8 +99,12 @@ def test_tau_selection(table, tau, expected):
 
 def test_selection_has_evidence_columns_and_the_threshold_beaten(table):
     picked = select_rows(table, "gzip")
-    calibration = ["mean_nll", *calibrate.COLUMNS]  # the calibrated verdict and its evidence travel along
-    assert picked.column_names == [*EVIDENCE_COLUMNS, *EXTRA_COLUMNS, *calibration, "threshold_name", "threshold"]
+    assert picked.column_names == [*EVIDENCE_COLUMNS, *EXTRA_COLUMNS, "threshold_name", "threshold"]
+    # What version 1 wrote, in its order, then how the search ended (rejected_early, since version 2);
+    # columns exported later come after them.
+    v1 = ("token_end", "target_ids", "prompt_ids", "teacher_forced", "mean_nll", *calibrate.COLUMNS)
+    assert EXTRA_COLUMNS[:len(v1)] == v1 and EXTRA_COLUMNS[len(v1)] == "rejected_early"
+    assert picked["rejected_early"].to_pylist() == [None, None]  # the crafted rows leave it at its default
     assert picked["threshold_name"].to_pylist() == ["gzip", "gzip"]
     assert picked["threshold"].to_pylist() == [2.5, 1.2]
     assert select_rows(table, "1")["threshold"].to_pylist() == [1.0, 1.0]

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from scanner.schema import WALL_CLOCK
 from scanner.studies.tiny import CANARIES, salad
 
 SCAN = ["--span-tokens", "12", "--stride", "3", "--context-tokens", "12", "--docs-per-shard", "1",
@@ -52,7 +53,7 @@ def write_corpus(path: Path, ids=IDS, salad_docs: int = 0) -> Path:
 
 def comparable(run: Path) -> list[dict]:
     # Without the wall-clock columns (screen_s, search_s, calibration_s, ...), which differ between runs.
-    rows = [{k: v for k, v in r.items() if not k.endswith("_s")} for r in pq.read_table(run / "results").to_pylist()]
+    rows = [{k: v for k, v in r.items() if k not in WALL_CLOCK} for r in pq.read_table(run / "results").to_pylist()]
     return sorted(rows, key=lambda r: r["span_id"])
 
 

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "scanner"
 FLOORS = {"__main__": 10, "cli": 9, "run": 8, "studies": 8, "executors": 7, "stages": 6, "search": 5,
           "results": 5, "ingest": 5, "engine": 4, "storage": 3, "measures": 3, "config": 2, "schema": 1,
           "errors": 1, "__init__": 0}
-ROOT_MODULES = {"__init__.py", "__main__.py", "config.py", "schema.py", "errors.py"}
+ROOT_MODULES = {"__init__.py", "__main__.py", "config.py", "errors.py"}
 
 
 def modules() -> dict[str, Path]:

@@ -15,6 +15,7 @@ import pytest
 
 from scanner.cli.demo import demo_corpus
 from scanner.measures import budget as bm
+from scanner.schema import WALL_CLOCK
 
 SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--min-match-rate", "0.8", "--steps", "10",
         "--candidates", "64", "--top-k", "64", "--restarts", "0", "--calibration-prompts", "0", "--unit-size", "1"]
@@ -33,7 +34,7 @@ def one_doc(root, doc: int):
 
 
 def comparable(run):
-    rows = [{k: v for k, v in r.items() if not k.endswith("_s")} for r in pq.read_table(run / "results").to_pylist()]
+    rows = [{k: v for k, v in r.items() if k not in WALL_CLOCK} for r in pq.read_table(run / "results").to_pylist()]
     return sorted(rows, key=lambda r: r["span_id"])
 
 

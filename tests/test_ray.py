@@ -23,6 +23,7 @@ from scanner.cli.demo import demo_corpus
 from scanner.config import ExecutorConfig, ScanConfig
 from scanner.errors import InputError
 from scanner.run.driver import run_scan
+from scanner.schema import WALL_CLOCK
 
 # Before Ray is imported: a local Ray then stays on 127.0.0.1 (by default even a single-node Ray takes the
 # host's outward address). The switch is meant for macOS and Windows; it only refuses `ray start --address`.
@@ -47,7 +48,7 @@ def config(corpus, tiny_dir, **overrides) -> ScanConfig:
 
 def comparable(table):
     """Rows by span_id without the wall-clock columns, which differ between any two runs."""
-    rows = [{k: v for k, v in r.items() if not k.endswith("_s")} for r in table.to_pylist()]  # every *_s: seconds
+    rows = [{k: v for k, v in r.items() if k not in WALL_CLOCK} for r in table.to_pylist()]
     return sorted(rows, key=lambda r: r["span_id"])
 
 

@@ -23,7 +23,7 @@ from scanner.results.report import (
     top_spans,
     write_report,
 )
-from scanner.schema import results_schema
+from scanner.schema import default_row, results_schema
 
 EVIL = "<script>alert(1)</script>"
 SUMMARY = {"model": "tiny-llama", "corpus": "books.parquet", "spans": 9, "shards": 2,
@@ -35,6 +35,7 @@ def make_row(doc_id: str, index: int, status: str = "not_memorized", **values) -
     """A complete results row; `values` override the defaults."""
     searched = status in ("memorized", "not_memorized")
     row = {
+        **default_row(),  # the schema's defaults: a column added there needs no change here
         "doc_id": doc_id, "span_id": f"{index:016x}", "char_start": 100 * index,
         "char_end": 100 * index + 90, "token_start": 32 * index, "token_end": 32 * index + 32,
         "text": f"text of {doc_id} span {index}", "target_tokens": 32,

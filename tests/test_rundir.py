@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from scanner.errors import InputError
-from scanner.schema import STATUSES, results_schema
+from scanner.schema import SCHEMA_VERSION, STATUSES, default_row, results_schema
 from scanner.storage.atomic import atomic_write_bytes, atomic_write_json
 from scanner.storage.rundir import Plan, RunDir, Shard, config_hash
 
@@ -28,6 +28,7 @@ def row(shard: int, i: int) -> dict:
     status = STATUSES[(shard + i) % len(STATUSES)]
     found = status == "memorized"
     return {
+        **default_row(),  # the schema's defaults: a column added there needs no change here
         "doc_id": f"doc-{shard}-{i // 3}", "span_id": hashlib.sha256(f"{shard}:{i}".encode()).hexdigest()[:16],
         "char_start": 10 * i, "char_end": 10 * i + 40, "token_start": 8 * i, "token_end": 8 * i + 32,
         "text": f"span {shard}.{i}", "target_tokens": 32, "target_ids": list(range(32)), "status": status,
@@ -115,6 +116,30 @@ def test_a_changed_run_with_nothing_finished_starts_afresh(tmp_path):
     plan = run.prepare(changed, "1" * 64, 4, 2)
     assert len(plan) == 2 and json.loads((run.path / "run_config.json").read_text())["config"] == changed
     assert RunDir(run.path).prepare(changed, "1" * 64, 4, 2) == plan
+
+
+def older_schema(run: RunDir, version="1") -> None:
+    """Rewrite run_config.json as an acr-scanner of another results schema would have left it."""
+    path = run.path / "run_config.json"
+    saved = {**json.loads(path.read_text()), "schema_version": version, "package_version": "0.9.0"}
+    atomic_write_json(path, saved)
+
+
+def test_a_run_of_an_older_results_schema_is_not_resumed(tmp_path):
+    run, _ = prepared(tmp_path)
+    run.write_shard(0, shard_table(0), shard_stats(0))
+    older_schema(run)
+    message = refused(run, "results schema version 1", f"writes version {SCHEMA_VERSION}", "new --out",
+                      "acr-scanner 0.9.0")
+    assert "another configuration" not in message  # the configuration itself is unchanged
+    assert run.done_shards() == [0]  # refused before anything of the old run was touched
+
+
+def test_a_run_of_an_older_results_schema_with_nothing_finished_starts_afresh(tmp_path):
+    run, _ = prepared(tmp_path)
+    older_schema(run)
+    assert len(run.prepare(CONFIG, FINGERPRINT, 10, 3)) == 4
+    assert json.loads((run.path / "run_config.json").read_text())["schema_version"] == SCHEMA_VERSION
 
 
 def test_failed_rewrite_of_a_done_shard_leaves_it_pending(tmp_path, monkeypatch):

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from scanner.cli.demo import demo_corpus
+from scanner.schema import WALL_CLOCK
 from scanner.studies.tiny import CANARIES
 
 SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--docs-per-shard", "3", "--min-match-rate", "0.95",
@@ -91,7 +92,7 @@ def test_bad_corpus_is_refused_before_the_model_loads(tmp_path, tiny_dir):
 
 def _comparable(table):
     """Rows by span_id without the wall-clock columns, which differ between any two runs."""
-    rows = [{k: v for k, v in r.items() if not k.endswith("_s")} for r in table.to_pylist()]  # every *_s: seconds
+    rows = [{k: v for k, v in r.items() if k not in WALL_CLOCK} for r in table.to_pylist()]
     return sorted(rows, key=lambda r: r["span_id"])
 
 

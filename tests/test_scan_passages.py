@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from scanner.results.export import export_passages
-from scanner.schema import passages_schema
+from scanner.schema import WALL_CLOCK, passages_schema
 from scanner.studies.tiny import CANARIES, salad
 
 SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--docs-per-shard", "2",
@@ -83,7 +83,7 @@ def test_a_relaunch_rebuilds_the_passages_only_when_missing_or_stale(scanned, ti
     assert pq.read_table(path).column("extended_tokens").null_count == before.num_rows
     path.unlink()
     scan_again(scanned, tiny_dir)  # missing: rebuilt as it was
-    seconds = [c for c in before.column_names if c.endswith("_s")]
+    seconds = [c for c in before.column_names if c in WALL_CLOCK]
     assert pq.read_table(path).drop(seconds).equals(before.drop(seconds))
 
 
@@ -99,7 +99,7 @@ def test_under_ray_the_passages_are_built_in_one_ray_task(scanned, tiny_dir):
                               capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr
     assert "passages built in one task" in done.stderr
-    seconds = [c for c in before.column_names if c.endswith("_s")]
+    seconds = [c for c in before.column_names if c in WALL_CLOCK]
     assert pq.read_table(path).drop(seconds).equals(before.drop(seconds))
 
 

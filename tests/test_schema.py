@@ -11,53 +11,31 @@ import pytest
 
 from scanner.schema import (
     CORPUS_REQUIRED,
+    EXPORT_EVIDENCE,
+    EXPORT_OPTIONAL,
+    RANK_COLUMNS,
+    RESULTS_WALL_CLOCK,
+    ROLES,
+    SCHEMA_VERSION,
     STATUSES,
     TEXT_TYPES,
+    WALL_CLOCK,
+    default_row,
     describe,
+    has_default,
     ingested_schema,
     passages_schema,
     results_schema,
+    roles_of,
     schema_doc,
     walk_fields,
     write_schemas,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-COLUMNS = {
-    "doc_id": (pa.string(), False), "span_id": (pa.string(), False), "char_start": (pa.int64(), False),
-    "char_end": (pa.int64(), False), "token_start": (pa.int64(), False), "token_end": (pa.int64(), False),
-    "text": (pa.string(), False), "target_tokens": (pa.int32(), False), "target_ids": (None, False),
-    "status": (pa.string(), False),
-    "reason": (pa.string(), True), "acr": (pa.float64(), True), "memorized": (pa.bool_(), False),
-    "prompt": (pa.string(), True), "prompt_ids": (None, True), "prompt_tokens": (pa.int32(), True),
-    "tau": (pa.float64(), False), "thresholds": (None, False), "greedy_match_rate": (pa.float64(), True),
-    "mean_nll": (pa.float64(), True), "discoverable": (pa.bool_(), True),
-    "certificate_tokens": (pa.int32(), True), "certificate_prompt": (pa.string(), True),
-    "verified_generation": (pa.bool_(), False), "teacher_forced": (pa.bool_(), True),
-    "verify_engine": (pa.string(), True), "min_margin": (pa.float64(), True), "steps": (pa.int64(), False),
-    "forwards": (pa.int64(), False), "screen_s": (pa.float64(), False), "search_s": (pa.float64(), False),
-    "shard": (pa.int32(), False), "extra": (pa.string(), True),
-    "verify_version": (pa.string(), True), "verify_dtype": (pa.string(), True),
-    "verify_flags": (pa.string(), True), "verify_disagrees": (pa.bool_(), True),
-    "rejected_matches": (pa.int64(), True), "screen_engine": (pa.string(), True),
-    "doc_row": (pa.string(), True),
-    # calibration (scanner/measures/calibration.py)
-    "predictable": (pa.bool_(), True), "predictable_reason": (pa.string(), True),
-    "calibrated_memorized": (pa.bool_(), True), "random_prompt_trials": (pa.int32(), True),
-    "random_prompt_hits": (pa.int32(), True), "random_prompt_match": (pa.float64(), True),
-    "unconditional_match": (pa.float64(), True), "calibration_s": (pa.float64(), True),
-    "reference_model": (pa.string(), True), "reference_from_prompt": (pa.bool_(), True),
-    "reference_from_prefix": (pa.bool_(), True), "reference_match": (pa.float64(), True),
-    "reference_nll": (pa.float64(), True), "reference_s": (pa.float64(), True),
-    "gzip_ratio": (pa.float64(), True), "zlib_ratio": (pa.float64(), True), "lzma_ratio": (pa.float64(), True),
-    "smaz_ratio": (pa.float64(), True),
-    "acr_kind": (pa.string(), True), "rejected_early": (pa.bool_(), True),
-    # the screen pass: anchored spans and probabilistic extraction
-    "anchored": (pa.bool_(), True), "pz_greedy": (pa.float64(), True), "pz_topk": (pa.float64(), True),
-    "log10_pz_topk": (pa.float64(), True), "pz_top_k": (pa.int32(), True), "pz_temperature": (pa.float64(), True),
-    "np_n": (pa.int64(), True), "np_p": (pa.float64(), True), "np_extraction_probability": (pa.float64(), True),
-    "np_discoverable": (pa.bool_(), True),
-}
+# The results schema as version 1 published it (a copy of schemas/results.arrow-schema then): a column,
+# once published, keeps its name, type and nullability. New columns need no entry anywhere here.
+PUBLISHED = [ROOT / "tests" / "published" / "results-v1.arrow-schema"]
 
 
 def test_committed_schemas_match_the_code(tmp_path):
@@ -78,17 +56,60 @@ def test_serialized_schema_round_trips(name, schema):
     assert pa.ipc.read_schema(pa.py_buffer(data)).equals(schema(), check_metadata=True)
 
 
-def test_columns_types_and_nullability_are_the_public_interface():
+@pytest.mark.parametrize("path", PUBLISHED, ids=lambda p: p.name)
+def test_published_columns_keep_their_name_type_and_nullability(path):
+    published = pa.ipc.read_schema(pa.py_buffer(path.read_bytes()))
     schema = results_schema()
-    assert schema.names == list(COLUMNS)
-    for name, (type_, nullable) in COLUMNS.items():
-        field = schema.field(name)
-        assert field.nullable == nullable, name
-        assert type_ is None or field.type == type_, name
+    assert schema.names[:len(published)] == published.names, "columns are added at the end, never renamed"
+    for old in published:
+        new = schema.field(old.name)
+        assert (new.type, new.nullable) == (old.type, old.nullable), old.name
     assert schema.field("prompt_ids").type.value_type == pa.int32()
     entry = schema.field("thresholds").type.value_type
     assert [(f.name, f.type) for f in entry] == [("name", pa.string()), ("tau", pa.float64()),
                                                  ("memorized", pa.bool_())]
+
+
+def test_every_results_column_declares_a_default_and_known_roles():
+    used = set()
+    for field in results_schema():
+        assert has_default(field), f"column {field.name} declares no default"
+        assert set(roles_of(field)) <= set(ROLES), field.name
+        used.update(roles_of(field))
+    assert used == set(ROLES), "a role that no column takes is a list gone stale"
+
+
+def test_the_default_row_is_a_valid_results_row_and_rows_share_no_list():
+    row = default_row()
+    assert list(row) == results_schema().names
+    table = pa.Table.from_pylist([row], schema=results_schema())  # raises on a None in a non-null column
+    assert table.to_pylist() == [row]
+    assert row["status"] in STATUSES and row["status"] == "skipped" and row["calibrated_memorized"] is False
+    row["thresholds"].append({"name": "tau", "tau": 1.0, "memorized": True})
+    assert default_row()["thresholds"] == []
+
+
+def test_wall_clock_columns_are_every_seconds_column_of_the_tables_a_run_writes():
+    timed = [f for schema in (results_schema(), passages_schema()) for f in schema if f.name.endswith("_s")]
+    assert sorted(WALL_CLOCK) == sorted(f.name for f in timed)
+    assert {"screen_s", "search_s", "calibration_s", "reference_s", "extend_s"} <= set(WALL_CLOCK)
+    for field in timed:
+        assert field.type == pa.float64() and "seconds" in describe(field), field.name
+    assert set(RESULTS_WALL_CLOCK) == set(WALL_CLOCK) & set(results_schema().names)
+
+
+def test_rank_and_export_columns_are_results_columns():
+    names = results_schema().names
+    assert set(RANK_COLUMNS) <= set(names) and {"span_id", "shard", "status"} <= set(RANK_COLUMNS)
+    exported = EXPORT_EVIDENCE + EXPORT_OPTIONAL
+    assert set(exported) <= set(names) and len(set(exported)) == len(exported)
+    assert "rejected_early" in EXPORT_OPTIONAL  # how the search ended is evidence too
+    assert not any(results_schema().field(c).nullable for c in ("doc_id", "span_id", "text"))
+
+
+def test_the_version_is_in_the_schema_metadata_and_the_docs():
+    assert results_schema().metadata[b"version"] == SCHEMA_VERSION.encode() and int(SCHEMA_VERSION) >= 2
+    assert f"(version {SCHEMA_VERSION})" in (ROOT / "schemas" / "results.md").read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("schema, nested", [(results_schema, ("thresholds.item.memorized", "prompt_ids.item")),

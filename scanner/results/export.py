@@ -25,8 +25,8 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from scanner.errors import require
-from scanner.measures import calibration as calibrate
 from scanner.measures.compression import METHODS
+from scanner.schema import EXPORT_EVIDENCE, EXPORT_OPTIONAL
 from scanner.storage.atomic import atomic_write
 
 log = logging.getLogger(__name__)
@@ -34,13 +34,8 @@ log = logging.getLogger(__name__)
 RUN_FLAG = "1"
 NAMED_TAUS = (RUN_FLAG, *METHODS)
 FORMATS = (".csv", ".jsonl", ".parquet")
-EVIDENCE_COLUMNS = (
-    "doc_id", "span_id", "char_start", "char_end", "token_start", "text", "prompt", "prompt_tokens",
-    "target_tokens", "acr", "verified_generation", "verify_engine", "min_margin", "certificate_tokens",
-)
-# Written beside the evidence when the table has them (tables of older runs may lack target_ids): the ids
-# let a reader re-check a span without the corpus or a tokenizer round trip.
-EXTRA_COLUMNS = ("token_end", "target_ids", "prompt_ids", "teacher_forced")
+# The schema says what a flagged span's export holds and in which order (scanner/schema/results.py).
+EVIDENCE_COLUMNS, EXTRA_COLUMNS = EXPORT_EVIDENCE, EXPORT_OPTIONAL
 # Needed to select, beyond the evidence itself.
 SELECT_COLUMNS = ("status", "tau", "thresholds")
 FORMULA_START = r"^[=+\-@\t\r]"
@@ -99,8 +94,7 @@ def _by_named(table: pa.Table, name: str) -> tuple[pa.Table, pa.Array]:
 
 
 def _evidence_columns(table: pa.Table) -> list[str]:
-    extra = EXTRA_COLUMNS + ("mean_nll",) + calibrate.COLUMNS  # calibration evidence, where the run has it
-    return list(EVIDENCE_COLUMNS) + [name for name in extra if name in table.column_names]
+    return list(EVIDENCE_COLUMNS) + [name for name in EXTRA_COLUMNS if name in table.column_names]
 
 
 def _calibrated_only(picked: pa.Table, threshold: pa.Array) -> tuple[pa.Table, pa.Array]:

@@ -36,7 +36,7 @@ from scanner.measures import budget as bm
 from scanner.run.passages import needs_engine, write_passages
 from scanner.run.shard import shard_stats
 from scanner.run.tasks import PassagesTask, Unit
-from scanner.schema import results_schema
+from scanner.schema import RANK_COLUMNS, results_schema
 from scanner.storage.atomic import atomic_write_json
 from scanner.storage.integrity import read_json_object
 from scanner.storage.passages import is_current
@@ -46,7 +46,6 @@ from scanner.storage.store import Store
 log = logging.getLogger(__name__)
 
 CERTIFY_PLAN, SEARCH_PLAN = "certify_plan.json", "search_plan.json"
-_RANK_COLUMNS = ["span_id", "shard", "status", "target_tokens", "certificate_tokens", "greedy_match_rate", "mean_nll"]
 
 
 class Phases:
@@ -79,7 +78,7 @@ class Phases:
     def candidates(self) -> list[dict]:
         """Every candidate of the corpus (screen rows with status not_searched), ranking columns only."""
         screen = self.stores["screen"]
-        tables = [pq.read_table(screen.result_path(s.shard), columns=_RANK_COLUMNS,
+        tables = [pq.read_table(screen.result_path(s.shard), columns=list(RANK_COLUMNS),
                                 filters=[("status", "=", "not_searched")]) for s in self.plan]
         return [row for t in tables for row in t.to_pylist()]
 

@@ -25,13 +25,12 @@ from scanner.engine import batched
 from scanner.engine.build import build_engines
 from scanner.engine.hf import HFEngine
 from scanner.measures import extraction
-from scanner.measures.calibration import empty_columns
+from scanner.results.rows import base_row, failed_row, screened_row, searched_row
 from scanner.schema import results_schema
-from scanner.search.miniprompt import AcrResult, Target, measure_many
+from scanner.search.miniprompt import Target, measure_many
 from scanner.stages.anchor import screen_with_anchors
 from scanner.stages.calibrate import calibrate_rows
 from scanner.stages.read import Document
-from scanner.stages.screen import Screened
 from scanner.stages.spans import Span, make_spans, tokenize_document
 from scanner.storage.rundir import Shard, config_hash, run_identity
 
@@ -42,41 +41,6 @@ log = logging.getLogger(__name__)
 
 def span_seed(seed: int, span_id: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{span_id}".encode()).digest()[:4], "big")
-
-
-def _base_row(span: Span, shard: int, tau: float) -> dict:
-    return {"doc_id": span.doc_id, "span_id": span.span_id, "char_start": span.char_start,
-            "char_end": span.char_end, "token_start": span.token_start, "token_end": span.token_end,
-            "text": span.text, "target_tokens": len(span.target_ids), "target_ids": list(span.target_ids),
-            "status": "skipped",
-            "reason": span.skip_reason, "acr": None, "memorized": False, "prompt": None, "prompt_ids": None,
-            "prompt_tokens": None, "tau": tau, "thresholds": [], "greedy_match_rate": None, "mean_nll": None,
-            "discoverable": None, "certificate_tokens": None, "certificate_prompt": None,
-            "verified_generation": False, "teacher_forced": None, "verify_engine": None, "min_margin": None,
-            "steps": 0, "forwards": 0, "screen_s": 0.0, "search_s": 0.0, "shard": shard, "extra": None,
-            "verify_version": None, "verify_dtype": None, "verify_flags": None, "verify_disagrees": None,
-            "rejected_matches": None, "screen_engine": None, "doc_row": span.doc_row, **empty_columns(),
-            "acr_kind": None, "rejected_early": None, "anchored": span.anchored, **extraction.empty_columns()}
-
-
-def _screened_row(row: dict, screened: Screened, certificate: str | None, seconds: float, engine: str) -> dict:
-    return {**row, "status": "screened_out", "reason": None, "greedy_match_rate": screened.greedy_match_rate,
-            "mean_nll": screened.mean_nll, "discoverable": screened.discoverable,
-            "certificate_tokens": screened.certificate_tokens, "certificate_prompt": certificate,
-            "screen_s": seconds, "screen_engine": engine}
-
-
-def _searched_row(row: dict, result: AcrResult, seconds: float) -> dict:
-    flags = [{"name": k, "tau": v["tau"], "memorized": v["memorized"]} for k, v in result.thresholds.items()]
-    return {**row, "status": "memorized" if result.memorized else "not_memorized", "acr": result.acr,
-            "memorized": result.memorized, "prompt": result.prompt, "prompt_ids": result.prompt_ids,
-            "prompt_tokens": result.prompt_tokens, "thresholds": flags,
-            "verified_generation": result.verified_generation, "teacher_forced": result.teacher_forced,
-            "verify_engine": result.verify_engine, "min_margin": result.min_margin, "steps": result.steps,
-            "forwards": result.forwards, "search_s": seconds, "verify_version": result.verify_version,
-            "verify_dtype": result.verify_dtype, "verify_flags": json.dumps(result.verify_flags, sort_keys=True),
-            "verify_disagrees": result.verify_disagrees, "rejected_matches": result.rejected_matches,
-            "acr_kind": "searched_min", "reason": None, "rejected_early": result.rejected_early}
 
 
 def _is_candidate(row: dict, config: ScanConfig) -> bool:
@@ -93,9 +57,9 @@ def search_rows(engine: HFEngine, rows: list[dict], config: ScanConfig, width: i
         row = rows[index]
         if isinstance(result, Exception):
             log.error("span %s failed", row["span_id"], exc_info=result)
-            searched[row["span_id"]] = {**row, "status": "failed", "reason": f"{type(result).__name__}: {result}"[:500]}
+            searched[row["span_id"]] = failed_row(row, result)
         else:
-            searched[row["span_id"]] = _searched_row(row, result, result.wall_s)
+            searched[row["span_id"]] = searched_row(row, result, result.wall_s)
     return searched
 
 
@@ -114,18 +78,18 @@ def screen_document(engine: HFEngine, doc: Document, config: ScanConfig, shard: 
     tau = config.search.tau
     live = [s for s in spans if not s.skipped]
     extra = json.dumps(doc.extra, ensure_ascii=False, default=str) if doc.extra else None
-    rows = {s.span_id: {**_base_row(s, shard, tau), "extra": extra} for s in spans}
+    rows = {s.span_id: base_row(s, shard, tau, extra) for s in spans}
     if not live:
         return rows, []
     screen_engine = engine.screen_info()["engine"]
     screened = screen_with_anchors(engine, doc, tokens, live, config.spans, config.screen, tokenizer_id)
     live = [span for span, _, _ in screened]
-    rows = {s.span_id: rows.get(s.span_id) or {**_base_row(s, shard, tau), "extra": extra} for s in live}
+    rows = {s.span_id: rows.get(s.span_id) or base_row(s, shard, tau, extra) for s in live}
     for span, result, each in screened:
         start = result.certificate_start
         cert = None if start is None else doc.text[tokens[1][start][0]:span.char_start]
-        rows[span.span_id] = {**_screened_row(rows[span.span_id], result, cert, each, screen_engine),
-                              **extraction.columns(result.log_pz_topk, result.pz_greedy, config.screen.extraction)}
+        pz = extraction.columns(result.log_pz_topk, result.pz_greedy, config.screen.extraction)
+        rows[span.span_id] = screened_row(rows[span.span_id], result, cert, each, screen_engine, pz)
     chosen = _choose(live, rows, config)
     if budget is not None:
         for span in chosen[budget:]:

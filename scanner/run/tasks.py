@@ -12,7 +12,6 @@ its candidates (several targets per forward) and calibrates what it finds memori
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -24,6 +23,8 @@ import pyarrow as pa
 from scanner.config import PassageConfig, ScanConfig
 from scanner.measures import acr as acr_math
 from scanner.measures.compression import thresholds as compression_thresholds
+from scanner.results.rows import certified_row as settled_by_certificate
+from scanner.results.rows import failed_row
 from scanner.run.passages import write_passages
 from scanner.run.shard import calibrate, open_engine, screen_shard, search_rows, shard_log
 from scanner.schema import results_schema
@@ -71,15 +72,8 @@ def certified_row(engine, row: dict, config: ScanConfig) -> dict | None:
     if not acr_math.is_memorized(value, config.search.tau, True):
         return None  # a bound at or below tau proves nothing: the search decides
     taus = {"tau": config.search.tau, **compression_thresholds(row["text"])}
-    flags = [{"name": k, "tau": v["tau"], "memorized": v["memorized"]}
-             for k, v in acr_math.threshold_flags(value, True, taus).items()]
-    info = engine.verify_info()
-    return {**row, "status": "memorized", "reason": None, "acr": value, "memorized": True,
-            "prompt": check.prompt, "prompt_ids": check.prompt_ids, "prompt_tokens": tokens, "thresholds": flags,
-            "verified_generation": True, "teacher_forced": check.teacher_forced, "verify_engine": info["engine"],
-            "min_margin": check.min_margin, "steps": 0, "verify_version": info["version"],
-            "verify_dtype": info["dtype"], "verify_flags": json.dumps(info["flags"], sort_keys=True),
-            "verify_disagrees": check.disagrees, "rejected_matches": 0, "acr_kind": "certificate_bound"}
+    flags = acr_math.threshold_flags(value, True, taus)
+    return settled_by_certificate(row, check, value, flags, engine.verify_info())
 
 
 def _certify(engine, rows: list[dict], config: ScanConfig) -> dict:
@@ -90,7 +84,7 @@ def _certify(engine, rows: list[dict], config: ScanConfig) -> dict:
             settled = certified_row(engine, row, config)
         except Exception as err:  # noqa: BLE001 - one span's fault must not lose the unit; retried on resume
             log.error("certificate of span %s could not be checked", row["span_id"], exc_info=err)
-            settled = {**row, "status": "failed", "reason": f"certificate: {type(err).__name__}: {err}"[:500]}
+            settled = failed_row(row, err, during="certificate")
         if settled is not None:
             out[row["span_id"]] = {**settled, "search_s": time.perf_counter() - start}
     return out

@@ -178,6 +178,19 @@ def _config_problems(saved: dict, config: dict, fingerprint: str, docs_per_shard
     return "; and ".join(problems), FIX
 
 
+def _version_problem(saved: dict) -> str:
+    """Why the saved run's results cannot be extended by this acr-scanner: another results schema (its
+    finished parts would mix two tables); empty when the versions agree."""
+    version = saved.get("schema_version")
+    if version == SCHEMA_VERSION:
+        return ""
+    old = version if version is not None else "(unrecorded)"
+    made_by = saved.get("package_version") or "unrecorded"
+    return (f"was made with results schema version {old} but this acr-scanner writes version {SCHEMA_VERSION}, "
+            "so its finished parts cannot be resumed into one table; start a new --out, or rerun with the "
+            f"acr-scanner that writes schema version {old} (the run was started by acr-scanner {made_by})")
+
+
 def _is_number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -262,11 +275,14 @@ class RunDir:
     def _resume(self, config: dict, fingerprint: str, num_docs: int, docs_per_shard: int) -> Plan:
         saved = self.saved_config()
         problems, fix = _config_problems(saved, config, fingerprint, docs_per_shard)
-        if problems and not self.done_shards() and not has_work(self.path):
+        version = _version_problem(saved)
+        if (problems or version) and not self.done_shards() and not has_work(self.path):
             # Nothing of the old run can be lost (e.g. a model that failed to load): the corrected
             # command starts it afresh instead of being refused as a change.
-            log.warning("run %s %s, but none of its shards finished; starting it afresh", self.path, problems)
+            log.warning("run %s %s, but none of its shards finished; starting it afresh", self.path,
+                        problems or version)
             return self._create(config, fingerprint, num_docs, docs_per_shard)
+        require(not version, f"RUN_DIR '{self.path}' {version}")
         require(not problems, f"RUN_DIR '{self.path}' {problems}; {fix}")
         plan = self._saved_plan(saved, num_docs)
         require(plan.num_docs == num_docs, f"RUN_DIR '{self.path}': {PLAN_FILE} covers {plan.num_docs} "

@@ -1,0 +1,88 @@
+"""The one builder of results rows: a span's row as each stage leaves it.
+
+Every row starts from the schema's defaults (scanner/schema/results.py), so a column added there is in
+every row without a change here; a stage sets only what it measured. A searched row and a row settled by
+its certificate share their verdict columns through `verdict_columns`. Arguments are plain values or
+duck-typed result objects (a Span, a Screened, an AcrResult, a verification check): this module imports
+no engine, so it loads without torch.
+"""
+
+from __future__ import annotations
+
+import json
+
+from scanner.schema import default_row
+
+REASON_CHARS = 500  # a failure's reason keeps the error's head: tracebacks belong in the shard log
+
+
+def base_row(span, shard: int, tau: float, extra: str | None = None) -> dict:
+    """A span's row before the screen: where it stands, its target, skipped with the span's skip_reason
+    (the screen replaces both for a live span)."""
+    return {**default_row(), "doc_id": span.doc_id, "span_id": span.span_id, "char_start": span.char_start,
+            "char_end": span.char_end, "token_start": span.token_start, "token_end": span.token_end,
+            "text": span.text, "target_tokens": len(span.target_ids), "target_ids": list(span.target_ids),
+            "status": "skipped", "reason": span.skip_reason, "tau": tau, "shard": shard, "extra": extra,
+            "doc_row": span.doc_row, "anchored": span.anchored}
+
+
+def screened_row(row: dict, screened, certificate: str | None, seconds: float, engine: str,
+                 extraction: dict) -> dict:
+    """The row after the teacher-forced screen (`screened`: a stages.screen.Screened), screened out
+    until phase 2 takes it up; `extraction` holds its p_z columns (measures/extraction.py)."""
+    return {**row, "status": "screened_out", "reason": None, "greedy_match_rate": screened.greedy_match_rate,
+            "mean_nll": screened.mean_nll, "discoverable": screened.discoverable,
+            "certificate_tokens": screened.certificate_tokens, "certificate_prompt": certificate,
+            "screen_s": seconds, "screen_engine": engine, **extraction}
+
+
+def threshold_entries(thresholds: dict) -> list[dict]:
+    """{name: {"tau", "memorized"}} as the `thresholds` column's list of entries."""
+    return [{"name": k, "tau": v["tau"], "memorized": v["memorized"]} for k, v in thresholds.items()]
+
+
+def verdict_columns(*, memorized: bool, acr: float | None, acr_kind: str, prompt: str | None,
+                    prompt_ids: list[int] | None, prompt_tokens: int | None, thresholds: dict,
+                    teacher_forced: bool | None, min_margin: float | None, verify_disagrees: bool | None,
+                    rejected_matches: int | None, verifier: dict, verified_generation: bool) -> dict:
+    """The verdict of a measured span, however it was measured; `verifier` is the verify engine's
+    {"engine", "version", "dtype", "flags"} (HFEngine.verify_info())."""
+    return {"status": "memorized" if memorized else "not_memorized", "reason": None, "acr": acr,
+            "acr_kind": acr_kind, "memorized": memorized, "prompt": prompt, "prompt_ids": prompt_ids,
+            "prompt_tokens": prompt_tokens, "thresholds": threshold_entries(thresholds),
+            "verified_generation": verified_generation, "teacher_forced": teacher_forced,
+            "min_margin": min_margin, "verify_engine": verifier["engine"], "verify_version": verifier["version"],
+            "verify_dtype": verifier["dtype"], "verify_flags": json.dumps(verifier["flags"], sort_keys=True),
+            "verify_disagrees": verify_disagrees, "rejected_matches": rejected_matches}
+
+
+def searched_row(row: dict, result, seconds: float) -> dict:
+    """The row after MiniPrompt (`result`: a search.miniprompt.AcrResult)."""
+    verifier = {"engine": result.verify_engine, "version": result.verify_version,
+                "dtype": result.verify_dtype, "flags": result.verify_flags}
+    verdict = verdict_columns(
+        memorized=result.memorized, acr=result.acr, acr_kind="searched_min", prompt=result.prompt,
+        prompt_ids=result.prompt_ids, prompt_tokens=result.prompt_tokens, thresholds=result.thresholds,
+        teacher_forced=result.teacher_forced, min_margin=result.min_margin,
+        verify_disagrees=result.verify_disagrees, rejected_matches=result.rejected_matches, verifier=verifier,
+        verified_generation=result.verified_generation)
+    return {**row, **verdict, "steps": result.steps, "forwards": result.forwards, "search_s": seconds,
+            "rejected_early": result.rejected_early}
+
+
+def certified_row(row: dict, check, acr: float, thresholds: dict, verifier: dict) -> dict:
+    """The row settled by its natural-prefix certificate, without GCG: `check` is the verify engine's
+    greedy generation from the certificate string, which reproduced the span (HFEngine.verify); `acr`
+    is the bound |y| / |certificate|. No search ran, so no prompt was refuted."""
+    verdict = verdict_columns(
+        memorized=True, acr=acr, acr_kind="certificate_bound", prompt=check.prompt, prompt_ids=check.prompt_ids,
+        prompt_tokens=len(check.prompt_ids), thresholds=thresholds, teacher_forced=check.teacher_forced,
+        min_margin=check.min_margin, verify_disagrees=check.disagrees, rejected_matches=0, verifier=verifier,
+        verified_generation=True)
+    return {**row, **verdict, "steps": 0}
+
+
+def failed_row(row: dict, error: BaseException, during: str = "") -> dict:
+    """The row of a span whose step raised: failed, retried on resume; `during` names the step."""
+    reason = f"{during}: " if during else ""
+    return {**row, "status": "failed", "reason": f"{reason}{type(error).__name__}: {error}"[:REASON_CHARS]}
