@@ -80,9 +80,3 @@ def columns(log_p_topk: float | None, pz_greedy: float | None, config: Extractio
             "np_n": config.n if known else None, "np_p": config.p if known else None,
             "np_extraction_probability": chance,
             "np_discoverable": None if chance is None else chance >= config.p}
-
-
-def empty_columns() -> dict:
-    """The extraction columns of a span that was not screened."""
-    return dict.fromkeys(("pz_greedy", "pz_topk", "log10_pz_topk", "pz_top_k", "pz_temperature", "np_n", "np_p",
-                          "np_extraction_probability", "np_discoverable"))

@@ -5,8 +5,8 @@ the other is rewriting; the second one could print a wrong summary and exit 0. T
 created by a hard link from a complete temp file, so it appears atomically and whole (O_EXCL on a
 file we then write could leave an empty lock behind a kill). A lock whose holder ran on this host and
 no longer runs is stale and is taken over; one from another host cannot be checked from here, so the
-message names it and the fix. Re-entrant within one process (the progress bar and the scan both
-take it).
+message names it and the fix. The scan driver (run/driver.py) is its one taker, so it is not
+re-entrant: a second taker in the same process is refused like any other.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from scanner.errors import InputError
 log = logging.getLogger(__name__)
 
 LOCK_FILE = "lock"
-_HELD: dict[Path, int] = {}  # run directories this process holds, with a nesting count
 
 
 def _holder() -> dict:
@@ -102,15 +101,9 @@ def run_lock(run_dir: str | Path) -> Iterator[None]:
     """Hold the run directory's lock (creating the folder) for the duration of the block."""
     folder = Path(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    key = folder.resolve()
-    if key not in _HELD:
-        _acquire(folder)
-    _HELD[key] = _HELD.get(key, 0) + 1
+    _acquire(folder)
     try:
         yield
     finally:
-        _HELD[key] -= 1
-        if not _HELD[key]:
-            del _HELD[key]
-            with contextlib.suppress(FileNotFoundError):
-                (folder / LOCK_FILE).unlink()
+        with contextlib.suppress(FileNotFoundError):
+            (folder / LOCK_FILE).unlink()
