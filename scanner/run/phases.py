@@ -125,7 +125,7 @@ class Phases:
 
 def run_phases(phases: Phases, execute, progress=None) -> dict:
     """Phases 1-4 through `execute`; returns the executor's report of tasks that failed for good."""
-    failed = _search_phases(phases, execute, progress)
+    failed = _screen_search_write(phases, execute, progress)
     return failed or build_passages(phases, execute)
 
 
@@ -143,8 +143,8 @@ def build_passages(phases: Phases, execute) -> dict:
     return failed
 
 
-def _search_phases(phases: Phases, execute, progress) -> dict:
-    """Phases 1-3."""
+def _screen_search_write(phases: Phases, execute, progress) -> dict:
+    """Phases 1-3: screen, certify and search, write the results."""
     ran = phases.prepare()
     execute = _counting(execute, counter := [0])
     failed = execute(phases.screen_pending(), None, progress or (lambda stats: None))
