@@ -172,7 +172,8 @@ class SearchConfig:
 @dataclass(frozen=True, kw_only=True)
 class EngineConfig:
     """Which engine gives the final word on a prompt (verify) and ranks spans (screen); the HF model
-    always computes the GCG gradients. "auto" is resolved once, before a run is saved (resolved())."""
+    always computes the GCG gradients. "auto" is decided where the engines are built, on the machine
+    that runs the shard (engine/build.py resolve_engines), and stays "auto" in the saved config."""
 
     verify: str = "auto"
     screen: str = "auto"
@@ -195,25 +196,6 @@ class EngineConfig:
     @property
     def uses_vllm(self) -> bool:
         return "vllm" in (self.verify, self.screen)
-
-    def resolved(self, model: ModelConfig) -> EngineConfig:
-        """"auto" -> vllm where vLLM is installed, a GPU is visible and the model is not a .gguf file
-        (vLLM loads HF directories and hub ids here); else hf."""
-        if "auto" not in (self.verify, self.screen):
-            return self
-        default = "vllm" if _vllm_fits(model) else "hf"
-        return dataclasses.replace(self, verify=default if self.verify == "auto" else self.verify,
-                                   screen=default if self.screen == "auto" else self.screen)
-
-
-def _vllm_fits(model: ModelConfig) -> bool:
-    import importlib.util
-
-    if model.device == "cpu" or model.model.endswith(".gguf") or importlib.util.find_spec("vllm") is None:
-        return False
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def to_dict(config: Any) -> dict[str, Any]:

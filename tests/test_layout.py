@@ -96,3 +96,16 @@ def test_pure_and_reading_folders_import_no_torch_at_module_level(pure):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
                 heavy += [f"{module}: {n}" for n in names if n.split(".")[0] in ("torch", "transformers", "vllm")]
     assert not heavy, f"{pure}/ imports a heavy library at module level: {heavy}"
+
+
+def test_configs_and_the_schema_never_import_torch_even_lazily():
+    """Configs hold no live objects and never look at the machine: "auto" is decided in engine/."""
+    heavy = []
+    for module, path in modules().items():
+        if folder(module) not in ("config", "schema"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                heavy += [f"{module}: {n}" for n in names if n.split(".")[0] in ("torch", "transformers", "vllm")]
+    assert not heavy, heavy

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from scanner.config import EngineConfig, ModelConfig, PromptConfig
+from scanner.engine.build import resolve_engines
 from scanner.errors import InputError, MissingDependency
 from scanner.studies.tiny import CANARIES
 
@@ -159,9 +160,9 @@ def test_engine_settings_are_checked_and_auto_resolves_to_hf_on_cpu():
         EngineConfig(verify="fast")
     with pytest.raises(InputError, match="--vllm-gpu-memory 1.5 must be in"):
         EngineConfig(gpu_memory_utilization=1.5)
-    resolved = EngineConfig().resolved(ModelConfig(model="m", device="cpu"))
+    resolved = resolve_engines(EngineConfig(), ModelConfig(model="m", device="cpu"))
     assert (resolved.verify, resolved.screen) == ("hf", "hf")
-    gguf = EngineConfig(screen="vllm").resolved(ModelConfig(model="m.gguf"))
+    gguf = resolve_engines(EngineConfig(screen="vllm"), ModelConfig(model="m.gguf"))
     assert (gguf.verify, gguf.screen) == ("hf", "vllm")  # explicit choices stay
 
 

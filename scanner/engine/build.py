@@ -8,6 +8,8 @@ Built the other way round, vLLM would find the HF model's memory taken and fail 
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import logging
 
 from scanner.config import EngineConfig, ModelConfig, PromptConfig
@@ -21,7 +23,7 @@ log = logging.getLogger(__name__)
 def build_engines(model: ModelConfig, prompt: PromptConfig, engines: EngineConfig) -> HFEngine:
     """The HF engine (gradients, candidate scores, margins) with vLLM attached where `engines` asks."""
     check_model(model)  # a wrong or damaged local model fails here, named, before vLLM reads it
-    engines = engines.resolved(model)
+    engines = resolve_engines(engines, model)
     fast = None
     if engines.uses_vllm:
         from scanner.engine.vllm import VLLMEngine
@@ -33,3 +35,22 @@ def build_engines(model: ModelConfig, prompt: PromptConfig, engines: EngineConfi
     engine.attach(fast, verify=engines.verify == "vllm", screen=engines.screen == "vllm")
     log.info("verify engine: %s; screen engine: %s", engines.verify, engines.screen)
     return engine
+
+
+def resolve_engines(engines: EngineConfig, model: ModelConfig) -> EngineConfig:
+    """"auto" -> vllm where vLLM is installed, a GPU is visible and the model is not a .gguf file
+    (vLLM loads HF directories and hub ids here); else hf. Decided on the machine that runs the
+    shard, so it lives with the engines, not in the config."""
+    if "auto" not in (engines.verify, engines.screen):
+        return engines
+    default = "vllm" if _vllm_fits(model) else "hf"
+    return dataclasses.replace(engines, verify=default if engines.verify == "auto" else engines.verify,
+                               screen=default if engines.screen == "auto" else engines.screen)
+
+
+def _vllm_fits(model: ModelConfig) -> bool:
+    if model.device == "cpu" or model.model.endswith(".gguf") or importlib.util.find_spec("vllm") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
