@@ -153,7 +153,7 @@ def scripted_actor():
             self._step("setup")
             return {"pid": str(os_.getpid())}
 
-        def run_shard(self, shard) -> dict:
+        def run_task(self, shard) -> dict:
             self._step("shard")
             time.sleep(0.3)
             return {"shard": shard.shard, "pid": os_.getpid()}

@@ -29,7 +29,7 @@ def own_actor_pids() -> set[int]:
             title = " ".join(proc.cmdline()) or proc.name()
         except psutil.Error:  # gone, a zombie (a killed actor not yet reaped), or not ours to read
             continue
-        if title.startswith("ray::ShardWorker"):  # also "ray::ShardWorker.run_shard" while in a task
+        if title.startswith("ray::ShardWorker"):  # also "ray::ShardWorker.run_task" while in a task
             found.add(proc.pid)
     return found
 

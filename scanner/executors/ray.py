@@ -36,7 +36,7 @@ def import_ray():
 
 class ShardWorker:
     """A Ray actor's state: the worker `make_worker()` gives (scanner/run/tasks.py), whose heavy
-    objects are built in `setup()` inside the actor, never pickled. `run_shard` runs any task of a scan."""
+    objects are built in `setup()` inside the actor, never pickled. `run_task` runs any task of a scan."""
 
     def __init__(self, make_worker, cpus: float) -> None:
         self.worker, self.cpus = make_worker(), cpus
@@ -44,7 +44,7 @@ class ShardWorker:
     def setup(self) -> dict:
         return self.worker.setup(cpus=self.cpus)
 
-    def run_shard(self, task) -> dict:
+    def run_task(self, task) -> dict:
         return self.worker.run_task(task)
 
     def close(self) -> None:
@@ -107,7 +107,7 @@ class Scheduler:
             if not self.queue:
                 return
             shard = self.queue.popleft()
-            self.busy[self.slots[slot].run_shard.remote(shard)] = (slot, shard)
+            self.busy[self.slots[slot].run_task.remote(shard)] = (slot, shard)
 
     def next_result(self):
         """Wait for one task; return (shard, stats) when a shard finished, else None."""
