@@ -28,9 +28,7 @@ def snapshot(run: RunDir, workers: int = 1, now: float | None = None) -> dict:
     return snap
 
 
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "unknown until a part is done"
+def _duration(seconds: float) -> str:
     seconds = round(seconds)
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
@@ -82,17 +80,23 @@ def _rate(snap: dict) -> str:
         return f"{s['candidates_per_s']:.2f} candidates/s ({s['rate']})"
     if phase == "write" and s["shards_per_s"]:
         return f"{s['shards_per_s']:.2f} shards/s (wall clock)"
-    return "finished" if phase == "complete" else "unknown until two parts of this phase are done"
+    if phase in ("complete", "passages"):
+        return "finished" if phase == "complete" else "not measured (passages.parquet is one task)"
+    return f"unknown until the first parts of {ENDS[phase]} are done"
+
+
+ENDS = {"screen": "the screen", "certify": "the certificates", "search": "the search plan", "write": "the write",
+        "passages": "the passages"}
 
 
 def _eta(snap: dict) -> str:
     phase = snap["phase"]
     if phase == "complete":
         return "finished"
-    if phase == "search":
-        ends = "the budget" if snap["search"]["ends"] == "budget" else "the search plan"
-        return f"{_duration(snap['eta_s'])} to the end of {ends}"
-    return f"{_duration(snap['eta_s'])} to the end of the {phase}"
+    if snap["eta_s"] is None:
+        return "unknown (one task builds passages.parquet)" if phase == "passages" else "unknown yet"
+    ends = "the budget" if phase == "search" and snap["search"]["ends"] == "budget" else ENDS[phase]
+    return f"{_duration(snap['eta_s'])} to the end of {ends}"
 
 
 def render(snap: dict, run_dir: str) -> str:

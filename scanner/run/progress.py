@@ -51,11 +51,15 @@ def per_second(commits: list, amount: dict[int, float], work_s: float, workers: 
     with `workers` at once; (None, 'unknown') before a part recorded any."""
     wall = wall_rate(commits, amount)
     if wall:
-        return wall, f"wall clock, last {min(len(commits) - 1, RECENT)} commits"
+        return wall, f"wall clock, last {_counted(min(len(commits) - 1, RECENT), 'commit')}"
     done = sum(amount.values())
     if work_s > 0 and done > 0:
-        return done / work_s * workers, f"work time of {len(commits)} done, --workers {workers}"
+        return done / work_s * workers, f"work time of {_counted(len(commits), 'done part')}, --workers {workers}"
     return None, "unknown until a part is done"
+
+
+def _counted(count: int, what: str) -> str:
+    return f"{count} {what}{'s' if count != 1 else ''}"
 
 
 def eta(left: float, rate: float | None) -> float | None:
