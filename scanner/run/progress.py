@@ -112,10 +112,9 @@ def _search(run: RunDir, workers: int, budget: bm.Budget | None) -> dict:
     per_s, how = per_second(commits, searched, work, workers)
     total = None if units is None else sum(len(u) for u in units)
     spent = bm.spent(list(stats.values()), budget)
-    left, ends = (None, "plan") if total is None else (total - done, "plan")
-    if budget is not None and left is not None:
-        by_budget = _left_by_budget(budget, spent, done, left)
-        left, ends = (by_budget, "budget") if by_budget < left else (left, ends)
+    left, ends = None if total is None else total - done, "plan"
+    if budget is not None and left is not None and (by_budget := _left_by_budget(budget, spent, done, left)) < left:
+        left, ends = by_budget, "budget"
     return {"units_done": len(stats), "units_total": None if units is None else len(units),
             "candidates_done": done, "candidates_total": total,
             "memorized": sum(s.get("memorized", 0) for s in stats.values()),
@@ -153,6 +152,8 @@ def _phase(sections: dict) -> str:
     if screen["shards_done"] < screen["shards_total"]:
         return "screen"
     if certify["units_total"] is None or certify["units_done"] < certify["units_total"]:
+        return "certify"
+    if certify["failed"] and search["candidates_total"] is None:  # stopped: a relaunch checks them again
         return "certify"
     if not search["over"]:  # a unit left and budget to start it; on Ray, units in flight then finish
         return "search"
