@@ -1,87 +1,233 @@
-"""`acr-scan status RUN --watch`: the live view, through the CLI, on run directories made here.
+"""`acr-scan status` and `status --watch` on real run directories of the tiny model, one per phase.
 
-The run directories are written with RunDir as a scan writes them (plan, shard results, stats, done
-markers) and the markers' times are set, so throughput and ETA have known values."""
+One scan (a canary document and salad ones, a shard each) is frozen (SIGSTOP) once some but not all
+shards are screened and again once some but not all search units are done; each time its run directory
+is copied, as a kill at that moment would leave it, and the scan goes on to the end. The certify, write
+and passages states are copies of the finished run less what those phases had not committed yet (done
+markers, later phases' plans, passages.parquet), as a kill during that phase leaves them."""
 
 import json
-import os
+import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from scanner.schema import results_schema
-from scanner.storage.rundir import RunDir
+from scanner.cli.demo import demo_corpus
+from scanner.config import Budget
+from scanner.run.progress import _left_by_budget
+from scanner.studies.tiny import salad
 
-NOW_AGO = {0: 100.0, 1: 90.0, 2: 30.0}  # seconds before the test when each shard was committed
+SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--min-match-rate", "0.8", "--steps", "10",
+        "--candidates", "64", "--top-k", "64", "--restarts", "0", "--calibration-prompts", "0", "--unit-size", "1",
+        "--docs-per-shard", "1"]
+SALAD_DOCS = 9  # 10 shards: the screen takes long enough to be caught in the middle
+OLD_KEYS = {"shards_done", "shards_total", "rows", "status_counts", "elapsed_s", "spans_per_s", "eta_s", "phases"}
 
 
-def cli(*args, timeout=60):
+def cli(*args, timeout=120):
     return subprocess.run([sys.executable, "-m", "scanner", *args], capture_output=True, text=True, timeout=timeout)
 
 
-def commit(run: RunDir, shard: int, memorized: int) -> None:
-    counts = {"memorized": memorized, "screened_out": 10 - memorized}
-    stats = {"documents": 3, "spans": 10, "rows": 10, "status_counts": counts, "candidates": memorized,
-             "memorized": memorized, "seconds": 4.0}
-    run.write_shard(shard, results_schema().empty_table(), stats)
-    stamp = time.time() - NOW_AGO[shard]
-    os.utime(run.done_path(shard), (stamp, stamp))
+def corpus(root: Path) -> Path:
+    demo = pq.read_table(demo_corpus(root / "demo.parquet")).slice(0, 1)  # doc-0 holds a canary
+    rng = random.Random(3)
+    ids = demo.column("id").to_pylist() + [f"salad-{i}" for i in range(SALAD_DOCS)]
+    texts = demo.column("text").to_pylist() + [salad(rng, 20) for _ in range(SALAD_DOCS)]
+    pq.write_table(pa.table({"id": ids, "text": texts}), root / "corpus.parquet")
+    return root / "corpus.parquet"
 
 
-@pytest.fixture
-def running(tmp_path):
-    """A run of 9 documents in 3 shards, two of them done (committed 100 and 90 seconds ago)."""
-    run = RunDir(tmp_path / "run")
-    run.prepare({"corpus": "c"}, "f" * 64, num_docs=9, docs_per_shard=3)
-    commit(run, 0, memorized=1)
-    commit(run, 1, memorized=2)
-    return run
+def markers(run: Path, folder: str) -> list[Path]:
+    where = run / folder
+    return sorted(p for p in where.iterdir() if p.name.isdigit()) if where.is_dir() else []
 
 
-def test_watch_shows_phase_progress_memorized_throughput_and_eta(running):
-    out = cli("status", str(running.path), "--watch", "--iterations", "2", "--interval", "0.1")
+def units(run: Path, plan: str) -> int | None:
+    path = run / plan
+    return len(json.loads(path.read_text())["units"]) if path.exists() else None
+
+
+def freeze_when(proc, run: Path, ready, copy: Path, timeout: float = 300) -> None:
+    """Stop the scan once `ready(run)`, copy its run directory (mtimes kept), let it go on."""
+    deadline = time.monotonic() + timeout
+    while not ready(run):
+        assert proc.poll() is None and time.monotonic() < deadline, "the scan ended before the state was reached"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        shutil.copytree(run, copy)
+    finally:
+        proc.send_signal(signal.SIGCONT)
+
+
+def screening(run: Path) -> bool:
+    return len(markers(run, "screen/done")) >= 1
+
+
+def searching(run: Path) -> bool:
+    return len(markers(run, "search/done")) >= 1
+
+
+def without(done: Path, copy: Path, *, keep: dict[str, int], remove=()) -> Path:
+    """The finished run less the done markers past the first `keep[folder]` and the `remove`d files."""
+    shutil.copytree(done, copy)
+    for folder, count in keep.items():
+        for marker in markers(copy, folder)[count:]:
+            marker.unlink()
+    for name in remove:
+        (copy / name).unlink()
+    return copy
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("watch")
+    out = root / "run"
+    command = [sys.executable, "-m", "scanner", "scan", str(corpus(root)), "--model", str(tiny_dir), "--out",
+               str(out), *SCAN]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        freeze_when(proc, out, screening, root / "screen")
+        freeze_when(proc, out, searching, root / "search")
+        _, err = proc.communicate(timeout=600)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    states = {"screen": root / "screen", "search": root / "search", "complete": out}
+    states["certify"] = without(out, root / "certify", keep={"certify/done": 2, "search/done": 0, "done": 0},
+                                remove=("search_plan.json", "passages.parquet"))
+    states["write"] = without(out, root / "write", keep={"done": 3}, remove=("passages.parquet",))
+    states["passages"] = without(out, root / "passages", keep={}, remove=("passages.parquet",))
+    return states
+
+
+def status(run: Path) -> dict:
+    out = cli("status", str(run))
     assert out.returncode == 0, out.stderr
-    frames = out.stdout.strip().split("\n\n")
-    assert len(frames) == 2
-    frame = frames[-1]
-    assert "phase: scanning" in frame
-    assert "shards      2/3 done" in frame and "documents   6/9 done" in frame
-    assert "spans       20 done (memorized 3, screened_out 17)" in frame
-    assert "memorized   3 so far" in frame
-    # The last commit came 10 s after the one before it: 10 spans and 3 documents in 10 s.
-    assert "1.0 spans/s, 0.30 documents/s (wall clock, last 1 shard commits)" in frame
-    assert "ETA         10 s" in frame  # 3 documents left at 0.3 per second
-    assert re.search(r"last commit 1 min \d\d s ago", frame)  # 90 s, and the seconds this test took
+    return json.loads(out.stdout)
 
 
-def test_watch_of_a_complete_run_shows_one_frame_and_ends(running):
-    commit(running, 2, memorized=0)
-    out = cli("status", str(running.path), "--watch", "--interval", "0.1")
+def frame(run: Path) -> str:
+    out = cli("status", str(run), "--watch", "--iterations", "1")
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_a_scan_stopped_in_its_screen(runs):
+    run = runs["screen"]
+    done = len(markers(run, "screen/done"))
+    assert 1 <= done < 1 + SALAD_DOCS, "the screen was not caught in the middle; the test lost its point"
+    tokens = sum(json.loads(p.read_text())["tokens"] for p in (run / "screen/stats").glob("*.json")
+                 if (run / "screen/done" / p.stem).exists())
+    got = status(run)
+    assert set(got) >= OLD_KEYS | {"phase", "progress"} and got["phase"] == "screen"
+    screen = got["progress"]["screen"]
+    assert (screen["shards_done"], screen["shards_total"], screen["docs_done"]) == (done, 10, done)
+    assert screen["tokens"] == tokens > 0 and screen["tokens_per_s"] > 0
+    assert isinstance(got["eta_s"], float) and got["eta_s"] > 0 and got["eta_s"] == screen["eta_s"]
+    assert got["elapsed_s"] > 0  # the screen parts' work time, though no result is written yet
+    shown = frame(run)
+    assert "phase: screen" in shown and f"screen      {done}/10 shards, {done}/10 documents, {tokens} tokens" in shown
+    assert "certify     waiting" in shown and "passages    waiting" in shown and "tokens/s" in shown
+    assert re.search(r"ETA         (\d+ min )?\d+ s to the end of the screen", shown), shown
+
+
+def test_a_scan_stopped_in_its_certificates(runs):
+    run = runs["certify"]
+    total = units(run, "certify_plan.json")
+    settled = sum(json.loads((run / "certify/stats" / f"{p.name}.json").read_text())["settled"]
+                  for p in markers(run, "certify/done"))
+    got = status(run)
+    assert got["phase"] == "certify" and total > 2
+    certify = got["progress"]["certify"]
+    assert (certify["units_done"], certify["units_total"], certify["settled"]) == (2, total, settled)
+    assert isinstance(got["eta_s"], float) and got["eta_s"] > 0
+    shown = frame(run)
+    assert "phase: certify" in shown and f"certify     2/{total} units, {settled} spans settled" in shown
+    assert "screen      10/10 shards" in shown and "search      waiting" in shown
+    assert re.search(r"ETA         \d+ s to the end of the certificates", shown), shown
+
+
+def test_a_scan_stopped_in_its_search(runs):
+    run = runs["search"]
+    done, total = len(markers(run, "search/done")), units(run, "search_plan.json")
+    assert 1 <= done < total, "the search was not caught in the middle; the test lost its point"
+    stats = [json.loads((run / "search/stats" / f"{p.name}.json").read_text()) for p in markers(run, "search/done")]
+    got = status(run)
+    assert got["phase"] == "search"
+    search = got["progress"]["search"]
+    assert (search["candidates_done"], search["candidates_total"]) == (done, total)  # one candidate a unit
+    assert search["budget"] == {"kind": "steps", "spent": sum(s["steps"] for s in stats), "total": None}
+    assert search["s_per_candidate"] == pytest.approx(sum(s["search_s"] for s in stats) / done)
+    assert isinstance(got["eta_s"], float) and got["eta_s"] > 0 and search["ends"] == "plan"
+    shown = frame(run)
+    assert "phase: search" in shown and f"search      {done}/{total} candidates searched" in shown
+    assert "s per candidate" in shown and "write       waiting" in shown
+    assert re.search(r"ETA         (\d+ min )?\d+ s to the end of the search plan", shown), shown
+
+
+def test_the_budget_ends_the_search_before_the_plan_when_it_pays_for_fewer_candidates():
+    # 40 steps for 2 candidates: the 60 left pay for 3 more, fewer than the 10 planned.
+    assert _left_by_budget(Budget("steps", 100), spent=40, done=2, left=10) == 3
+    assert _left_by_budget(Budget("steps", 100), spent=40, done=2, left=2) == 3  # the plan ends first
+    assert _left_by_budget(Budget("steps", 100), spent=120, done=2, left=10) == 0  # spent: no unit starts
+    assert _left_by_budget(Budget("seconds", 60), spent=0, done=0, left=10) == 10  # nothing known yet
+
+
+def test_a_scan_stopped_writing_its_results(runs):
+    got = status(runs["write"])
+    assert got["phase"] == "write" and got["shards_done"] == 3
+    write = got["progress"]["write"]
+    assert (write["shards_done"], write["shards_total"]) == (3, 10) and got["eta_s"] > 0
+    shown = frame(runs["write"])
+    assert "phase: write" in shown and "write       3/10 shards written" in shown and "passages    waiting" in shown
+    searched = units(runs["write"], "search_plan.json")
+    assert f"search      {searched}/{searched} candidates searched" in shown
+
+
+def test_a_scan_before_its_passages_and_a_complete_one(runs):
+    got = status(runs["passages"])
+    assert got["phase"] == "passages" and got["progress"]["passages"]["built"] is False
+    shown = frame(runs["passages"])
+    assert "phase: passages" in shown and "passages    not built yet" in shown
+    assert "write       10/10 shards written" in shown
+    done = status(runs["complete"])
+    assert done["phase"] == "complete" and done["eta_s"] == 0 and done["shards_done"] == 10
+    assert done["progress"]["passages"]["built"] is True
+
+
+def test_watch_of_a_complete_run_shows_one_frame_and_ends(runs):
+    out = cli("status", str(runs["complete"]), "--watch", "--interval", "0.1")
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("phase: complete") == 1 and "ETA         finished" in out.stdout
-    assert "shards      3/3 done" in out.stdout and "memorized   3 so far" in out.stdout
-    # 20 spans in the 70 s between the first and the last commit.
-    assert "0.3 spans/s" in out.stdout
+    assert "passages    built" in out.stdout and re.search(r"results     \d+ spans \(memorized \d+", out.stdout)
 
 
-def test_plain_status_json_is_unchanged_by_watch(running):
-    status = json.loads(cli("status", str(running.path)).stdout)
-    assert set(status) == {"shards_done", "shards_total", "rows", "status_counts", "elapsed_s", "spans_per_s",
-                           "eta_s", "phases"}
-    assert status["phases"]["screened_shards"] == 0 and status["phases"]["shards_total"] == 3
-    assert status["shards_done"] == 2 and status["rows"] == 20
+def test_the_search_logs_one_line_per_candidate(runs):
+    run = runs["complete"]
+    for marker in markers(run, "search/done"):
+        stats = json.loads((run / "search/stats" / f"{marker.name}.json").read_text())
+        lines = re.findall(r"INFO scanner\.run\.shard: span \w+: (memorized|not_memorized|failed)(, rejected early)?, "
+                           r"(prompt tokens \d+|no prompt found), steps \d+, [\d.]+ s",
+                           (run / "logs" / f"search-{marker.name}.log").read_text())
+        assert len(lines) == stats["candidates"]
+        assert sum(outcome == "memorized" for outcome, _, _ in lines) == stats["memorized"]
 
 
-def test_ctrl_c_leaves_the_watch_with_exit_0(running):
-    proc = subprocess.Popen([sys.executable, "-m", "scanner", "status", str(running.path), "--watch",
+def test_ctrl_c_leaves_the_watch_with_exit_0(runs):
+    proc = subprocess.Popen([sys.executable, "-m", "scanner", "status", str(runs["search"]), "--watch",
                              "--interval", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         first = proc.stdout.readline()  # the first frame is out: the command is inside its loop
-        assert "phase: scanning" in first
+        assert "phase: search" in first
         proc.send_signal(signal.SIGINT)
         rest, err = proc.communicate(timeout=30)
     finally:
@@ -93,7 +239,7 @@ def test_ctrl_c_leaves_the_watch_with_exit_0(running):
 def test_watch_waits_for_a_run_that_has_no_plan_yet_and_refuses_a_missing_one(tmp_path):
     (tmp_path / "run").mkdir()
     out = cli("status", str(tmp_path / "run"), "--watch", "--iterations", "1")
-    assert out.returncode == 0 and "phase: starting (no shard plan yet)" in out.stdout
+    assert out.returncode == 0 and "phase: starting" in out.stdout and "shard plan" in out.stdout
     missing = cli("status", str(tmp_path / "nope"), "--watch")
     assert missing.returncode == 2 and "does not exist" in missing.stderr
     bad = cli("status", str(tmp_path / "run"), "--watch", "--interval", "0")

@@ -162,20 +162,24 @@ def ingest_command(sources, out, log_path, text_field, id_field, title_field, au
 @click.option("--workers", type=int, default=1, show_default=True,
               help="Shards running at once (the Ray actors), for the ETA.")
 @click.option("--watch", is_flag=True,
-              help="A live view (phase, documents, spans, memorized, throughput, ETA) until the run is complete; Ctrl-C leaves.")
+              help="A live view (the phase, each phase's counts, throughput, ETA) until the run is complete; Ctrl-C leaves.")
 @click.option("--interval", type=float, default=10.0, show_default=True, help="--watch: seconds between refreshes.")
 @click.option("--iterations", type=int, default=None, help="--watch: stop after this many refreshes.")
 def status_command(run_dir, workers, watch, interval, iterations) -> None:
-    """Shards done and total, rows by status, both phases (screened shards, candidates, search units,
-    budget spent), throughput, ETA (JSON; --watch: a live view)."""
+    """The phase (starting, screen, certify, search, write, passages, complete), each phase's progress,
+    shards done and total, rows by status, throughput, the current phase's ETA (JSON; --watch: a live view)."""
     from scanner.storage.rundir import RunDir
 
     if not watch:
         run = RunDir(run_dir)
         run.require_run()
         from scanner.run.phases import status as phase_status
+        from scanner.run.progress import progress
 
-        click.echo(json.dumps({**run.status(workers), "phases": phase_status(run)}, indent=1))
+        now = progress(run, workers)  # eta_s and elapsed_s of the phase the run is in, not only phase 3's
+        click.echo(json.dumps({**run.status(workers), "phases": phase_status(run), "phase": now.pop("phase"),
+                               "eta_s": now.pop("eta_s"), "elapsed_s": now.pop("elapsed_s"), "progress": now},
+                              indent=1))
         return
     from scanner.cli.watch import watch as watch_run
 

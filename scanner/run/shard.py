@@ -37,8 +37,6 @@ from scanner.storage.rundir import Shard, config_hash, run_identity
 log = logging.getLogger(__name__)
 
 
-
-
 def span_seed(seed: int, span_id: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{span_id}".encode()).digest()[:4], "big")
 
@@ -60,7 +58,18 @@ def search_rows(engine: HFEngine, rows: list[dict], config: ScanConfig, width: i
             searched[row["span_id"]] = failed_row(row, result)
         else:
             searched[row["span_id"]] = searched_row(row, result, result.wall_s)
+        _log_searched(searched[row["span_id"]])
     return searched
+
+
+def _log_searched(row: dict) -> None:
+    """One line per candidate as its result arrives, so a unit's log shows a long search moving."""
+    outcome = row["status"] if row["status"] == "failed" else "memorized" if row["memorized"] else "not_memorized"
+    tokens = row.get("prompt_tokens")
+    log.info("span %s: %s%s, %s, steps %d, %.2f s", row["span_id"], outcome,
+             ", rejected early" if row.get("rejected_early") else "",
+             "no prompt found" if tokens is None else f"prompt tokens {tokens}", row.get("steps") or 0,
+             row.get("search_s") or 0.0)
 
 
 def calibrate(engine: HFEngine, rows: dict, docs: list[Document], config: ScanConfig) -> dict:
@@ -69,11 +78,19 @@ def calibrate(engine: HFEngine, rows: dict, docs: list[Document], config: ScanCo
                           context_tokens=config.screen.context_tokens)
 
 
+_TOKENIZE = object()  # screen_document's default: tokenize the document itself
+
+
+def document_tokens(engine: HFEngine, doc: Document) -> tuple[list[int], list[tuple[int, int]]] | None:
+    """The document as its spans are cut from it (ids, character offsets); None when it has no text."""
+    return tokenize_document(doc.text, engine.tokenizer) if doc.text and doc.text.strip() else None
+
+
 def screen_document(engine: HFEngine, doc: Document, config: ScanConfig, shard: int, tokenizer_id: str,
-                    budget: int | None = None) -> tuple[dict, list[Span]]:
+                    budget: int | None = None, tokens=_TOKENIZE) -> tuple[dict, list[Span]]:
     """Rows of one document's spans after the screen (by span_id, in order), and the spans chosen for
-    search: at most `budget` (None: no global limit)."""
-    tokens = tokenize_document(doc.text, engine.tokenizer) if doc.text and doc.text.strip() else None
+    search: at most `budget` (None: no global limit). `tokens`: document_tokens, when the caller has it."""
+    tokens = document_tokens(engine, doc) if tokens is _TOKENIZE else tokens
     spans = make_spans(doc, engine.tokenizer, config.spans, tokenizer_id, tokens)
     tau = config.search.tau
     live = [s for s in spans if not s.skipped]
@@ -156,8 +173,11 @@ def screen_shard(engine: HFEngine, shard: Shard, docs: list[Document], config: S
     start = time.perf_counter()
     tokenizer_id = meta[b"tokenizer_hash"].decode()[:16]
     rows: dict = {}
+    corpus_tokens = 0  # the documents' tokens, for `status`'s tokens per second (the corpus's, not the model's)
     for doc in docs:
-        doc_rows, chosen = screen_document(engine, doc, config, shard.shard, tokenizer_id)
+        tokens = document_tokens(engine, doc)
+        corpus_tokens += len(tokens[0]) if tokens else 0
+        doc_rows, chosen = screen_document(engine, doc, config, shard.shard, tokenizer_id, tokens=tokens)
         for span in chosen:
             doc_rows[span.span_id].update(status="not_searched", reason=PENDING)
         rows.update(doc_rows)
@@ -166,7 +186,7 @@ def screen_shard(engine: HFEngine, shard: Shard, docs: list[Document], config: S
     counts = Counter(r["status"] for r in rows)
     stats = {"documents": len(docs), "spans": len(rows), "rows": len(rows), "status_counts": dict(counts),
              "candidates": counts["not_searched"], "memorized": 0, "seconds": time.perf_counter() - start,
-             "screen_s": sum(r["screen_s"] for r in rows)}
+             "screen_s": sum(r["screen_s"] for r in rows), "tokens": corpus_tokens}
     return table, stats
 
 

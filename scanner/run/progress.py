@@ -1,0 +1,182 @@
+"""Where a scan stands, read from its run directory alone: the phase it is in and each phase's counts,
+rates and ETA (`acr-scan status` and its `--watch` view). It never talks to the driver, so it follows a
+scan running anywhere that writes to a shared run directory.
+
+The phase follows from what the phases committed, in their order: no plan.json: starting; a shard not
+screened: screen; the certify plan not saved yet or a unit not done: certify; the search plan not saved
+yet, or a unit not done while budget is left: search; a shard's results not written: write;
+passages.parquet missing or older than the newest result: passages; else complete.
+
+Rates come from the wall-clock times of a phase's last commits (its done markers' mtimes), so they
+count every worker at once; until two parts of a phase are done they fall back to what the parts'
+stats recorded (work seconds) times --workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from scanner.measures import budget as bm
+from scanner.storage.integrity import read_json_object
+from scanner.storage.passages import PASSAGES_FILE
+from scanner.storage.rundir import CONFIG_FILE, PHASE_PLANS, PLAN_FILE, Plan, RunDir
+from scanner.storage.store import Store
+
+CERTIFY_PLAN, SEARCH_PLAN = PHASE_PLANS
+RECENT = 8  # commits a wall-clock rate is measured over: recent enough to follow a resumed run
+
+
+def _mtime(path: Path) -> float | None:
+    with contextlib.suppress(FileNotFoundError):
+        return path.stat().st_mtime
+    return None
+
+
+def _commits(store: Store) -> list[tuple[float, int]]:
+    """(mtime of the done marker, index), oldest first; a marker removed meanwhile (rewrite) is left out."""
+    times = ((_mtime(store.done_path(i)), i) for i in store.done_shards())
+    return sorted((t, i) for t, i in times if t is not None)
+
+
+def wall_rate(commits: list[tuple[float, int]], amount: dict[int, float]) -> float | None:
+    """`amount` per wall-clock second over the last RECENT commits; None below two commits."""
+    window = commits[-(RECENT + 1):]
+    seconds = window[-1][0] - window[0][0] if len(window) >= 2 else 0.0
+    return sum(amount.get(i, 0) for _, i in window[1:]) / seconds if seconds > 0 else None
+
+
+def per_second(commits: list, amount: dict[int, float], work_s: float, workers: int) -> tuple[float | None, str]:
+    """(amount per second, how it was measured): wall clock, else the work time of the done parts
+    with `workers` at once; (None, 'unknown') before a part recorded any."""
+    wall = wall_rate(commits, amount)
+    if wall:
+        return wall, f"wall clock, last {_counted(min(len(commits) - 1, RECENT), 'commit')}"
+    done = sum(amount.values())
+    if work_s > 0 and done > 0:
+        return done / work_s * workers, f"work time of {_counted(len(commits), 'done part')}, --workers {workers}"
+    return None, "unknown until a part is done"
+
+
+def _counted(count: int, what: str) -> str:
+    return f"{count} {what}{'s' if count != 1 else ''}"
+
+
+def eta(left: float, rate: float | None) -> float | None:
+    return 0.0 if left <= 0 else left / rate if rate else None
+
+
+def _screen(run: RunDir, plan: Plan, workers: int) -> dict:
+    store = Store(run.path, "screen")
+    commits = _commits(store)
+    stats = {i: store.stats(i) for _, i in commits}
+    docs = {s.shard: s.num_docs for s in plan}
+    done_docs = {i: docs.get(i, 0) for i in stats}
+    tokens = {i: s.get("tokens", 0) for i, s in stats.items()}
+    work = sum(s.get("seconds", 0) for s in stats.values())
+    docs_per_s, how = per_second(commits, done_docs, work, workers)
+    tokens_per_s, _ = per_second(commits, tokens, work, workers)
+    return {"shards_done": len(stats), "shards_total": len(plan), "docs_done": sum(done_docs.values()),
+            "docs_total": plan.num_docs, "tokens": sum(tokens.values()),
+            "spans": sum(s.get("spans", 0) for s in stats.values()),
+            "candidates": sum(s.get("candidates", 0) for s in stats.values()), "tokens_per_s": tokens_per_s,
+            "docs_per_s": docs_per_s, "rate": how, "work_s": work,
+            "eta_s": eta(plan.num_docs - sum(done_docs.values()), docs_per_s), "commits": commits}
+
+
+def _units(run: RunDir, name: str, plan_file: str) -> tuple[list | None, list, dict]:
+    """(the saved plan's units or None, the done units' commits, their stats by index)."""
+    store = Store(run.path, name)
+    units = (read_json_object(run.path / plan_file) or {}).get("units")
+    commits = _commits(store)
+    return units, commits, {i: store.stats(i) for _, i in commits}
+
+
+def _certify(run: RunDir, workers: int) -> dict:
+    units, commits, stats = _units(run, "certify", CERTIFY_PLAN)
+    work = sum(s.get("search_s", 0) for s in stats.values())
+    units_per_s, how = per_second(commits, dict.fromkeys(stats, 1), work, workers)
+    total = None if units is None else len(units)
+    return {"units_done": len(stats), "units_total": total,
+            "settled": sum(s.get("settled", 0) for s in stats.values()),
+            "failed": sum(s.get("failed", 0) for s in stats.values()), "units_per_s": units_per_s, "rate": how,
+            "work_s": work, "eta_s": None if total is None else eta(total - len(stats), units_per_s),
+            "commits": commits}
+
+
+def _search(run: RunDir, workers: int, budget: bm.Budget | None) -> dict:
+    units, commits, stats = _units(run, "search", SEARCH_PLAN)
+    searched = {i: s.get("candidates", 0) for i, s in stats.items()}
+    work = sum(s.get("search_s", 0) for s in stats.values())
+    done = sum(searched.values())
+    per_s, how = per_second(commits, searched, work, workers)
+    total = None if units is None else sum(len(u) for u in units)
+    spent = bm.spent(list(stats.values()), budget)
+    left, ends = None if total is None else total - done, "plan"
+    if budget is not None and left is not None and (by_budget := _left_by_budget(budget, spent, done, left)) < left:
+        left, ends = by_budget, "budget"
+    return {"units_done": len(stats), "units_total": None if units is None else len(units),
+            "candidates_done": done, "candidates_total": total,
+            "memorized": sum(s.get("memorized", 0) for s in stats.values()),
+            "budget": {"kind": budget.kind if budget else "steps", "spent": spent,
+                       "total": budget.amount if budget else None},
+            "s_per_candidate": work / done if done else None, "candidates_per_s": per_s, "rate": how,
+            "work_s": work, "eta_s": None if left is None else eta(left, per_s), "ends": ends,
+            "over": left == 0, "commits": commits}
+
+
+def _left_by_budget(budget: bm.Budget, spent: float, done: int, left: int) -> float:
+    """Candidates the rest of the budget pays for at the cost per candidate so far (all that are left
+    while nothing is spent yet: the first unit always starts)."""
+    if spent >= budget.amount:
+        return 0
+    return (budget.amount - spent) / (spent / done) if spent > 0 and done else left
+
+
+def _write(run: RunDir, plan: Plan) -> dict:
+    commits = _commits(run.results)
+    shards_per_s = wall_rate(commits, {i: 1 for _, i in commits})
+    return {"shards_done": len(commits), "shards_total": len(plan), "shards_per_s": shards_per_s,
+            "eta_s": eta(len(plan) - len(commits), shards_per_s), "commits": commits}
+
+
+def _passages(run: RunDir, write: dict) -> dict:
+    built = _mtime(run.path / PASSAGES_FILE)
+    newest = max((t for t, _ in write["commits"]), default=None)
+    current = built is not None and newest is not None and built >= newest
+    return {"built": current, "eta_s": 0.0 if current else None}
+
+
+def _phase(sections: dict) -> str:
+    screen, certify, search, write = (sections[k] for k in ("screen", "certify", "search", "write"))
+    if screen["shards_done"] < screen["shards_total"]:
+        return "screen"
+    if certify["units_total"] is None or certify["units_done"] < certify["units_total"]:
+        return "certify"
+    if certify["failed"] and search["candidates_total"] is None:  # stopped: a relaunch checks them again
+        return "certify"
+    if not search["over"]:  # a unit left and budget to start it; on Ray, units in flight then finish
+        return "search"
+    if write["shards_done"] < write["shards_total"]:
+        return "write"
+    return "complete" if sections["passages"]["built"] else "passages"
+
+
+def progress(run: RunDir, workers: int = 1) -> dict:
+    """The phase and every phase's progress, as plain values; `eta_s` is the current phase's (0 once
+    complete, None where not yet known) and `elapsed_s` the work seconds every phase recorded so far."""
+    if not (run.path / PLAN_FILE).exists():
+        return {"phase": "starting", "eta_s": None, "elapsed_s": 0.0, "last_commit": None}
+    plan = run.load_plan()
+    saved = (read_json_object(run.path / CONFIG_FILE) or {}).get("config", {})
+    sections = {"screen": _screen(run, plan, workers), "certify": _certify(run, workers),
+                "search": _search(run, workers, bm.parse_budget(saved.get("search_budget"))),
+                "write": _write(run, plan)}
+    sections["passages"] = _passages(run, sections["write"])
+    phase = _phase(sections)
+    commits = [t for s in sections.values() for t, _ in s.get("commits", [])]
+    for section in sections.values():
+        section.pop("commits", None)  # mtimes are for the rates, not for the reader
+    current = sections.get(phase, {}).get("eta_s") if phase != "complete" else 0.0
+    return {"phase": phase, "eta_s": current, "last_commit": max(commits, default=None),
+            "elapsed_s": sum(sections[k]["work_s"] for k in ("screen", "certify", "search")), **sections}
