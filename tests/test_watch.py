@@ -22,7 +22,7 @@ import pytest
 
 from scanner.cli.demo import demo_corpus
 from scanner.config import Budget
-from scanner.run.progress import _left_by_budget
+from scanner.storage.status import _left_by_budget
 from scanner.studies.tiny import salad
 
 SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--min-match-rate", "0.8", "--steps", "10",

@@ -173,11 +173,10 @@ def status_command(run_dir, workers, watch, interval, iterations) -> None:
     if not watch:
         run = RunDir(run_dir)
         run.require_run()
-        from scanner.run.phases import status as phase_status
-        from scanner.run.progress import progress
+        from scanner.storage.status import phase_counts, progress
 
         now = progress(run, workers)  # eta_s and elapsed_s of the phase the run is in, not only phase 3's
-        click.echo(json.dumps({**run.status(workers), "phases": phase_status(run), "phase": now.pop("phase"),
+        click.echo(json.dumps({**run.status(workers), "phases": phase_counts(run), "phase": now.pop("phase"),
                                "eta_s": now.pop("eta_s"), "elapsed_s": now.pop("elapsed_s"), "progress": now},
                               indent=1))
         return

@@ -1,6 +1,6 @@
 """`acr-scan status RUN --watch`: a live view of a scan that a person can follow, phase by phase.
 
-It reads only the run directory (scanner/run/progress.py: plans, done markers, the parts' stats), never
+It reads only the run directory (scanner/storage/status.py: plans, done markers, the parts' stats), never
 talks to the driver, so it follows a scan running anywhere that writes to a shared run directory: a Ray
 job on a cluster, another terminal, another machine on NFS. Each frame names the phase (starting,
 screen, certify, search, write, passages, complete), one line per phase with its counts, and the
@@ -13,8 +13,8 @@ import time
 from datetime import datetime
 
 from scanner.errors import require
-from scanner.run.progress import progress
 from scanner.storage.rundir import PLAN_FILE, RunDir
+from scanner.storage.status import progress
 
 STEPS = ("screen", "certify", "search", "write", "passages")
 

@@ -40,12 +40,12 @@ from scanner.schema import RANK_COLUMNS, results_schema
 from scanner.storage.atomic import atomic_write_json
 from scanner.storage.integrity import read_json_object
 from scanner.storage.passages import is_current
-from scanner.storage.rundir import Plan, RunDir
+from scanner.storage.rundir import PHASE_PLANS, Plan, RunDir
 from scanner.storage.store import Store
 
 log = logging.getLogger(__name__)
 
-CERTIFY_PLAN, SEARCH_PLAN = "certify_plan.json", "search_plan.json"
+CERTIFY_PLAN, SEARCH_PLAN = PHASE_PLANS  # saved once, beside run_config.json (storage/rundir.py)
 
 
 class Phases:
@@ -235,28 +235,3 @@ def write_results(phases: Phases, search: list[Unit]) -> None:
         seconds = stats.get("seconds", 0.0) + sum(r["search_s"] for r in final)
         out = pa.Table.from_pylist(final, schema=results_schema()).replace_schema_metadata(table.schema.metadata)
         phases.run.write_shard(shard.shard, out, shard_stats(final, stats.get("documents", 0), seconds))
-
-
-def status(run: RunDir) -> dict:
-    """Both phases for `acr-scan status`: screened shards, candidates, units, budget spent / total."""
-    plan = run.load_plan()
-    stores = {name: Store(run.path, name) for name in ("screen", "certify", "search")}
-    saved = (read_json_object(run.path / "run_config.json") or {}).get("config", {})
-    budget = bm.parse_budget(saved.get("search_budget"))
-    screened = [stores["screen"].stats(i) for i in stores["screen"].done_shards()]
-    units = {name: (read_json_object(run.path / plan_file) or {}).get("units")
-             for name, plan_file in (("certify", CERTIFY_PLAN), ("search", SEARCH_PLAN))}
-    unit_stats = {name: [stores[name].stats(i) for i in stores[name].done_shards()] for name in units}
-    results = run.status()
-    return {"screened_shards": len(screened), "shards_total": len(plan),
-            "candidates": sum(s.get("candidates", 0) for s in screened),
-            "certified": sum(s.get("settled", 0) for s in unit_stats["certify"]),
-            "certify_units": _units_done(unit_stats["certify"], units["certify"]),
-            "search_units": _units_done(unit_stats["search"], units["search"]),
-            "budget": {"kind": budget.kind if budget else "steps", "spent": bm.spent(unit_stats["search"], budget),
-                       "total": budget.amount if budget else None},
-            "not_searched": results["status_counts"].get("not_searched", 0)}
-
-
-def _units_done(stats: list[dict], planned: list | None) -> dict:
-    return {"done": len(stats), "total": None if planned is None else len(planned)}

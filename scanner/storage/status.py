@@ -180,3 +180,28 @@ def progress(run: RunDir, workers: int = 1) -> dict:
     current = sections.get(phase, {}).get("eta_s") if phase != "complete" else 0.0
     return {"phase": phase, "eta_s": current, "last_commit": max(commits, default=None),
             "elapsed_s": sum(sections[k]["work_s"] for k in ("screen", "certify", "search")), **sections}
+
+
+def phase_counts(run: RunDir) -> dict:
+    """The `phases` key of `acr-scan status`: screened shards, candidates, units, budget spent / total."""
+    plan = run.load_plan()
+    stores = {name: Store(run.path, name) for name in ("screen", "certify", "search")}
+    saved = (read_json_object(run.path / "run_config.json") or {}).get("config", {})
+    budget = bm.parse_budget(saved.get("search_budget"))
+    screened = [stores["screen"].stats(i) for i in stores["screen"].done_shards()]
+    units = {name: (read_json_object(run.path / plan_file) or {}).get("units")
+             for name, plan_file in (("certify", CERTIFY_PLAN), ("search", SEARCH_PLAN))}
+    unit_stats = {name: [stores[name].stats(i) for i in stores[name].done_shards()] for name in units}
+    results = run.status()
+    return {"screened_shards": len(screened), "shards_total": len(plan),
+            "candidates": sum(s.get("candidates", 0) for s in screened),
+            "certified": sum(s.get("settled", 0) for s in unit_stats["certify"]),
+            "certify_units": _units_done(unit_stats["certify"], units["certify"]),
+            "search_units": _units_done(unit_stats["search"], units["search"]),
+            "budget": {"kind": budget.kind if budget else "steps", "spent": bm.spent(unit_stats["search"], budget),
+                       "total": budget.amount if budget else None},
+            "not_searched": results["status_counts"].get("not_searched", 0)}
+
+
+def _units_done(stats: list[dict], planned: list | None) -> dict:
+    return {"done": len(stats), "total": None if planned is None else len(planned)}
