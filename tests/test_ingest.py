@@ -349,4 +349,4 @@ def test_a_scanned_ingested_corpus_flags_passages_that_point_back_into_their_sou
     assert all(located(docs["pg.txt"], r) for r in results if r["doc_id"] == "pg.txt")
     watch = cli("status", str(out), "--watch", "--interval", "0.1")
     assert watch.returncode == 0 and watch.stdout.count("phase: complete") == 1
-    assert f"memorized   {len(flagged)} so far" in watch.stdout and "documents   2/2 done" in watch.stdout
+    assert f"(memorized {len(flagged)}," in watch.stdout and "2/2 documents" in watch.stdout
