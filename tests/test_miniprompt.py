@@ -36,10 +36,24 @@ def test_the_search_probes_short_then_descends(canary_results):
     assert lengths[-1] == result.prompt_tokens - 1 and not result.trace[-1]["success"]
 
 
+def test_the_driver_splits_steps_forwards_and_seconds_into_deciding_and_shrinking(canary_results):
+    """Deciding: the attempts up to and including the first verified success; shrinking: after it."""
+    for result in canary_results:
+        deciding, shrinking = result.stages["deciding"], result.stages["shrinking"]
+        first = next(i for i, t in enumerate(result.trace) if t["success"])
+        assert deciding["steps"] == sum(t["steps"] for t in result.trace[:first + 1])
+        assert deciding["steps"] + shrinking["steps"] == result.steps
+        assert deciding["forwards"] + shrinking["forwards"] == result.forwards
+        assert deciding["seconds"] + shrinking["seconds"] == pytest.approx(result.wall_s)
+        assert deciding["forwards"] > 0 and shrinking["forwards"] > 0  # both stages ran (the probe, then descent)
+
+
 @pytest.mark.parametrize("text", [salad(random.Random(5), 8), "q8ZrT2mXv0LpW4nB7yKc"])
 def test_unseen_text_is_not_memorized(engine, fast_config, text):
     result = measure(engine, text, fast_config)
     assert not result.memorized and not result.success
+    assert result.stages["shrinking"] == {"steps": 0, "forwards": 0, "seconds": 0.0}  # all of it decided nothing
+    assert result.stages["deciding"]["forwards"] == result.forwards
     assert result.acr == pytest.approx(result.target_tokens / result.cap)
     assert not any(f["memorized"] for f in result.thresholds.values())
 

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from scanner.config import ScreenConfig
-from scanner.stages.screen import screen_spans
+from scanner.stages.screen import ScreenWork, screen_spans
 from scanner.stages.spans import Span, tokenize_document
 from scanner.studies.tiny import CANARIES, salad
 
@@ -82,3 +82,18 @@ def test_two_phase_screen_keeps_every_likely_certificate_and_skips_the_rest(engi
 def test_certificate_min_match_is_validated():
     with pytest.raises(Exception, match="--certificate-min-match 1.5 must be in"):
         ScreenConfig(certificate_min_match=1.5)
+
+
+def test_the_screen_counts_what_it_forwarded_row_by_row(engine, document):
+    """Every span forwards a window row (template, context, span), a span row (template, span) and a
+    certificate row per context length 1..context: the tokens a cost model multiplies the corpus by."""
+    doc, ids, offsets, start, end = document
+    spans = [span_at(doc, ids, offsets, s, s + 8) for s in (2, 9, start)]
+    work = ScreenWork()
+    screen_spans(engine, ids, spans, ScreenConfig(context_tokens=6, max_rows=5), work)
+    fixed = len(engine.template.prefix_ids) + len(engine.template.suffix_ids) + 8
+    contexts = [min(6, s.token_start) for s in spans]
+    assert work.rows == sum(2 + c for c in contexts)
+    assert work.tokens == sum(2 * fixed + c + sum(fixed + j for j in range(1, c + 1)) for c in contexts)
+    assert work.head_positions == 8 * work.rows
+    assert work.padded_tokens >= work.tokens  # HF's batches of 5 rows, left-padded to their longest

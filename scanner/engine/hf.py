@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -77,6 +78,7 @@ class HFEngine:
         self.chunk_size: int | None = None  # learned on OOM; persists across targets
         self.batchable: bool | None = None  # several targets per forward work (engine/batched.py)
         self.forwards = 0  # sequences through the model (candidates, gradients, verifications)
+        self.verify_s = 0.0  # seconds in verify_many so far: a unit reads its share as a difference
         self.verifier: VLLMEngine | None = None  # greedy generation elsewhere (vLLM); None: HF generate
         self.screener: VLLMEngine | None = None  # teacher-forced screen elsewhere (vLLM); None: HF
 
@@ -141,6 +143,13 @@ class HFEngine:
         """`verify` of every prompt; with vLLM attached, all generations run in one call."""
         if not prompts:
             return []
+        start = time.perf_counter()
+        try:
+            return self._verify_many(prompts, target_ids)
+        finally:  # the figure a cost model of verification needs, read per unit (run/tasks.py)
+            self.verify_s += time.perf_counter() - start
+
+    def _verify_many(self, prompts: list[str], target_ids: list[int]) -> list[Verification]:
         typed = typed_ids(self.tokenizer, self.template, prompts)
         live = [ids for ids in typed if ids]
         generated = iter(self._generate_many(live, len(target_ids)))

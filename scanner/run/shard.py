@@ -31,6 +31,7 @@ from scanner.search.miniprompt import Target, measure_many
 from scanner.stages.anchor import screen_with_anchors
 from scanner.stages.calibrate import calibrate_rows
 from scanner.stages.read import Document
+from scanner.stages.screen import ScreenWork
 from scanner.stages.spans import Span, make_spans, tokenize_document
 from scanner.storage.rundir import Shard, config_hash, run_identity
 
@@ -87,9 +88,11 @@ def document_tokens(engine: HFEngine, doc: Document) -> tuple[list[int], list[tu
 
 
 def screen_document(engine: HFEngine, doc: Document, config: ScanConfig, shard: int, tokenizer_id: str,
-                    budget: int | None = None, tokens=_TOKENIZE) -> tuple[dict, list[Span]]:
+                    budget: int | None = None, tokens=_TOKENIZE, work: ScreenWork | None = None
+                    ) -> tuple[dict, list[Span]]:
     """Rows of one document's spans after the screen (by span_id, in order), and the spans chosen for
-    search: at most `budget` (None: no global limit). `tokens`: document_tokens, when the caller has it."""
+    search: at most `budget` (None: no global limit). `tokens`: document_tokens, when the caller has it;
+    `work`: where the screen's forwarded tokens are counted."""
     tokens = document_tokens(engine, doc) if tokens is _TOKENIZE else tokens
     spans = make_spans(doc, engine.tokenizer, config.spans, tokenizer_id, tokens)
     tau = config.search.tau
@@ -99,7 +102,7 @@ def screen_document(engine: HFEngine, doc: Document, config: ScanConfig, shard: 
     if not live:
         return rows, []
     screen_engine = engine.screen_info()["engine"]
-    screened = screen_with_anchors(engine, doc, tokens, live, config.spans, config.screen, tokenizer_id)
+    screened = screen_with_anchors(engine, doc, tokens, live, config.spans, config.screen, tokenizer_id, work)
     live = [span for span, _, _ in screened]
     rows = {s.span_id: rows.get(s.span_id) or base_row(s, shard, tau, extra) for s in live}
     for span, result, each in screened:
@@ -174,10 +177,11 @@ def screen_shard(engine: HFEngine, shard: Shard, docs: list[Document], config: S
     tokenizer_id = meta[b"tokenizer_hash"].decode()[:16]
     rows: dict = {}
     corpus_tokens = 0  # the documents' tokens, for `status`'s tokens per second (the corpus's, not the model's)
+    work = ScreenWork()  # the model's tokens: corpus tokens times the re-encoding of windows and certificates
     for doc in docs:
         tokens = document_tokens(engine, doc)
         corpus_tokens += len(tokens[0]) if tokens else 0
-        doc_rows, chosen = screen_document(engine, doc, config, shard.shard, tokenizer_id, tokens=tokens)
+        doc_rows, chosen = screen_document(engine, doc, config, shard.shard, tokenizer_id, tokens=tokens, work=work)
         for span in chosen:
             doc_rows[span.span_id].update(status="not_searched", reason=PENDING)
         rows.update(doc_rows)
@@ -186,7 +190,7 @@ def screen_shard(engine: HFEngine, shard: Shard, docs: list[Document], config: S
     counts = Counter(r["status"] for r in rows)
     stats = {"documents": len(docs), "spans": len(rows), "rows": len(rows), "status_counts": dict(counts),
              "candidates": counts["not_searched"], "memorized": 0, "seconds": time.perf_counter() - start,
-             "screen_s": sum(r["screen_s"] for r in rows), "tokens": corpus_tokens}
+             "screen_s": sum(r["screen_s"] for r in rows), "tokens": corpus_tokens, **work.to_dict()}
     return table, stats
 
 

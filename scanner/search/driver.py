@@ -7,7 +7,8 @@ share forwards (engine/batched.py). A small model leaves an H200 idle on one tar
 candidates; several targets fill it. Rows differ from width 1 only by float rounding (batch shapes).
 
 Time and forwards are attributed per search: its own work between requests (verification) fully,
-a shared forward by its share of the rows.
+a shared forward by its share of the rows; and within a search to the stage it last announced
+(gcg.Stage), so a cost model sees what deciding a verdict costs apart from tightening it.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from scanner.engine import batched
 from scanner.engine.hf import HFEngine
-from scanner.search.gcg import Gradient, Request, Score, Search
+from scanner.search.gcg import DECIDING, Gradient, Request, Score, Search, Stage
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,7 @@ class Finished:
     error: Exception | None
     forwards: int  # sequences through the model on this search's behalf
     seconds: float
+    stages: dict[str, dict] = field(default_factory=dict)  # {stage: {"forwards", "seconds"}}, summing to both
 
 
 @dataclass
@@ -40,6 +42,19 @@ class _Live:
     request: Request | None = None
     forwards: int = 0
     seconds: float = 0.0
+    stage: str = DECIDING
+    stages: dict[str, dict] = field(default_factory=dict)
+
+    def charge(self, forwards: int, seconds: float) -> None:
+        """Work done on this search's behalf, to its total and its current stage."""
+        self.forwards += forwards
+        self.seconds += seconds
+        spent = self.stages.setdefault(self.stage, {"forwards": 0, "seconds": 0.0})
+        spent["forwards"] += forwards
+        spent["seconds"] += seconds
+
+    def finished(self, value: object, error: Exception | None) -> Finished:
+        return Finished(self.index, value, error, self.forwards, self.seconds, self.stages)
 
 
 def run_one(engine: HFEngine, search: Search) -> Finished:
@@ -81,20 +96,28 @@ def run_many(engine: HFEngine, searches: Iterable[Search], width: int) -> Iterat
 def _advance(engine: HFEngine, job: _Live, answer: object) -> Finished | None:
     """Send the answer; the search runs (verifying, sampling) until its next request or its end."""
     if isinstance(answer, Exception):  # its forward failed: the search ends with that error
-        return Finished(job.index, None, answer, job.forwards, job.seconds)
-    start, forwards = time.perf_counter(), engine.forwards
+        return job.finished(None, answer)
     try:
-        job.request = job.search.send(answer)
-        outcome = None
-    except StopIteration as stop:
-        outcome = (stop.value, None)
-    except Exception as err:  # one bad target fails alone; the caller reports it
-        outcome = (None, err)
-    job.seconds += time.perf_counter() - start
-    job.forwards += engine.forwards - forwards
-    if outcome is None:
+        job.request = _send(engine, job, answer)
         return None
-    return Finished(job.index, outcome[0], outcome[1], job.forwards, job.seconds)
+    except StopIteration as stop:
+        return job.finished(stop.value, None)
+    except Exception as err:  # one bad target fails alone; the caller reports it
+        return job.finished(None, err)
+
+
+def _send(engine: HFEngine, job: _Live, answer: object) -> Request:
+    """The search's next request; a Stage it announces on the way is taken, the work before it charged
+    to the stage it ends."""
+    while True:
+        start, forwards = time.perf_counter(), engine.forwards
+        try:
+            request = job.search.send(answer)
+        finally:
+            job.charge(engine.forwards - forwards, time.perf_counter() - start)
+        if not isinstance(request, Stage):
+            return request
+        job.stage, answer = request.name, None
 
 
 def _answer(engine: HFEngine, live: list[_Live]) -> dict[int, object]:
@@ -113,8 +136,7 @@ def _answer(engine: HFEngine, live: list[_Live]) -> dict[int, object]:
         seconds = time.perf_counter() - start
         rows = sum(job.request.rows for job in jobs)
         for job, value in zip(jobs, values, strict=True):
-            job.forwards += job.request.rows
-            job.seconds += seconds * job.request.rows / max(rows, 1)
+            job.charge(job.request.rows, seconds * job.request.rows / max(rows, 1))
             answers[id(job)] = value
     return answers
 

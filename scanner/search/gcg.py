@@ -56,7 +56,19 @@ class Score:
 
 
 Request = Gradient | Score
-Search = Generator[Request, Any, Any]  # yields requests, receives their answers, returns its result
+
+DECIDING, SHRINKING = "deciding", "shrinking"  # MiniPrompt's stages: finding a verdict, then tightening it
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Not model work: the search enters stage `name`. The driver answers None at once and charges
+    what follows to it, so forwards and seconds split by stage exactly (a search starts in DECIDING)."""
+
+    name: str
+
+
+Search = Generator[Request | Stage, Any, Any]  # yields requests, receives their answers, returns its result
 
 
 @dataclass

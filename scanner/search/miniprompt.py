@@ -19,7 +19,17 @@ from scanner.engine.hf import HFEngine, Verification
 from scanner.measures import acr as acr_math
 from scanner.measures.compression import thresholds as compression_thresholds
 from scanner.search.driver import run_many, run_one
-from scanner.search.gcg import GCGOutcome, Request, Score, confirm, keep_typeable, run_gcg
+from scanner.search.gcg import (
+    DECIDING,
+    SHRINKING,
+    GCGOutcome,
+    Request,
+    Score,
+    Stage,
+    confirm,
+    keep_typeable,
+    run_gcg,
+)
 from scanner.search.reject import HOPELESS, decide
 from scanner.search.schedule import Attempt, make_schedule
 
@@ -62,9 +72,26 @@ class AcrResult:
     # (search/reject.py); steps and forwards count what was spent.
     rejected_early: bool = False
     trace: list[dict] = field(default_factory=list)
+    # {stage: {"steps", "forwards", "seconds"}}: deciding is the attempts up to and including the first
+    # verified success (all of them when none succeeded), shrinking the attempts after it (the driver's).
+    stages: dict[str, dict] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def stage_steps(trace: list[dict]) -> dict[str, int]:
+    """GCG steps of the deciding and the shrinking attempts of a search's trace."""
+    first = next((i for i, attempt in enumerate(trace) if attempt["success"]), len(trace))
+    return {DECIDING: sum(a["steps"] for a in trace[:first + 1]), SHRINKING: sum(a["steps"] for a in trace[first + 1:])}
+
+
+def _finish(done) -> AcrResult:
+    """The search's result with what the driver attributed to it (driver.Finished), in total and by stage."""
+    steps = stage_steps(done.value.trace)
+    stages = {name: {"steps": steps[name], "forwards": done.stages.get(name, {}).get("forwards", 0),
+                     "seconds": done.stages.get(name, {}).get("seconds", 0.0)} for name in (DECIDING, SHRINKING)}
+    return replace(done.value, wall_s=done.seconds, forwards=done.forwards, stages=stages)
 
 
 @dataclass
@@ -199,8 +226,7 @@ class Target:
 def measure(engine: HFEngine, text: str, config: SearchConfig, natural_prefix: str | None = None,
             target_ids: list[int] | None = None) -> AcrResult:
     """The ACR of one target text: MiniPrompt under `config.schedule`, every success verified."""
-    done = run_one(engine, search(engine, Target(text, natural_prefix, target_ids), config))
-    return replace(done.value, wall_s=done.seconds, forwards=done.forwards)
+    return _finish(run_one(engine, search(engine, Target(text, natural_prefix, target_ids), config)))
 
 
 def measure_many(engine: HFEngine, jobs: list[tuple[Target, SearchConfig]],
@@ -209,13 +235,12 @@ def measure_many(engine: HFEngine, jobs: list[tuple[Target, SearchConfig]],
     error that ended that target) as each finishes."""
     searches = (search(engine, target, config) for target, config in jobs)
     for done in run_many(engine, searches, width):
-        value = done.error or replace(done.value, wall_s=done.seconds, forwards=done.forwards)
-        yield done.index, value
+        yield done.index, done.error or _finish(done)
 
 
-def search(engine: HFEngine, target: Target, config: SearchConfig) -> Generator[Request, Any, AcrResult]:
+def search(engine: HFEngine, target: Target, config: SearchConfig) -> Generator[Request | Stage, Any, AcrResult]:
     """MiniPrompt of one target as a generator of model requests (wall_s and forwards left 0: the
-    driver attributes them)."""
+    driver attributes them), announcing SHRINKING after its first verified success."""
     text = target.text
     target_ids = list(target.target_ids) if target.target_ids is not None else engine.encode_target(text)
     cap = effective_cap(engine, len(target_ids), config)
@@ -225,11 +250,15 @@ def search(engine: HFEngine, target: Target, config: SearchConfig) -> Generator[
     certificate = len(state.best.prompt_ids) if state.best else None
     schedule = make_schedule(len(target_ids), cap, config, has_template=engine.template.has_fixed_tokens,
                              known_length=certificate)
+    shrinking = False
     while (attempt := schedule.next()) is not None:
         outcome = yield from _run_length(scorer, attempt, state, config, generator)
         if outcome.stopped == HOPELESS:  # the model does not know the text: "not memorized" now
             break
         ok = outcome.success is not None
+        if ok and not shrinking:  # a verdict is found: what follows only tightens it, a cost of its own
+            shrinking = True
+            yield Stage(SHRINKING)
         if ok:
             state.best = outcome.success
         else:

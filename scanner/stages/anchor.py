@@ -19,7 +19,7 @@ import time
 from scanner.config import ScreenConfig, SpanConfig
 from scanner.engine.hf import HFEngine
 from scanner.stages.read import Document
-from scanner.stages.screen import Screened, screen_spans
+from scanner.stages.screen import Screened, ScreenWork, screen_spans
 from scanner.stages.spans import Span, span_id
 
 log = logging.getLogger(__name__)
@@ -84,14 +84,14 @@ def anchored_spans(doc: Document, ids: list[int], offsets: list[tuple[int, int]]
     return out
 
 
-def _screen(engine: HFEngine, ids: list[int], spans: list[Span], config: ScreenConfig
-            ) -> dict[str, tuple[Screened, float]]:
+def _screen(engine: HFEngine, ids: list[int], spans: list[Span], config: ScreenConfig,
+            work: ScreenWork | None) -> dict[str, tuple[Screened, float]]:
     """Screened result and its share of the seconds, by span_id (one batched screen per span length)."""
     out = {}
     for length in sorted({len(s.target_ids) for s in spans}):
         group = [s for s in spans if len(s.target_ids) == length]
         start = time.perf_counter()
-        results = screen_spans(engine, ids, group, config)
+        results = screen_spans(engine, ids, group, config, work)
         each = (time.perf_counter() - start) / len(group)
         out.update({s.span_id: (r, each) for s, r in zip(group, results, strict=True)})
     return out
@@ -99,17 +99,17 @@ def _screen(engine: HFEngine, ids: list[int], spans: list[Span], config: ScreenC
 
 def screen_with_anchors(engine: HFEngine, doc: Document, tokens: tuple[list[int], list[tuple[int, int]]],
                         spans: list[Span], spans_config: SpanConfig, screen_config: ScreenConfig,
-                        tokenizer_id: str) -> list[tuple[Span, Screened, float]]:
+                        tokenizer_id: str, work: ScreenWork | None = None) -> list[tuple[Span, Screened, float]]:
     """The document's live spans screened, then its anchored spans screened: (span, result, seconds)
-    for all of them in document order."""
+    for all of them in document order; what the screen forwarded is added to `work` when given."""
     ids, offsets = tokens
-    results = _screen(engine, ids, spans, screen_config)
+    results = _screen(engine, ids, spans, screen_config, work)
     anchors: list[Span] = []
     if spans_config.anchors:
         anchors = anchored_spans(doc, ids, offsets, spans, [results[s.span_id][0] for s in spans], spans_config,
                                  tokenizer_id)
     if anchors:
-        results.update(_screen(engine, ids, anchors, screen_config))
+        results.update(_screen(engine, ids, anchors, screen_config, work))
         log.debug("document %s: %d anchored spans beside %d windows", doc.doc_id, len(anchors), len(spans))
     ordered = sorted(spans + anchors, key=lambda s: (s.token_start, s.token_end))
     return [(s, *results[s.span_id]) for s in ordered]

@@ -33,6 +33,25 @@ from scanner.stages.spans import Span
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class ScreenWork:
+    """What the screen's forwards processed, counted where its rows are built: the figures a cost model
+    of the screen needs (forwarded / corpus tokens is the re-encoding factor), measured, not assumed."""
+
+    rows: int = 0  # sequences forwarded
+    tokens: int = 0  # their real tokens: template, context and span of every row
+    padded_tokens: int = 0  # with the left padding of HF's batches (equal to `tokens` under vLLM)
+    head_positions: int = 0  # positions whose logits the screen read: every row's span tokens
+
+    def add(self, lengths: list[int], padded: int, span_tokens: int) -> None:
+        self.rows += len(lengths)
+        self.tokens += sum(lengths)
+        self.padded_tokens += padded
+        self.head_positions += len(lengths) * span_tokens
+
+    def to_dict(self) -> dict:
+        return {"screen_rows": self.rows, "forwarded_tokens": self.tokens, "padded_tokens": self.padded_tokens,
+                "head_positions": self.head_positions}
 
 
 @dataclass(frozen=True)
@@ -128,9 +147,25 @@ def _summarize(rows: list[_Row], scores: _Scores, spans: list[Span], config: Scr
                      window_matches=a["window_matches"]) for a in out]
 
 
-def _score(engine: HFEngine, rows: list[_Row], targets: list[list[int]], config: ScreenConfig) -> _Scores:
+def _count(engine: HFEngine, rows: list[_Row], targets: list[list[int]], config: ScreenConfig,
+           work: ScreenWork) -> None:
+    """`rows`' tokens into `work`, padded as the HF path batches them (max_rows at a time)."""
+    fixed = len(engine.template.prefix_ids) + len(engine.template.suffix_ids)
+    span = len(targets[rows[0].span])
+    lengths = [fixed + len(r.context) + span for r in rows]
+    padded = sum(lengths)  # vLLM takes the rows unpadded
+    if engine.screener is None:
+        step = config.max_rows
+        padded = sum(len(part) * max(part) for part in (lengths[i:i + step] for i in range(0, len(lengths), step)))
+    work.add(lengths, padded, span)
+
+
+def _score(engine: HFEngine, rows: list[_Row], targets: list[list[int]], config: ScreenConfig,
+           work: ScreenWork | None = None) -> _Scores:
     if not rows:
         return _Scores(torch.zeros(0, 0, dtype=torch.bool), torch.zeros(0, 0), torch.zeros(0, 0))
+    if work is not None:
+        _count(engine, rows, targets, config, work)
     if engine.screener is not None:
         engine.forwards += len(rows)
         scores = engine.screener.prompt_scores(_sequences(engine, rows, targets), len(targets[rows[0].span]),
@@ -144,8 +179,10 @@ def _score(engine: HFEngine, rows: list[_Row], targets: list[list[int]], config:
                         for i in range(0, len(rows), config.max_rows)])
 
 
-def screen_spans(engine: HFEngine, doc_ids: list[int], spans: list[Span], config: ScreenConfig) -> list[Screened]:
-    """Screen the non-skipped spans of one document (all of one target length) in batched forwards."""
+def screen_spans(engine: HFEngine, doc_ids: list[int], spans: list[Span], config: ScreenConfig,
+                 work: ScreenWork | None = None) -> list[Screened]:
+    """Screen the non-skipped spans of one document (all of one target length) in batched forwards;
+    what they forwarded is added to `work` when given."""
     if not spans:
         return []
     lengths = {len(s.target_ids) for s in spans}
@@ -154,12 +191,12 @@ def screen_spans(engine: HFEngine, doc_ids: list[int], spans: list[Span], config
     context = config.context_tokens
     if config.certificate_min_match == 0:  # one pass over every row
         rows = _rows(spans, doc_ids, context)
-        return _summarize(rows, _score(engine, rows, targets, config), spans, config)
+        return _summarize(rows, _score(engine, rows, targets, config, work), spans, config)
     rows = _rows(spans, doc_ids, context, certificates=False)
-    scores = _score(engine, rows, targets, config)
+    scores = _score(engine, rows, targets, config, work)
     likely = {row.span for row, match in zip(rows, scores.matches, strict=True)
               if row.kind == "window" and float(match.float().mean()) >= config.certificate_min_match}
     more = _rows(spans, doc_ids, context, likely, windows=False)
     if more:
-        rows, scores = rows + more, _Scores.cat([scores, _score(engine, more, targets, config)])
+        rows, scores = rows + more, _Scores.cat([scores, _score(engine, more, targets, config, work)])
     return _summarize(rows, scores, spans, config)
