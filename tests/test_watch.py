@@ -23,6 +23,7 @@ import pytest
 from scanner.cli.demo import demo_corpus
 from scanner.config import Budget
 from scanner.storage.status import _left_by_budget
+from scanner.storage.store import Store
 from scanner.studies.tiny import salad
 
 SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--min-match-rate", "0.8", "--steps", "10",
@@ -134,6 +135,9 @@ def test_a_scan_stopped_in_its_screen(runs):
     assert screen["tokens"] == tokens > 0 and screen["tokens_per_s"] > 0
     assert isinstance(got["eta_s"], float) and got["eta_s"] > 0 and got["eta_s"] == screen["eta_s"]
     assert got["elapsed_s"] > 0  # the screen parts' work time, though no result is written yet
+    cost = got["cost"]
+    assert cost["screen"]["parts"] == done and cost["screen"]["corpus_tokens"] == tokens
+    assert cost["certify"] is cost["search"] is cost["passages"] is cost["verification"] is None  # not run yet
     shown = frame(run)
     assert "phase: screen" in shown and f"screen      {done}/10 shards, {done}/10 documents, {tokens} tokens" in shown
     assert "certify     waiting" in shown and "passages    waiting" in shown and "tokens/s" in shown
@@ -202,6 +206,53 @@ def test_a_scan_before_its_passages_and_a_complete_one(runs):
     done = status(runs["complete"])
     assert done["phase"] == "complete" and done["eta_s"] == 0 and done["shards_done"] == 10
     assert done["progress"]["passages"]["built"] is True
+
+
+def test_a_finished_scan_records_what_its_screen_forwarded(runs, engine):
+    """Every screened span forwards a window row (template, context, span), a span row and a
+    certificate row per context length 1..16 (SCAN's --context-tokens; the screen's default
+    certificate_min_match 0 builds them all): the re-encoding factor of the corpus follows from it."""
+    run = runs["complete"]
+    screen = status(run)["cost"]["screen"]
+    fixed = len(engine.template.prefix_ids) + len(engine.template.suffix_ids)
+    spans = [(min(16, r["token_start"]), r["target_tokens"]) for r in Store(run, "screen").rows()
+             if r["greedy_match_rate"] is not None]
+    assert screen["screen_rows"] == sum(2 + c for c, _ in spans)
+    assert screen["forwarded_tokens"] == sum(2 * (fixed + t) + c + sum(fixed + t + j for j in range(1, c + 1))
+                                             for c, t in spans)
+    assert screen["head_positions"] == sum((2 + c) * t for c, t in spans)
+    assert screen["padded_tokens"] >= screen["forwarded_tokens"] >= screen["corpus_tokens"] > 0
+    assert screen["reencoding"] == pytest.approx(screen["forwarded_tokens"] / screen["corpus_tokens"])
+    assert screen["candidate_share"] == pytest.approx(screen["candidates"] / screen["spans"])
+    assert screen["source"] == "measured in this run" and screen["seconds"] > 0
+
+
+def test_a_finished_scan_records_its_search_by_outcome_and_stage(runs):
+    run = runs["complete"]
+    cost = status(run)["cost"]
+    certify = [json.loads(p.read_text()) for p in (run / "certify/stats").glob("*.json")]
+    settled = sum(s["settled"] for s in certify)
+    assert cost["certify"]["settled"] == settled > 0
+    assert cost["certify"]["settled_share"] == pytest.approx(settled / cost["screen"]["candidates"])
+    rows, search = Store(run, "search").rows(), cost["search"]
+    outcomes, stages = search["outcomes"], search["stages"]
+    for key in ("steps", "forwards"):
+        assert sum(o[key] for o in outcomes.values()) == sum(r[key] for r in rows) == search[key] > 0
+        assert stages["deciding"][key] + stages["shrinking"][key] == search[key]
+    assert sum(o["seconds"] for o in outcomes.values()) == pytest.approx(sum(r["search_s"] for r in rows))
+    assert stages["deciding"]["seconds"] + stages["shrinking"]["seconds"] == pytest.approx(search["seconds"])
+    assert sum(o["candidates"] for o in outcomes.values()) == len(rows) == search["candidates"]
+    assert outcomes["memorized"]["candidates"] == sum(r["status"] == "memorized" for r in rows)
+    assert outcomes["rejected_early"]["candidates"] == sum(bool(r["rejected_early"]) for r in rows)
+    assert stages["deciding"]["candidates"] == len(rows) - outcomes["failed"]["candidates"]
+    assert search["per_candidate"]["steps"] == pytest.approx(search["steps"] / len(rows))
+    assert 0 < cost["verification"]["seconds"] == pytest.approx(cost["verification"]["certify_s"]
+                                                                + cost["verification"]["search_s"])
+    calibrated = Store(run, "certify").rows() + rows
+    assert cost["calibration"]["seconds"] == pytest.approx(sum((r["calibration_s"] or 0) + (r["reference_s"] or 0)
+                                                               for r in calibrated))
+    assert cost["passages"]["passages"] == pq.read_table(run / "passages.parquet").num_rows
+    assert status(runs["passages"])["cost"]["passages"] is None  # not built yet
 
 
 def test_watch_of_a_complete_run_shows_one_frame_and_ends(runs):

@@ -173,12 +173,13 @@ def status_command(run_dir, workers, watch, interval, iterations) -> None:
     if not watch:
         run = RunDir(run_dir)
         run.require_run()
+        from scanner.storage.cost import run_cost
         from scanner.storage.status import phase_counts, progress
 
         now = progress(run, workers)  # eta_s and elapsed_s of the phase the run is in, not only phase 3's
         click.echo(json.dumps({**run.status(workers), "phases": phase_counts(run), "phase": now.pop("phase"),
-                               "eta_s": now.pop("eta_s"), "elapsed_s": now.pop("elapsed_s"), "progress": now},
-                              indent=1))
+                               "eta_s": now.pop("eta_s"), "elapsed_s": now.pop("elapsed_s"), "progress": now,
+                               "cost": run_cost(run)}, indent=1))
         return
     from scanner.cli.watch import watch as watch_run
 

@@ -46,12 +46,13 @@ def _is_candidate(row: dict, config: ScanConfig) -> bool:
     return row["certificate_tokens"] is not None or row["greedy_match_rate"] >= config.min_match_rate
 
 
-def search_rows(engine: HFEngine, rows: list[dict], config: ScanConfig, width: int) -> dict:
-    """MiniPrompt on the candidates' rows, `width` at a time sharing forwards: their new rows by span_id.
-    A span that raises is a failed row, never a lost unit."""
+def search_rows(engine: HFEngine, rows: list[dict], config: ScanConfig, width: int) -> tuple[dict, dict]:
+    """MiniPrompt on the candidates' rows, `width` at a time sharing forwards: their new rows by span_id,
+    and the steps, forwards and seconds of the searches by stage (deciding, shrinking) summed. A span
+    that raises is a failed row, never a lost unit."""
     jobs = [(Target(r["text"], r["certificate_prompt"], list(r["target_ids"])),
              replace(config.search, seed=span_seed(config.search.seed, r["span_id"]))) for r in rows]
-    searched = {}
+    searched, stages = {}, {}
     for index, result in measure_many(engine, jobs, width):
         row = rows[index]
         if isinstance(result, Exception):
@@ -59,8 +60,19 @@ def search_rows(engine: HFEngine, rows: list[dict], config: ScanConfig, width: i
             searched[row["span_id"]] = failed_row(row, result)
         else:
             searched[row["span_id"]] = searched_row(row, result, result.wall_s)
+            _add_stages(stages, result.stages)
         _log_searched(searched[row["span_id"]])
-    return searched
+    return searched, stages
+
+
+def _add_stages(stages: dict, spent_by_stage: dict) -> None:
+    """One search's {stage: steps, forwards, seconds} added to the unit's, counting the searches that
+    reached each stage."""
+    for name, spent in spent_by_stage.items():
+        total = stages.setdefault(name, {"candidates": 0, **dict.fromkeys(spent, 0)})
+        total["candidates"] += bool(spent["forwards"])
+        for key, value in spent.items():
+            total[key] += value
 
 
 def _log_searched(row: dict) -> None:

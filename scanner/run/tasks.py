@@ -90,11 +90,40 @@ def _certify(engine, rows: list[dict], config: ScanConfig) -> dict:
     return out
 
 
+OUTCOMES = ("memorized", "not_memorized", "rejected_early", "failed")  # disjoint: a cost model's split
+
+
+def outcome(row: dict) -> str:
+    """Which of OUTCOMES a unit's row is (rejected early: not memorized, stopped by the rejection rule)."""
+    if row["status"] in ("memorized", "failed"):
+        return row["status"]
+    return "rejected_early" if row.get("rejected_early") else "not_memorized"
+
+
+def unit_cost(rows: list[dict], stages: dict | None, verify_s: float) -> dict:
+    """What a cost model needs of a unit, measured: candidates, steps, forwards and search seconds by
+    outcome (summing to the rows'), by stage (the driver's attribution; None for certify units), the
+    seconds of verifying generation and of calibration (the reference model's included)."""
+    by = {name: {"candidates": 0, "steps": 0, "forwards": 0, "seconds": 0.0} for name in OUTCOMES}
+    for row in rows:
+        spent = by[outcome(row)]
+        spent["candidates"] += 1
+        spent["steps"] += row["steps"] or 0
+        spent["forwards"] += row["forwards"] or 0
+        spent["seconds"] += row["search_s"] or 0.0
+    calibration = sum((r.get("calibration_s") or 0.0) + (r.get("reference_s") or 0.0) for r in rows)
+    return {"outcomes": by, "stages": stages, "verify_s": verify_s, "calibration_s": calibration}
+
+
 def run_unit(engine, unit: Unit, rows: list[dict], config: ScanConfig, width: int, docs) -> tuple[pa.Table, dict]:
     """A unit's new rows (certified or searched, then calibrated) and its stats; `docs(rows)` gives the
     documents calibration needs (only with a reference model)."""
-    start = time.perf_counter()
-    new = _certify(engine, rows, config) if unit.kind == "certify" else search_rows(engine, rows, config, width)
+    start, verified = time.perf_counter(), engine.verify_s  # calibration verifies too: read before it
+    if unit.kind == "certify":
+        new, stages = _certify(engine, rows, config), None
+    else:
+        new, stages = search_rows(engine, rows, config, width)
+    verify_s = engine.verify_s - verified
     new.update(calibrate(engine, new, docs(new.values()), config))
     out = [new[r["span_id"]] for r in rows if r["span_id"] in new]
     table = pa.Table.from_pylist(out, schema=results_schema())
@@ -102,7 +131,7 @@ def run_unit(engine, unit: Unit, rows: list[dict], config: ScanConfig, width: in
              "memorized": sum(r["status"] == "memorized" for r in out),
              "failed": sum(r["status"] == "failed" for r in out),
              "steps": sum(r["steps"] for r in out), "search_s": time.perf_counter() - start,
-             "forwards": sum(r["forwards"] for r in out)}
+             "forwards": sum(r["forwards"] for r in out), "cost": unit_cost(out, stages, verify_s)}
     return table, stats
 
 
