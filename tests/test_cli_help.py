@@ -42,6 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 HEADINGS = {
     "scan": ["Corpus and output", "Model", "Prompt", "Spans and screen", "Extraction (p_z)", "Search",
              "Early rejection", "Budget", "Engines", "Calibration", "Passages", "Executor", "Other"],
+    "plan": ["Corpus and output", "Plan", "Model", "Prompt", "Spans and screen", "Extraction (p_z)", "Search",
+             "Early rejection", "Budget", "Engines", "Calibration", "Passages", "Executor", "Other"],
     "acr": ["Targets and output", "Model", "Prompt", "Search", "Early rejection", "Engines", "Calibration",
             "Other"],
 }

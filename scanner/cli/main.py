@@ -27,7 +27,7 @@ from scanner.cli.options import (
     search_options,
 )
 from scanner.cli.output import calibration_line, emit_records, run_summary, summary_line
-from scanner.cli.sections import TARGETS, SectionedCommand, option
+from scanner.cli.sections import PLAN, TARGETS, SectionedCommand, option
 from scanner.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -130,6 +130,41 @@ def scan_command(corpus, out, **options) -> None:
             click.echo(f"{name} failed after {executor.max_retries} retries: {error}", err=True)
         click.echo(f"{len(failed)} shard(s) or unit(s) failed and stay pending; relaunch the same command to "
                    "retry them (finished work is kept)", err=True)
+        sys.exit(4)
+
+
+@cli.command("plan", cls=SectionedCommand)
+@click.argument("corpus")
+@option(PLAN, "--sample", required=True,
+        help="Documents to scan: a share with a decimal point (0.1) or a count (50), drawn with --seed.")
+@option(PLAN, "--workers", type=int, default=1, show_default=True,
+        help="Workers (GPUs, Ray actors) the whole scan would run on, for its wall time.")
+@option(PLAN, "--efficiency", type=float, default=0.85, show_default=True,
+        help="Parallel efficiency assumed for --workers (bench/scale.py measures it).")
+@option(PLAN, "--json", "as_json", is_flag=True, help="The projection as one JSON object.")
+@model_options
+@search_options
+@engine_options(screen=True)
+@calibration_options
+@scan_options
+@executor_options
+def plan_command(corpus, out, sample, workers, efficiency, as_json, **options) -> None:
+    """Scan a random sample of CORPUS with the scan's options (into --out: sample.parquet, run/), then
+    project the whole scan: tokens, screen, candidates, search, passages, wall time and worker-hours."""
+    from scanner.cli.plan import plan_lines
+    from scanner.cli.progress import ProgressBar
+    from scanner.run.plan import plan_scan
+
+    bar = ProgressBar()  # the bar of `scan`, on the sample's run
+    try:
+        plan = plan_scan(scan_config(options, corpus), out, sample, workers=workers, efficiency=efficiency,
+                         executor=executor_config(options), passages=passage_config(options), progress=bar)
+    finally:
+        bar.close()
+    click.echo(json.dumps(plan, indent=1) if as_json else "\n".join(plan_lines(plan)))
+    if plan["failed"]:
+        click.echo(f"{len(plan['failed'])} shard(s) or unit(s) of the sample failed; the projection leaves them "
+                   "out: relaunch the same command to retry them", err=True)
         sys.exit(4)
 
 

@@ -9,6 +9,7 @@ from click.formatting import measure_table
 
 CORPUS = "Corpus and output"
 TARGETS = "Targets and output"
+PLAN = "Plan"
 MODEL = "Model"
 PROMPT = "Prompt"
 SPANS = "Spans and screen"
@@ -22,7 +23,7 @@ PASSAGES = "Passages"
 EXECUTOR = "Executor"
 OTHER = "Other"
 # The order of the headings in --help; a command shows those it has options in.
-SECTIONS = (CORPUS, TARGETS, MODEL, PROMPT, SPANS, EXTRACTION, SEARCH, REJECT, BUDGET, ENGINE,
+SECTIONS = (CORPUS, TARGETS, PLAN, MODEL, PROMPT, SPANS, EXTRACTION, SEARCH, REJECT, BUDGET, ENGINE,
             CALIBRATION, PASSAGES, EXECUTOR, OTHER)
 
 

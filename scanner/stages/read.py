@@ -237,6 +237,19 @@ class Corpus:
         blob = json.dumps({"files": files, "schema": schema}, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()
 
+    def take(self, rows: list[int]) -> pa.Table:
+        """The corpus rows at these global indices (as iter_documents numbers them), the scan's columns
+        only, their types kept: a sample corpus that reads like this one."""
+        return self._dataset.take(pa.array(rows, pa.int64()), columns=self.columns)
+
+    def text_bytes(self) -> int:
+        """UTF-8 bytes of the text column over the whole corpus: one column read, no decoding, so a
+        projection can scale by text size without tokenizing every document."""
+        total = 0
+        for batch in self._dataset.to_batches(columns=[self.config.text_column]):
+            total += pc.sum(pc.binary_length(batch.column(0))).as_py() or 0
+        return total
+
     def iter_documents(self, batch_rows: int = 1024) -> Iterator[Document]:
         """Documents in file order, then row order; only the needed columns are read."""
         require(batch_rows >= 1, f"batch_rows {batch_rows} must be >= 1")
