@@ -12,11 +12,17 @@ Pure arithmetic; every input says where its figure comes from (bench/RESULTS.md)
 
 `python bench/scale_model.py` prints the table of the issue that asked for it (1,000 books x 120k
 tokens, 8B, 8 H200s, goal 24 h): the scan as it was, and with this issue's levers.
+`python bench/scale_model.py --run RUN` takes every input that run measured from its `cost`
+(`acr-scan status RUN`, scanner/storage/cost.py) instead of the constants below, prints each input with
+where it comes from (measured in RUN, or the constant's source), and the same kind of table.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import argparse
+import json
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
 
 
 def screen_tokens_per_span(span: int, context: int, certificate_share: float = 1.0) -> float:
@@ -52,6 +58,9 @@ class CostInputs:
     certified_share: float = 0.0  # memorized candidates settled by a verified certificate, no GCG
     rejection_factor: float = 1.0  # steps on not-memorized candidates, full budget / early rejection
     budget_gpu_h: float = float("inf")  # --search-budget over the whole cluster
+    # Measured by a run (--run): screen seconds per span, which replaces the token formula above
+    # (re-encoding, certificate rows and the model's speed are all inside it). None: the formula.
+    screen_s_per_span: float | None = None
 
     @property
     def spans(self) -> float:
@@ -62,6 +71,8 @@ class CostInputs:
         return self.spans * self.candidate_share
 
     def screen_gpu_s(self) -> float:
+        if self.screen_s_per_span is not None:
+            return self.spans * self.screen_s_per_span
         return self.spans * screen_tokens_per_span(self.span, self.context, self.certificate_share) / self.forward_tokens_per_s
 
     def steps_per_candidate(self) -> float:
@@ -135,5 +146,117 @@ def _wall(inputs: CostInputs, gpus: int, efficiency: float) -> float:
     return (inputs.screen_gpu_s() + inputs.search_gpu_s()) / 3600 / (gpus * efficiency)
 
 
+# Where each constant of CostInputs comes from (the comments above): what --run prints for an input
+# the run did not measure.
+SOURCES = {
+    "books": "assumed: the issue's collection", "tokens_per_book": "assumed: a novel of ~90k words",
+    "span": "the issue's scan (--span-tokens)", "stride": "the issue's scan (--stride)",
+    "context": "the issue's scan (--context-tokens)",
+    "forward_tokens_per_s": "measured: 8B on one H200, bench/gcg_step.py, bench/profile_step.py",
+    "step_s": "measured: one GCG step on 8B, H200, bench/gcg_step.py",
+    "candidate_share": "assumed: corpus-dependent", "memorized_share": "assumed",
+    "steps_memorized": "assumed for an 8B (tiny model: tens of steps)",
+    "steps_not_memorized": "the fast schedule's budget, decide_steps 400 x (1 + restarts 1)",
+    "certificate_share": "assumed: 1, the exhaustive screen", "anchored_share": "assumed: 0",
+    "certified_share": "assumed: 0", "rejection_factor": "assumed: 1, no early rejection",
+    "budget_gpu_h": "none", "screen_s_per_span": "none: the token formula",
+}
+
+
+def _get(cost: dict, *path):
+    for key in path:
+        cost = cost.get(key) if isinstance(cost, dict) else None
+    return cost
+
+
+def measured_inputs(run: str | Path, base: CostInputs = GPU_FIGURES) -> tuple[CostInputs, dict[str, str]]:
+    """`base` with every input the run's cost measured replaced, and {field: source} for all of them."""
+    from scanner.storage.cost import run_cost
+    from scanner.storage.rundir import RunDir
+
+    rundir = RunDir(run)
+    rundir.require_run()
+    cost = run_cost(rundir)
+    config = json.loads((rundir.path / "run_config.json").read_text()).get("config") or {}
+    where = f"measured in {Path(run).name}"
+    spans = config.get("spans") or {}
+    found = _from_cost(cost, sum(s.num_docs for s in rundir.load_plan()), spans.get("stride") or spans.get("span_tokens"))
+    found.update({k: v for k, v in (("span", spans.get("span_tokens")), ("stride", spans.get("stride") or spans.get("span_tokens")),
+                                    ("context", (config.get("screen") or {}).get("context_tokens"))) if v is not None})
+    found = {k: v for k, v in found.items() if v is not None}
+    sources = {f.name: (f"{where}" if f.name in found else SOURCES[f.name]) for f in fields(CostInputs)}
+    for name in ("span", "stride", "context"):
+        if name in found:
+            sources[name] = f"the run_config.json of {Path(run).name}"
+    if "screen_s_per_span" in found:
+        for name in ("forward_tokens_per_s", "certificate_share"):
+            sources[name] += f" (unused: the screen seconds per span {where} replace the token formula)"
+    if "steps_not_memorized" in found:
+        found["rejection_factor"] = 1.0  # the measured steps already include early rejection
+        sources["rejection_factor"] = f"1: {where}'s not-memorized steps include early rejection"
+    return replace(base, **found), sources
+
+
+def _from_cost(cost: dict, documents: int, stride: int | None) -> dict:
+    """CostInputs fields from a run's cost (None where it did not measure them)."""
+    screen, search = cost.get("screen") or {}, cost.get("search") or {}
+    outcomes = search.get("outcomes") or {}
+    tokens, spans, candidates = screen.get("corpus_tokens"), screen.get("spans"), screen.get("candidates")
+    settled = _get(cost, "certify", "settled") or 0
+    memorized = _get(outcomes, "memorized", "candidates") or 0
+    rest = [outcomes[k] for k in ("not_memorized", "rejected_early") if k in outcomes]
+    rest_candidates = sum(o["candidates"] for o in rest)
+    found = {"tokens_per_book": tokens / documents if tokens and documents else None,
+             "screen_s_per_span": screen["seconds"] / spans if spans and screen.get("seconds") is not None else None,
+             "candidate_share": screen.get("candidate_share"),
+             "step_s": search["seconds"] / search["steps"] if search.get("steps") and search.get("seconds") else None,
+             "steps_memorized": _get(outcomes, "memorized", "per_candidate", "steps"),
+             "steps_not_memorized": sum(o["steps"] for o in rest) / rest_candidates if rest_candidates else None}
+    if spans and tokens and stride:  # short documents' last windows count too: an upper bound
+        found["anchored_share"] = max(0.0, spans / (tokens / stride) - 1)
+    if candidates:
+        found["memorized_share"] = (settled + memorized) / candidates
+    if settled + memorized:
+        found["certified_share"] = settled / (settled + memorized)
+    return found
+
+
+def inputs_table(inputs: CostInputs, sources: dict[str, str]) -> str:
+    lines = ["| input | value | source |", "|---|---|---|"]
+    for f in fields(CostInputs):
+        value = getattr(inputs, f.name)
+        shown = "-" if value is None else f"{value:,.6g}" if isinstance(value, float) else f"{value:,}"
+        lines.append(f"| {f.name} | {shown} | {sources[f.name]} |")
+    return "\n".join(lines)
+
+
+def run_table(inputs: CostInputs, efficiency: float, gpus: tuple[int, ...]) -> str:
+    """Markdown: spans, screen GPU-h, candidates, steps per candidate, search GPU-h, wall h per cluster."""
+    screen, search = inputs.screen_gpu_s() / 3600, inputs.search_gpu_s() / 3600
+    head = "| spans | screen GPU-h | candidates | steps per candidate | search GPU-h | " + " | ".join(
+        f"{n} GPUs wall h" for n in gpus) + " |"
+    walls = " | ".join(f"{(screen + search) / (n * efficiency):,.2f}" for n in gpus)
+    return "\n".join([head, "|---" * (5 + len(gpus)) + "|",
+                      f"| {inputs.spans:,.0f} | {screen:,.3f} | {inputs.candidates:,.1f} | "
+                      f"{inputs.steps_per_candidate():,.1f} | {search:,.3f} | {walls} |"])
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--run", help="a run directory: its cost replaces every constant it measured")
+    parser.add_argument("--books", type=int, default=GPU_FIGURES.books, help="documents of the collection")
+    parser.add_argument("--efficiency", type=float, default=0.85, help="parallel efficiency (bench/scale.py)")
+    parser.add_argument("--gpus", default="1,8,64", help="cluster sizes, comma-separated")
+    args = parser.parse_args(argv)
+    if args.run is None:
+        return goal_table()
+    inputs, sources = measured_inputs(args.run)
+    inputs = replace(inputs, books=args.books)
+    sources["books"] = "given (--books)" if args.books != GPU_FIGURES.books else sources["books"]
+    gpus = tuple(int(n) for n in args.gpus.split(","))
+    return (inputs_table(inputs, sources) + "\n\n" + f"parallel efficiency {args.efficiency:g} (assumed; "
+            "bench/scale.py measures it)\n\n" + run_table(inputs, args.efficiency, gpus))
+
+
 if __name__ == "__main__":
-    print(goal_table())
+    print(main())

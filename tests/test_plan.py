@@ -185,3 +185,29 @@ def test_bad_workers_and_efficiency_name_the_fix():
         pm.check_workers(0, 0.85)
     with pytest.raises(InputError, match=r"--efficiency 1.5: give a share in \(0, 1\]"):
         pm.check_workers(1, 1.5)
+
+
+def scale_model():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "scale_model.py"
+    spec = importlib.util.spec_from_file_location("scale_model", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["scale_model"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_scale_model_reads_a_runs_cost_and_says_where_each_input_comes_from(planned):
+    root, _, _, whole = planned
+    model = scale_model()
+    assert model.main([]) == model.goal_table()  # no --run: the constants' table, as before
+    inputs, sources = model.measured_inputs(root / "full")
+    for name in ("tokens_per_book", "screen_s_per_span", "candidate_share", "step_s", "steps_memorized",
+                 "memorized_share", "span", "stride", "context"):
+        assert "measured in full" in sources[name] or "run_config.json of full" in sources[name], name
+    assert sources["budget_gpu_h"] == "none" and sources["books"].startswith("assumed")
+    assert inputs.tokens_per_book == whole["screen"]["corpus_tokens"] / 10
+    assert inputs.candidate_share == whole["screen"]["candidate_share"] and inputs.span == 12
+    table = model.main(["--run", str(root / "full"), "--books", "10"])
+    assert "| books | 10 | given (--books) |" in table and "GPUs wall h" in table
