@@ -11,18 +11,17 @@ from pathlib import Path
 import click
 
 from scanner.cli.options import (
+    all_scan_options,
     calibration_config,
     calibration_options,
     engine_config,
     engine_options,
     executor_config,
-    executor_options,
     model_config,
     model_options,
     passage_config,
     prompt_config,
     scan_config,
-    scan_options,
     search_config,
     search_options,
 )
@@ -110,12 +109,7 @@ def acr_command(texts, file, as_json, natural_prefix, **options) -> None:
 
 @cli.command("scan", cls=SectionedCommand)
 @click.argument("corpus")
-@model_options
-@search_options
-@engine_options(screen=True)
-@calibration_options
-@scan_options
-@executor_options
+@all_scan_options
 def scan_command(corpus, out, **options) -> None:
     """Scan a Parquet CORPUS (file, directory or glob) span by span into the run directory --out."""
     from scanner.cli.progress import run_with_progress
@@ -142,12 +136,7 @@ def scan_command(corpus, out, **options) -> None:
 @option(PLAN, "--efficiency", type=float, default=0.85, show_default=True,
         help="Parallel efficiency assumed for --workers (bench/scale.py measures it).")
 @option(PLAN, "--json", "as_json", is_flag=True, help="The projection as one JSON object.")
-@model_options
-@search_options
-@engine_options(screen=True)
-@calibration_options
-@scan_options
-@executor_options
+@all_scan_options
 def plan_command(corpus, out, sample, workers, efficiency, as_json, **options) -> None:
     """Scan a random sample of CORPUS with the scan's options (into --out: sample.parquet, run/), then
     project the whole scan: tokens, screen, candidates, search, passages, wall time and worker-hours."""

@@ -300,3 +300,12 @@ def scan_config(o: dict, corpus: str):
 
 def passage_config(o: dict):
     return PassageConfig(extend_tokens=o["extend_tokens"])
+
+
+def all_scan_options(f):
+    """Every option of `scan` (model, search, engines, calibration, corpus and spans, executor): also
+    `plan`'s, which scans a sample with the same options."""
+    for decorate in reversed((model_options, search_options, engine_options(screen=True), calibration_options,
+                              scan_options, executor_options)):
+        f = decorate(f)
+    return f
