@@ -199,8 +199,11 @@ def measured_inputs(run: str | Path, base: CostInputs = GPU_FIGURES) -> tuple[Co
 
 def _from_cost(cost: dict, documents: int, stride: int | None) -> dict:
     """CostInputs fields from a run's cost (None where it did not measure them)."""
-    screen, search = cost.get("screen") or {}, cost.get("search") or {}
+    screen, search, tighten = (cost.get(k) or {} for k in ("screen", "search", "tighten"))
     outcomes = search.get("outcomes") or {}
+    # the verdicts' steps and the tightening's (which shrinks the memorized verdicts) together
+    steps = (search.get("steps") or 0) + (tighten.get("steps") or 0)
+    seconds = (search.get("seconds") or 0.0) + (tighten.get("seconds") or 0.0)
     tokens, spans, candidates = screen.get("corpus_tokens"), screen.get("spans"), screen.get("candidates")
     settled = _get(cost, "certify", "settled") or 0
     memorized = _get(outcomes, "memorized", "candidates") or 0
@@ -209,8 +212,9 @@ def _from_cost(cost: dict, documents: int, stride: int | None) -> dict:
     found = {"tokens_per_book": tokens / documents if tokens and documents else None,
              "screen_s_per_span": screen["seconds"] / spans if spans and screen.get("seconds") is not None else None,
              "candidate_share": screen.get("candidate_share"),
-             "step_s": search["seconds"] / search["steps"] if search.get("steps") and search.get("seconds") else None,
-             "steps_memorized": _get(outcomes, "memorized", "per_candidate", "steps"),
+             "step_s": seconds / steps if steps and seconds else None,
+             "steps_memorized": ((_get(outcomes, "memorized", "steps") or 0) + (tighten.get("steps") or 0)) / memorized
+             if memorized else None,
              "steps_not_memorized": sum(o["steps"] for o in rest) / rest_candidates if rest_candidates else None}
     if spans and tokens and stride:  # short documents' last windows count too: an upper bound
         found["anchored_share"] = max(0.0, spans / (tokens / stride) - 1)

@@ -142,6 +142,9 @@ class SearchConfig:
     reject_after: int = 5  # steps at a length before the rule may stop it
     reject_min_right: float = 0.6  # share of target tokens the best candidate must get right by then
     reject_stall: int = 0  # steps without a rise in that count that stop the attempt (0: never)
+    # Stop at the first verified success: the verdict and the bound it proves, not the minimum. The scan
+    # decides every candidate this way before it shrinks any (scanner/run/phases.py); set per unit there.
+    verdict_only: bool = False
 
     def __post_init__(self) -> None:
         require(self.schedule in SCHEDULES, f"unknown schedule '{self.schedule}'; choose one of {', '.join(SCHEDULES)}")

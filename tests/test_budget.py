@@ -76,3 +76,28 @@ def test_the_start_rule_resumes_where_it_stopped(steps, amount, cut):
     assert resumed == once
     assert sum(once) - (once[-1] if once else 0) < amount, "the last unit starts below the budget"
     assert bm.spent([{"steps": 3, "search_s": 2.5}], bm.Budget("seconds", 10)) == 2.5
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.lists(st.integers(0, 4), min_size=1, max_size=3)), max_size=30))
+def test_identical_targets_are_searched_once_by_their_best_ranked_copy(spec):
+    rows = [{"shard": shard, "span_id": f"s{i:02d}", "target_ids": ids} for i, (shard, ids) in enumerate(spec)]
+    searched, copies = bm.distinct(rows, bm.target_key)
+    keys = [bm.target_key(r) for r in searched]
+    assert len(keys) == len(set(keys)) == len({tuple(r["target_ids"]) for r in rows}), "one search per target"
+    first = {}
+    for row in rows:  # the first in rank order is the one searched
+        first.setdefault(tuple(row["target_ids"]), row["span_id"])
+    assert [r["span_id"] for r in searched] == list(dict.fromkeys(first.values()))
+    by_id = {r["span_id"]: r for r in rows}
+    copied = [span for items in copies.values() for _, span in items]
+    assert sorted(copied + [r["span_id"] for r in searched]) == sorted(by_id), "every span once"
+    for rep, items in copies.items():
+        assert all(by_id[span]["target_ids"] == by_id[rep]["target_ids"] and shard == by_id[span]["shard"]
+                   for shard, span in items)
+
+
+def test_targets_settled_elsewhere_are_not_searched_again():
+    rows = [{"shard": 0, "span_id": "a", "target_ids": [1, 2]}, {"shard": 1, "span_id": "b", "target_ids": [3]}]
+    searched, copies = bm.distinct(rows, bm.target_key, known={bm.target_key(rows[0]): "certified"})
+    assert [r["span_id"] for r in searched] == ["b"] and copies == {"certified": [[0, "a"]]}
+    assert bm.target_key({"target_ids": [1, 23]}) != bm.target_key({"target_ids": [12, 3]})

@@ -110,7 +110,9 @@ def test_scan_calibrates_memorized_spans(scanned):
     for doc in ("counting", "refrain", "boilerplate"):
         assert by_doc[doc], doc
         assert all(r["predictable"] and not r["calibrated_memorized"] for r in by_doc[doc]), doc
-        assert all(r["reference_s"] > 0 and r["random_prompt_trials"] == 4 for r in by_doc[doc])
+        assert all(r["random_prompt_trials"] == 4 for r in by_doc[doc])
+        # a copy of a span searched elsewhere (the same tokens) takes its verdict, not its seconds
+        assert all(r["reference_s"] > 0 if r["searched_as"] is None else r["reference_s"] is None for r in by_doc[doc])
     assert any("template alone" in r["predictable_reason"] for r in by_doc["boilerplate"])  # no reference needed
     assert not by_doc["control"]
     unflagged = [r for r in rows if not r["memorized"]]

@@ -50,9 +50,11 @@ def budgeted(tiny_dir, tmp_path_factory):
 
 def test_a_small_budget_searches_the_best_evidence_first_not_corpus_order(budgeted):
     _, _, rows = budgeted
-    searched = [r for r in rows if r["acr_kind"] == "searched_min"]
+    searched = [r for r in rows if r["acr_kind"] in ("searched_min", "decision_bound")]
     waiting = [r for r in rows if r["status"] == "not_searched"]
     assert len(searched) == 1 and searched[0]["steps"] > 0 and waiting
+    # The budget ran out before every verdict: nothing was shrunk, a memorized verdict is its bound.
+    assert searched[0]["acr_kind"] == ("decision_bound" if searched[0]["memorized"] else "searched_min")
     assert all(r["reason"] == "search budget spent (--search-budget 1steps)" and r["acr"] is None for r in waiting)
     assert all(bm.evidence_key(searched[0]) < bm.evidence_key(r) for r in waiting), "the best evidence went first"
     assert min(r["token_start"] for r in waiting) < searched[0]["token_start"], "not the first in corpus order"
@@ -106,16 +108,24 @@ def test_tighten_searches_the_settled_spans_and_keeps_the_shorter_prompt(tiny_di
     done = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *args)
     assert done.returncode == 0, done.stderr
     rows = [r for r in pq.read_table(out / "results").to_pylist() if r["certificate_tokens"] is not None]
-    assert rows and json.loads((out / "search_plan.json").read_text())["units"]
+    assert rows and json.loads((out / "tighten_plan.json").read_text())["units"]
     assert all(r["acr_kind"] == "searched_min" and r["status"] == "memorized" for r in rows if r["certificate_tokens"] < 12)
     assert all(r["prompt_tokens"] <= r["certificate_tokens"] for r in rows if r["status"] == "memorized")
 
 
-def test_a_tightening_search_replaces_a_certificate_only_with_a_prompt_no_longer():
+def test_a_tightening_search_replaces_a_bound_only_with_a_prompt_no_longer_and_both_costs_count():
     from scanner.run.phases import _better
 
-    cert = {"acr_kind": "certificate_bound", "status": "memorized", "prompt_tokens": 3}
+    cert = {"acr_kind": "certificate_bound", "status": "memorized", "prompt_tokens": 3, "steps": 0, "search_s": 0.5}
     assert _better(cert, {"acr_kind": "searched_min", "status": "failed", "prompt_tokens": None}) is cert
-    assert _better(cert, {"acr_kind": "searched_min", "status": "not_memorized", "prompt_tokens": None}) is cert
-    found = {"acr_kind": "searched_min", "status": "memorized", "prompt_tokens": 2}
-    assert _better(cert, found) is found
+    kept = _better(cert, {"acr_kind": "searched_min", "status": "not_memorized", "prompt_tokens": None, "steps": 7})
+    assert kept["acr_kind"] == "certificate_bound" and kept["prompt_tokens"] == 3 and kept["steps"] == 7
+    found = {"acr_kind": "searched_min", "status": "memorized", "prompt_tokens": 2, "steps": 5, "search_s": 1.0}
+    assert _better(cert, found) == {**found, "search_s": 1.5, "forwards": 0}
+    decided = {"acr_kind": "decision_bound", "status": "memorized", "prompt_tokens": 4, "steps": 9, "forwards": 3}
+    # nothing shorter than the decided prompt: it is the schedule's minimum now, both searches' cost
+    same = _better(decided, {"acr_kind": "searched_min", "status": "memorized", "prompt_tokens": 5, "steps": 2,
+                             "forwards": 1})
+    assert same["acr_kind"] == "searched_min" and same["prompt_tokens"] == 4 and (same["steps"], same["forwards"]) == (11, 4)
+    screen = {"acr_kind": None, "status": "not_searched", "prompt_tokens": None}
+    assert _better(screen, decided) is decided

@@ -115,3 +115,32 @@ def test_bounding_unmemorized_text_finds_the_boundary_up_to_the_cap(y, k):
         assert schedule.hi == k
     grows = [a for a in tried[1:] if a.length > decision_length(y, 1.0)]  # after a failed prompt exists
     assert all(a.warm in ("grow", "shrink") for a in grows)
+
+
+@settings(max_examples=300)
+@given(st.integers(1, 80), st.integers(0, 400), st.floats(0.25, 4), st.booleans(), st.integers(0, 8))
+def test_a_schedule_resumed_at_its_decided_length_goes_on_as_the_uninterrupted_one(y, k, tau, template, probe):
+    """The scan decides every candidate (stopping at the first success) before it shrinks any: the
+    shrinking search, resumed from the decided length, tries what the one-pass search would have."""
+    config = SearchConfig(tau=tau, probe_length=probe)
+    whole = drive(FastSchedule(y, 5 * y, config, has_template=template), lambda n: n >= k)
+    first = next((i for i, a in enumerate(whole) if a.length >= k), None)
+    if first is None:
+        return  # nothing succeeded: the verdict is the whole search, nothing to shrink
+    resumed = drive(make_schedule(y, 5 * y, config, has_template=template, decided_length=whole[first].length),
+                    lambda n: n >= k)
+    assert resumed == whole[first + 1:]
+
+
+def test_the_paper_schedule_resumes_with_its_compounded_step_budget():
+    whole = drive(PaperSchedule(5 * 20, SearchConfig.paper()), lambda n: n >= 13)  # 5 x, 10 x, 15 ok, ...
+    resumed = drive(make_schedule(20, 100, SearchConfig.paper(), has_template=False, decided_length=15),
+                    lambda n: n >= 13)
+    assert resumed == whole[3:] and resumed[0].steps == 288
+
+
+def test_a_length_the_schedule_never_tries_is_refused():
+    import pytest
+
+    with pytest.raises(ValueError, match="never tries length 7"):
+        make_schedule(20, 100, SearchConfig.paper(), has_template=False, decided_length=7)

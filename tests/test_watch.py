@@ -103,8 +103,9 @@ def runs(tiny_dir, tmp_path_factory):
         proc.kill()
     assert proc.returncode == 0, err[-3000:]
     states = {"screen": root / "screen", "search": root / "search", "complete": out}
-    states["certify"] = without(out, root / "certify", keep={"certify/done": 2, "search/done": 0, "done": 0},
-                                remove=("search_plan.json", "passages.parquet"))
+    states["certify"] = without(out, root / "certify", keep={"certify/done": 2, "search/done": 0, "tighten/done": 0,
+                                "done": 0}, remove=("search_plan.json", "tighten_plan.json", "passages.parquet"))
+    states["tighten"] = without(out, root / "tighten", keep={"tighten/done": 1, "done": 0}, remove=("passages.parquet",))
     states["write"] = without(out, root / "write", keep={"done": 3}, remove=("passages.parquet",))
     states["passages"] = without(out, root / "passages", keep={}, remove=("passages.parquet",))
     return states
@@ -173,17 +174,44 @@ def test_a_scan_stopped_in_its_search(runs):
     assert search["s_per_candidate"] == pytest.approx(sum(s["search_s"] for s in stats) / done)
     assert isinstance(got["eta_s"], float) and got["eta_s"] > 0 and search["ends"] == "plan"
     shown = frame(run)
-    assert "phase: search" in shown and f"search      {done}/{total} candidates searched" in shown
-    assert "s per candidate" in shown and "write       waiting" in shown
-    assert re.search(r"ETA         (\d+ min )?\d+ s to the end of the search plan", shown), shown
+    assert "phase: search" in shown and f"search      {done}/{total} candidates decided" in shown
+    assert "s per candidate" in shown and "write       waiting" in shown and "tighten     waiting" in shown
+    assert re.search(r"ETA         (\d+ min )?\d+ s to the end of the verdicts", shown), shown
+
+
+def test_a_scan_stopped_while_it_shrinks_the_decided_prompts(runs):
+    """Every candidate has its verdict before any prompt is shrunk: the search is complete, the tighten
+    units run best bound first."""
+    run = runs["tighten"]
+    done, total = len(markers(run, "tighten/done")), units(run, "tighten_plan.json")
+    assert done == 1 < total, "the run has fewer than 2 decided prompts to shrink; the test lost its point"
+    got = status(run)
+    assert got["phase"] == "tighten"
+    search, tighten = got["progress"]["search"], got["progress"]["tighten"]
+    assert search["candidates_done"] == search["candidates_total"] and search["over"]
+    assert (tighten["candidates_done"], tighten["candidates_total"]) == (1, total)
+    stats = json.loads((run / "tighten/stats/00000.json").read_text())
+    assert tighten["budget"]["spent"] == search["budget"]["spent"] + stats["steps"]
+    assert got["phases"]["tighten_units"] == {"done": 1, "total": total}
+    shown = frame(run)
+    assert "phase: tighten" in shown and f"tighten     1/{total} decided prompts shrunk" in shown
+    assert re.search(r"ETA         (\d+ min )?\d+ s to the end of the tightening", shown), shown
+    plan = json.loads((run / "tighten_plan.json").read_text())["units"]
+    decided = {r["span_id"]: r for r in Store(run, "search").rows()}
+    bounds = [decided[span]["acr"] for unit in plan for _, span, _ in unit]
+    assert bounds == sorted(bounds, reverse=True), "the best bound is shrunk first"
+    assert all(decided[span]["acr_kind"] == "decision_bound" and prompt == decided[span]["prompt"]
+               for unit in plan for _, span, prompt in unit)
 
 
 def test_the_budget_ends_the_search_before_the_plan_when_it_pays_for_fewer_candidates():
     # 40 steps for 2 candidates: the 60 left pay for 3 more, fewer than the 10 planned.
-    assert _left_by_budget(Budget("steps", 100), spent=40, done=2, left=10) == 3
-    assert _left_by_budget(Budget("steps", 100), spent=40, done=2, left=2) == 3  # the plan ends first
-    assert _left_by_budget(Budget("steps", 100), spent=120, done=2, left=10) == 0  # spent: no unit starts
-    assert _left_by_budget(Budget("seconds", 60), spent=0, done=0, left=10) == 10  # nothing known yet
+    assert _left_by_budget(Budget("steps", 100), spent=40, mine=40, done=2, left=10) == 3
+    assert _left_by_budget(Budget("steps", 100), spent=40, mine=40, done=2, left=2) == 3  # the plan ends first
+    assert _left_by_budget(Budget("steps", 100), spent=120, mine=120, done=2, left=10) == 0  # spent: no unit starts
+    assert _left_by_budget(Budget("seconds", 60), spent=0, mine=0, done=0, left=10) == 10  # nothing known yet
+    # tightening after verdicts that spent 60: its own 10 steps for 2 candidates, 30 left, pay for 6
+    assert _left_by_budget(Budget("steps", 100), spent=70, mine=10, done=2, left=10) == 6
 
 
 def test_a_scan_stopped_writing_its_results(runs):
@@ -194,7 +222,7 @@ def test_a_scan_stopped_writing_its_results(runs):
     shown = frame(runs["write"])
     assert "phase: write" in shown and "write       3/10 shards written" in shown and "passages    waiting" in shown
     searched = units(runs["write"], "search_plan.json")
-    assert f"search      {searched}/{searched} candidates searched" in shown
+    assert f"search      {searched}/{searched} candidates decided" in shown
 
 
 def test_a_scan_before_its_passages_and_a_complete_one(runs):
@@ -248,7 +276,16 @@ def test_a_finished_scan_records_its_search_by_outcome_and_stage(runs):
     assert search["per_candidate"]["steps"] == pytest.approx(search["steps"] / len(rows))
     assert 0 < cost["verification"]["seconds"] == pytest.approx(cost["verification"]["certify_s"]
                                                                 + cost["verification"]["search_s"])
-    calibrated = Store(run, "certify").rows() + rows
+    shrunk, tighten = Store(run, "tighten").rows(), cost["tighten"]
+    assert shrunk and tighten["stages"]["deciding"]["steps"] == tighten["stages"]["deciding"]["forwards"] == 0
+    assert tighten["stages"]["shrinking"]["steps"] == sum(r["steps"] for r in shrunk) == tighten["steps"]
+    assert stages["shrinking"]["steps"] == 0, "a search unit stops at the verdict"
+    final = {r["span_id"]: r for r in pq.read_table(run / "results").to_pylist()}
+    decided = {r["span_id"]: r for r in rows}
+    for r in shrunk:  # the row's cost is both searches'
+        assert final[r["span_id"]]["steps"] == decided[r["span_id"]]["steps"] + r["steps"]
+        assert final[r["span_id"]]["acr_kind"] == "searched_min"
+    calibrated = Store(run, "certify").rows() + rows + shrunk
     assert cost["calibration"]["seconds"] == pytest.approx(sum((r["calibration_s"] or 0) + (r["reference_s"] or 0)
                                                                for r in calibrated))
     assert cost["passages"]["passages"] == pq.read_table(run / "passages.parquet").num_rows

@@ -242,11 +242,13 @@ def scan_options(f):
                help="Search at most this many candidates, corpus-wide, best screen evidence first; the "
                     "rest stay not_searched."),
         option(BUDGET, "--search-budget", default=None,
-               help="Search candidates best-first until this is spent: GCG steps ('20000steps') or "
-                    "search seconds summed over workers ('3600s', '90m', '2h'); the rest stay not_searched."),
+               help="Decide candidates best-first, then shrink the decided prompts, until this is spent: GCG "
+                    "steps ('20000steps') or search seconds summed over workers ('3600s', '90m', '2h'); "
+                    "the undecided stay not_searched."),
         option(BUDGET, "--tighten", is_flag=True,
-               help="Also search spans their natural-prefix certificate settled (after the others, while "
-                    "budget remains), keeping the shorter prompt."),
+               help="Also shrink the prompts of spans their natural-prefix certificate settled (with the "
+                    "decided ones, once every candidate has its verdict, while budget remains), keeping "
+                    "the shorter prompt."),
         option(BUDGET, "--unit-size", type=int, default=default_of(ScanConfig, "unit_size"), show_default=True,
                help="Candidates per search unit, the resumable unit of the search phase."),
         option(CORPUS, "--docs-per-shard", type=int, default=default_of(ScanConfig, "docs_per_shard"),

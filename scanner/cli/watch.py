@@ -3,7 +3,7 @@
 It reads only the run directory (scanner/storage/status.py: plans, done markers, the parts' stats), never
 talks to the driver, so it follows a scan running anywhere that writes to a shared run directory: a Ray
 job on a cluster, another terminal, another machine on NFS. Each frame names the phase (starting,
-screen, certify, search, write, passages, complete), one line per phase with its counts, and the
+screen, certify, search, tighten, write, passages, complete), one line per phase with its counts, and the
 current phase's throughput and ETA.
 """
 
@@ -16,7 +16,7 @@ from scanner.errors import require
 from scanner.storage.rundir import PLAN_FILE, RunDir
 from scanner.storage.status import progress
 
-STEPS = ("screen", "certify", "search", "write", "passages")
+STEPS = ("screen", "certify", "search", "tighten", "write", "passages")
 
 
 def snapshot(run: RunDir, workers: int = 1, now: float | None = None) -> dict:
@@ -54,8 +54,16 @@ def _search(s: dict) -> str:
     spent = (f"{budget['spent']:g} {budget['kind']} (no budget)" if budget["total"] is None
              else f"{budget['spent']:g} of {budget['total']:g} {budget['kind']}")
     cost = "" if s["s_per_candidate"] is None else f", {s['s_per_candidate']:.2f} s per candidate"
-    return (f"{_of(s['candidates_done'], s['candidates_total'])} candidates searched, {s['memorized']} "
+    return (f"{_of(s['candidates_done'], s['candidates_total'])} candidates decided, {s['memorized']} "
             f"memorized, budget spent {spent}{cost}")
+
+
+def _tighten(s: dict) -> str:
+    if s["units_total"] is None:
+        return "planned once every candidate has its verdict"
+    cost = "" if s["s_per_candidate"] is None else f", {s['s_per_candidate']:.2f} s per candidate"
+    return (f"{_of(s['candidates_done'], s['candidates_total'])} decided prompts shrunk, budget spent "
+            f"{s['budget']['spent']:g} {s['budget']['kind']} in all{cost}")
 
 
 def _write(s: dict) -> str:
@@ -66,7 +74,8 @@ def _passages(s: dict) -> str:
     return "built" if s["built"] else "not built yet"
 
 
-LINES = {"screen": _screen, "certify": _certify, "search": _search, "write": _write, "passages": _passages}
+LINES = {"screen": _screen, "certify": _certify, "search": _search, "tighten": _tighten, "write": _write,
+         "passages": _passages}
 
 
 def _rate(snap: dict) -> str:
@@ -76,7 +85,7 @@ def _rate(snap: dict) -> str:
         return f"{s['tokens_per_s']:.0f} tokens/s, {s['docs_per_s']:.2f} documents/s ({s['rate']})"
     if phase == "certify" and s["units_per_s"]:
         return f"{s['units_per_s']:.2f} units/s ({s['rate']})"
-    if phase == "search" and s["candidates_per_s"]:
+    if phase in ("search", "tighten") and s["candidates_per_s"]:
         return f"{s['candidates_per_s']:.2f} candidates/s ({s['rate']})"
     if phase == "write" and s["shards_per_s"]:
         return f"{s['shards_per_s']:.2f} shards/s (wall clock)"
@@ -85,8 +94,8 @@ def _rate(snap: dict) -> str:
     return f"unknown until the first parts of {ENDS[phase]} are done"
 
 
-ENDS = {"screen": "the screen", "certify": "the certificates", "search": "the search plan", "write": "the write",
-        "passages": "the passages"}
+ENDS = {"screen": "the screen", "certify": "the certificates", "search": "the verdicts", "tighten": "the tightening",
+        "write": "the write", "passages": "the passages"}
 
 
 def _eta(snap: dict) -> str:
@@ -95,7 +104,7 @@ def _eta(snap: dict) -> str:
         return "finished"
     if snap["eta_s"] is None:
         return "unknown (one task builds passages.parquet)" if phase == "passages" else "unknown yet"
-    ends = "the budget" if phase == "search" and snap["search"]["ends"] == "budget" else ENDS[phase]
+    ends = "the budget" if phase in ("search", "tighten") and snap[phase]["ends"] == "budget" else ENDS[phase]
     return f"{_duration(snap['eta_s'])} to the end of {ends}"
 
 

@@ -7,6 +7,8 @@ is a function of its arguments, so a relaunch that reads the same committed unit
 
 from __future__ import annotations
 
+import hashlib
+
 # The budget's parse is the config's (a run's identity); re-exported for the phases' math.
 from scanner.config import BUDGET_FORMS, Budget, parse_budget  # noqa: F401
 
@@ -33,6 +35,28 @@ def evidence_key(row: dict) -> tuple:
 
 def rank(rows: list[dict]) -> list[dict]:
     return sorted(rows, key=evidence_key)
+
+
+def target_key(row: dict) -> str:
+    """The identity of a span's search: its target token ids (the search's seed follows the copy
+    searched), as a short digest for plan files."""
+    ids = ",".join(str(i) for i in row["target_ids"])
+    return hashlib.sha256(ids.encode()).hexdigest()[:32]
+
+
+def distinct(ranked: list[dict], key, known: dict | None = None) -> tuple[list[dict], dict[str, list]]:
+    """The first row of each `key(row)` in rank order (searched), and the others as copies of it:
+    ({searched span_id: [[shard, span_id], ...]}). `known`: {key: span_id} already settled elsewhere,
+    whose copies are collected too but that are not searched again."""
+    first, searched, copies = dict(known or {}), [], {}
+    for row in ranked:
+        k = key(row)
+        if k in first:
+            copies.setdefault(first[k], []).append([row["shard"], row["span_id"]])
+            continue
+        first[k] = row["span_id"]
+        searched.append(row)
+    return searched, copies
 
 
 def units(items: list, size: int) -> list[list]:

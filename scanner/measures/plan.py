@@ -136,7 +136,19 @@ def _totals(cost: dict) -> dict[str, float | None]:
     for name, spent in (search.get("outcomes") or {}).items():
         for key in ("candidates", "steps", "seconds"):
             totals[f"{name}.{key}"] = spent.get(key)
+    _add_tightening(totals, cost.get("tighten") or {})
     return totals
+
+
+def _add_tightening(totals: dict, tighten: dict) -> None:
+    """The tighten units' steps and seconds on the spans they shrank (the candidates decided already
+    counted), so each outcome's cost is its verdict's and its tightening's, as the rows sum them."""
+    totals["search_s"] = (totals["search_s"] or 0.0) + (tighten.get("unit_seconds") or 0.0)
+    totals["search_steps"] = (totals["search_steps"] or 0) + (tighten.get("steps") or 0)
+    for name, spent in (tighten.get("outcomes") or {}).items():
+        for key in ("steps", "seconds"):
+            if totals.get(f"{name}.{key}") is not None:
+                totals[f"{name}.{key}"] += spent.get(key) or 0
 
 
 def _per_doc(docs: list[dict], names: list[str]) -> dict[str, list[float]]:

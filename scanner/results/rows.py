@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from scanner.schema import default_row
+from scanner.schema import RESULTS_WALL_CLOCK, default_row
 
 REASON_CHARS = 500  # a failure's reason keeps the error's head: tracebacks belong in the shard log
 
@@ -61,7 +61,8 @@ def searched_row(row: dict, result, seconds: float) -> dict:
     verifier = {"engine": result.verify_engine, "version": result.verify_version,
                 "dtype": result.verify_dtype, "flags": result.verify_flags}
     verdict = verdict_columns(
-        memorized=result.memorized, acr=result.acr, acr_kind="searched_min", prompt=result.prompt,
+        memorized=result.memorized, acr=result.acr, acr_kind="decision_bound" if result.bounded else "searched_min",
+        prompt=result.prompt,
         prompt_ids=result.prompt_ids, prompt_tokens=result.prompt_tokens, thresholds=result.thresholds,
         teacher_forced=result.teacher_forced, min_margin=result.min_margin,
         verify_disagrees=result.verify_disagrees, rejected_matches=result.rejected_matches, verifier=verifier,
@@ -80,6 +81,19 @@ def certified_row(row: dict, check, acr: float, thresholds: dict, verifier: dict
         min_margin=check.min_margin, verify_disagrees=check.disagrees, rejected_matches=0, verifier=verifier,
         verified_generation=True)
     return {**row, **verdict, "steps": 0}
+
+
+COPY_FREE = ("steps", "forwards", *RESULTS_WALL_CLOCK)  # a copy's own cost: none (counted once, on the searched one)
+
+
+def copied_row(row: dict, searched_screen: dict, searched: dict) -> dict:
+    """The row of a copy (`row`, as the screen left it) of the span that was searched: the same target
+    tokens, so every column the search, certificate or calibration changed on that span (`searched`
+    against `searched_screen`, its screen row) is the copy's too; the copy keeps its place and screen
+    columns, costs nothing and names the span searched in `searched_as`."""
+    changed = {k: v for k, v in searched.items() if searched_screen.get(k) != v}
+    free = {k: default_row()[k] for k in COPY_FREE if k in changed}
+    return {**row, **changed, **free, "searched_as": searched["span_id"]}
 
 
 def failed_row(row: dict, error: BaseException, during: str = "") -> dict:

@@ -2,10 +2,15 @@
 
 1. screen: every shard screened (spans, screen; no search) into screen/part-XXXXX.parquet; candidates
    are rows with status not_searched.
-2. search: candidates whose natural-prefix certificate is shorter than the span are settled by
-   generation from the certificate (certify units, no budget, no GCG); then all other candidates,
-   ranked corpus-wide by screen evidence (budget.py), are searched best-first in units of
-   --unit-size while --search-budget / --max-candidates allow (--tighten: the settled ones after).
+2. decide, then tighten: candidates whose natural-prefix certificate is shorter than the span are settled
+   by generation from the certificate (certify units, no budget, no GCG); then all other candidates,
+   ranked corpus-wide by screen evidence (budget.py), are decided best-first in search units of
+   --unit-size while --search-budget / --max-candidates allow: each search stops at its verdict (the
+   first verified prompt, or "not memorized"). Only when every candidate has its verdict do tighten
+   units shrink the decided prompts, best bound first, while budget remains (--tighten: the certified
+   spans too). A span's search depends only on its target tokens: identical targets (a header every
+   book carries, a quotation, a second edition) are certified or searched once, by their best-ranked
+   copy, and the other copies take its verdict (searched_as); copies count once against the budget.
 3. write: results/part-XXXXX.parquet per shard = the screen rows updated by the units' rows, with the
    candidates never searched left not_searched and the reason; export/report/verify read only these.
 4. passages: once every shard is written, RUN/passages.parquet when it is missing or stale: on a
@@ -15,12 +20,12 @@
 Every phase hands its tasks to the executor's `execute(tasks, admit, finished)`, which only decides
 where they run (in this process or on Ray actors) and never calls back.
 
-Budget accounting is resume-safe: what is spent is what committed units recorded (their stats), so a
-relaunch continues where the last committed unit left off. Units start in rank order while budget is
-left: with the local executor one at a time, so a steps budget gives the same table on every run and
-relaunch. Under Ray up to one unit per actor is in flight when the budget runs out; those finish and
-are kept, so a run can overshoot by at most (actors) units, each at most --unit-size candidates' full
-GCG schedules (seconds: plus the time they were already running).
+Budget accounting is resume-safe: what is spent is what committed search and tighten units recorded
+(their stats), so a relaunch continues where the last committed unit left off. Units start in rank
+order while budget is left: with the local executor one at a time, so a steps budget gives the same
+table on every run and relaunch. Under Ray up to one unit per actor is in flight when the budget runs
+out; those finish and are kept, so a run can overshoot by at most (actors) units, each at most
+--unit-size candidates' GCG schedules (seconds: plus the time they were already running).
 """
 
 from __future__ import annotations
@@ -33,9 +38,10 @@ import pyarrow.parquet as pq
 
 from scanner.config import PassageConfig, ScanConfig
 from scanner.measures import budget as bm
+from scanner.results.rows import copied_row
 from scanner.run.passages import needs_engine, write_passages
 from scanner.run.shard import shard_stats
-from scanner.run.tasks import PassagesTask, Unit
+from scanner.run.tasks import UNIT_KINDS, PassagesTask, Unit
 from scanner.schema import RANK_COLUMNS, results_schema
 from scanner.storage.atomic import atomic_write_json
 from scanner.storage.integrity import read_json_object
@@ -45,7 +51,8 @@ from scanner.storage.store import Store
 
 log = logging.getLogger(__name__)
 
-CERTIFY_PLAN, SEARCH_PLAN = PHASE_PLANS  # saved once, beside run_config.json (storage/rundir.py)
+CERTIFY_PLAN, SEARCH_PLAN, TIGHTEN_PLAN = PHASE_PLANS  # saved once, beside run_config.json (storage/rundir.py)
+SEARCHED = ("search", "tighten")  # the stores whose units spend the budget
 
 
 class Phases:
@@ -57,13 +64,13 @@ class Phases:
         self.config, self.run, self.plan = config, run, plan
         self.corpus, self.passages = corpus, passages or PassageConfig()  # phase 4
         self.budget = bm.parse_budget(config.search_budget)
-        self.stores = {name: Store(run.path, name) for name in ("screen", "certify", "search")}
+        self.stores = {name: Store(run.path, name) for name in ("screen", *UNIT_KINDS)}
 
     def prepare(self) -> int:
         """Damaged parts pending again; units holding failed rows too (failed is retried, like shards).
         Returns how many parts were reopened."""
         reopened = sum(len(store.prepare()) for store in self.stores.values())
-        for name in ("certify", "search"):
+        for name in UNIT_KINDS:
             store = self.stores[name]
             for index in store.done_shards():
                 if store.stats(index).get("failed"):
@@ -76,37 +83,81 @@ class Phases:
         return [s for s in self.plan if s.shard not in done]
 
     def candidates(self) -> list[dict]:
-        """Every candidate of the corpus (screen rows with status not_searched), ranking columns only."""
+        """Every candidate of the corpus (screen rows with status not_searched): the ranking columns and
+        what tells copies apart (target ids, certificate)."""
         screen = self.stores["screen"]
-        tables = [pq.read_table(screen.result_path(s.shard), columns=list(RANK_COLUMNS),
+        columns = [*RANK_COLUMNS, "target_ids", "certificate_prompt"]
+        tables = [pq.read_table(screen.result_path(s.shard), columns=columns,
                                 filters=[("status", "=", "not_searched")]) for s in self.plan]
         return [row for t in tables for row in t.to_pylist()]
 
     def _units(self, name: str, kind: str, make) -> list[Unit]:
+        saved = self._plan(name, make)
+        return [Unit.from_json(kind, i, items) for i, items in enumerate(saved["units"])]
+
+    def _plan(self, name: str, make=None) -> dict:
         path = self.run.path / name
         saved = read_json_object(path)
-        if saved is None:
+        if saved is None and make is not None:
             saved = make()
             atomic_write_json(path, saved)
-        return [Unit.from_json(kind, i, items) for i, items in enumerate(saved["units"])]
+        return saved or {}
 
     def certify_units(self) -> list[Unit]:
         def make() -> dict:
             settling = bm.rank([r for r in self.candidates() if bm.settles(r)])
-            return {"units": bm.units([[r["shard"], r["span_id"]] for r in settling], self.config.unit_size)}
+            # the same target after the same certificate: one generation decides every copy
+            checked, copies = bm.distinct(settling, lambda r: (bm.target_key(r), r["certificate_prompt"]))
+            return {"units": bm.units([[r["shard"], r["span_id"]] for r in checked], self.config.unit_size),
+                    "copies": copies}
         return self._units(CERTIFY_PLAN, "certify", make)
+
+    def settled(self) -> set[str]:
+        """Spans their certificates settled, the copies of a settled one included."""
+        certified = {r["span_id"] for r in self.stores["certify"].rows() if r["status"] == "memorized"}
+        copies = self._plan(CERTIFY_PLAN).get("copies", {})
+        return certified | {span for rep in certified for _, span in copies.get(rep, [])}
 
     def search_units(self) -> list[Unit]:
         def make() -> dict:
-            settled = {r["span_id"] for r in self.stores["certify"].rows() if r["status"] == "memorized"}
+            settled = self.settled()
             ranked = bm.rank(self.candidates())
-            order = [r for r in ranked if r["span_id"] not in settled]
-            if self.config.tighten:
-                order += [r for r in ranked if r["span_id"] in settled]
+            known = {}  # a target one copy's certificate settled: the others take its verdict
+            for row in ranked:
+                if row["span_id"] in settled:
+                    known.setdefault(bm.target_key(row), row["span_id"])
+            order, copies = bm.distinct([r for r in ranked if r["span_id"] not in settled], bm.target_key, known)
             if self.config.max_candidates is not None:
                 order = order[:self.config.max_candidates]
-            return {"units": bm.units([[r["shard"], r["span_id"]] for r in order], self.config.unit_size)}
+            return {"units": bm.units([[r["shard"], r["span_id"]] for r in order], self.config.unit_size),
+                    "copies": copies}
         return self._units(SEARCH_PLAN, "search", make)
+
+    def tighten_units(self) -> list[Unit]:
+        """Once every search unit is done: the decided prompts (--tighten: and the certified spans'),
+        best bound first, each decided one with the prompt its shrinking starts from."""
+        def make() -> dict:
+            rows = [r for r in self.stores["search"].rows() if r["acr_kind"] == "decision_bound"]
+            if self.config.tighten:  # a certificate bounds the search from its length (known_length)
+                rows += [r for r in self.stores["certify"].rows() if r["status"] == "memorized"]
+            order = sorted(rows, key=lambda r: (-(r["acr"] or 0.0), bm.evidence_key(r)))
+            items = [[r["shard"], r["span_id"], *([r["prompt"]] if r["acr_kind"] == "decision_bound" else [])]
+                     for r in order]
+            return {"units": bm.units(items, self.config.unit_size)}
+        return self._units(TIGHTEN_PLAN, "tighten", make)
+
+    def copies(self) -> dict[str, list]:
+        """{span_id searched or certified: [[shard, span_id], ...] of its copies} of both plans."""
+        out = {}
+        for name in (CERTIFY_PLAN, SEARCH_PLAN):
+            for rep, items in self._plan(name).get("copies", {}).items():
+                out.setdefault(rep, []).extend(items)
+        return out
+
+    def failed(self, kind: str) -> bool:
+        """Whether a done unit of `kind` holds failed rows (a relaunch runs it again)."""
+        store = self.stores[kind]
+        return any(store.stats(i).get("failed") for i in store.done_shards())
 
     def unchecked(self) -> dict[str, str]:
         """Certify units holding failed rows: {unit name: why}."""
@@ -115,8 +166,8 @@ class Phases:
                 for i in store.done_shards() if store.stats(i).get("failed")}
 
     def spent(self) -> float:
-        store = self.stores["search"]
-        return bm.spent([store.stats(i) for i in store.done_shards()], self.budget)
+        stats = [store.stats(i) for name in SEARCHED for store in [self.stores[name]] for i in store.done_shards()]
+        return bm.spent(stats, self.budget)
 
     def pending(self, units: list[Unit]) -> list[Unit]:
         done = self.stores[units[0].kind].done() if units else set()
@@ -158,18 +209,28 @@ def _screen_search_write(phases: Phases, execute, progress) -> dict:
     if unchecked:  # the search plan needs every certificate's verdict: a relaunch checks these again
         return unchecked
     search = phases.search_units()
+    failed = _spend(phases, execute, search)
+    if failed:
+        return failed
+    # Every verdict first; a failed one is retried by a relaunch before the tightening is planned.
+    tighten = [] if phases.pending(search) or phases.failed("search") else phases.tighten_units()
+    failed = _spend(phases, execute, tighten)
+    if failed:
+        return failed
+    if ran or counter[0] or len(phases.run.done_shards()) < len(phases.plan):
+        write_results(phases, search + tighten)  # a relaunch of a finished run writes nothing
+    return {}
+
+
+def _spend(phases: Phases, execute, units: list[Unit]) -> dict:
+    """The pending units, started in rank order while the budget (shared by search and tighten) lasts."""
     spent = {"value": phases.spent()}
 
     def finished(stats: dict) -> None:
         spent["value"] += bm.spent([stats], phases.budget)
 
-    failed = execute(phases.pending(search), lambda: bm.may_start(spent["value"], phases.budget),
-                     _logged(phases, lambda: spent["value"], finished))
-    if failed:
-        return failed
-    if ran or counter[0] or len(phases.run.done_shards()) < len(phases.plan):
-        write_results(phases, search)  # a relaunch of a finished run writes nothing
-    return {}
+    return execute(phases.pending(units), lambda: bm.may_start(spent["value"], phases.budget),
+                   _logged(phases, lambda: spent["value"], finished))
 
 
 def _counting(execute, counter: list[int]):
@@ -193,40 +254,85 @@ def _logged(phases: Phases, spent, then=None):
     return log_unit
 
 
-def _reasons(phases: Phases, search: list[Unit]) -> dict[str, str]:
-    """Why each candidate that no unit settled or searched stays not_searched."""
-    done = phases.stores["search"].done()
+def _reasons(phases: Phases, units: list[Unit], copies: dict) -> dict[str, str]:
+    """Why each candidate that no search unit decided stays not_searched (its copies: the same)."""
+    done = {kind: phases.stores[kind].done() for kind in SEARCHED}
     out = {}
-    for unit in search:
-        if unit.index not in done:
+    for unit in units:
+        if unit.kind == "search" and unit.index not in done["search"]:
             out.update({span: f"search budget spent (--search-budget {phases.config.search_budget})"
-                        for _, span in unit.items})
+                        for _, span in unit.spans})
+    for rep, items in copies.items():
+        if rep in out:
+            out.update({span: out[rep] for _, span in items})
     return out
 
 
+COST = ("steps", "forwards", "search_s")  # what a span's searches spent, summed over decide and tighten
+
+
 def _better(old: dict, new: dict) -> dict:
-    """A tightening search replaces a certificate's verdict only with a memorized prompt no longer."""
-    if old.get("acr_kind") != "certificate_bound":
+    """A later unit's row for a span over an earlier one's. A verdict that only bounds the ACR (a
+    certificate's, or a search's stopped at its verdict) gives way to a tightened prompt no longer than
+    its own; else it stays, and a decision bound becomes the schedule's minimum, which that tightening
+    found nothing below. Both units' costs count."""
+    kind = old.get("acr_kind")
+    if kind not in ("certificate_bound", "decision_bound"):
         return new
-    if new["status"] == "memorized" and new["prompt_tokens"] <= old["prompt_tokens"]:
-        return new
-    return old
+    if new["status"] == "failed":  # retried on resume; the verdict stands meanwhile
+        return old
+    cost = {k: (old.get(k) or 0) + (new.get(k) or 0) for k in COST}
+    shorter = new["prompt_tokens"] is not None and new["prompt_tokens"] <= (old["prompt_tokens"] or 0)
+    if shorter:
+        return {**new, **cost}
+    return {**old, **cost, "acr_kind": "searched_min" if kind == "decision_bound" else kind}
 
 
-def write_results(phases: Phases, search: list[Unit]) -> None:
-    """Phase 3: results/part-XXXXX.parquet per shard, screen rows updated by the units' rows."""
+def _updates(phases: Phases) -> dict[int, list[dict]]:
+    """Every unit's row by shard, in the order units run (certify, search, tighten)."""
     by_shard = defaultdict(list)
-    for name in ("certify", "search"):
+    for name in UNIT_KINDS:
         for row in phases.stores[name].rows():
             by_shard[row["shard"]].append(row)
-    reasons = _reasons(phases, search)
+    return by_shard
+
+
+def _final(rows: dict, updates: list[dict]) -> dict:
+    for row in updates:
+        rows[row["span_id"]] = _better(rows[row["span_id"]], row)
+    return rows
+
+
+def _verdicts(phases: Phases, copies: dict, updates: dict) -> dict[str, tuple[dict, dict]]:
+    """{span searched for copies: (its screen row, its final row)}, for the copies to take from; a span
+    no unit decided (cut by the budget) has none, and its copies stay candidates never searched."""
+    out = {}
+    for shard, rows in updates.items():
+        mine = [row for row in rows if row["span_id"] in copies]
+        if not mine:
+            continue
+        screened = {r["span_id"]: r for r in phases.stores["screen"].read(shard, {r["span_id"] for r in mine}).to_pylist()}
+        final = _final({k: dict(v) for k, v in screened.items()}, mine)
+        out.update({span: (screened[span], final[span]) for span in screened})
+    return out
+
+
+def write_results(phases: Phases, units: list[Unit]) -> None:
+    """Phase 3: results/part-XXXXX.parquet per shard, screen rows updated by the units' rows and the
+    copies by the span searched for them."""
+    updates, copies = _updates(phases), phases.copies()
+    verdicts = _verdicts(phases, copies, updates)
+    copy_of = {span: rep for rep, items in copies.items() for _, span in items}
+    reasons = _reasons(phases, units, copies)
     cut = "candidate budget spent (--max-candidates)"
     screen = phases.stores["screen"]
     for shard in phases.plan:
         table = screen.read(shard.shard)
-        rows = {r["span_id"]: r for r in table.to_pylist()}
-        for row in by_shard[shard.shard]:
-            rows[row["span_id"]] = _better(rows[row["span_id"]], row)
+        rows = _final({r["span_id"]: r for r in table.to_pylist()}, updates[shard.shard])
+        for span, row in rows.items():
+            searched = verdicts.get(copy_of.get(span))
+            if searched and searched[1]["status"] != "not_searched":
+                rows[span] = copied_row(row, *searched)
         for row in rows.values():
             if row["status"] == "not_searched":
                 row["reason"] = reasons.get(row["span_id"], cut)

@@ -46,11 +46,14 @@ def _is_candidate(row: dict, config: ScanConfig) -> bool:
     return row["certificate_tokens"] is not None or row["greedy_match_rate"] >= config.min_match_rate
 
 
-def search_rows(engine: HFEngine, rows: list[dict], config: ScanConfig, width: int) -> tuple[dict, dict]:
+def search_rows(engine: HFEngine, rows: list[dict], config: ScanConfig, width: int,
+                decided: dict[str, str] | None = None) -> tuple[dict, dict]:
     """MiniPrompt on the candidates' rows, `width` at a time sharing forwards: their new rows by span_id,
-    and the steps, forwards and seconds of the searches by stage (deciding, shrinking) summed. A span
-    that raises is a failed row, never a lost unit."""
-    jobs = [(Target(r["text"], r["certificate_prompt"], list(r["target_ids"])),
+    and the steps, forwards and seconds of the searches by stage (deciding, shrinking) summed. `decided`:
+    {span_id: the prompt its verdict-only search found}, which these searches shrink from. A span that
+    raises is a failed row, never a lost unit."""
+    decided = decided or {}
+    jobs = [(Target(r["text"], r["certificate_prompt"], list(r["target_ids"]), decided.get(r["span_id"])),
              replace(config.search, seed=span_seed(config.search.seed, r["span_id"]))) for r in rows]
     searched, stages = {}, {}
     for index, result in measure_many(engine, jobs, width):

@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
@@ -43,22 +43,44 @@ class PassagesTask:
     name: str = "passages"
 
 
+UNIT_KINDS = ("certify", "search", "tighten")  # phase 2's stores, in the order they run
+
+
 @dataclass(frozen=True)
 class Unit:
-    kind: str  # "certify" or "search"
+    kind: str  # one of UNIT_KINDS
     index: int
-    items: tuple[tuple[int, str], ...]  # (shard, span_id) in rank order
+    # (shard, span_id) in rank order; a tighten unit's items also carry the prompt to shrink from
+    items: tuple[tuple, ...]
 
     @property
     def name(self) -> str:
         return f"{self.kind}-{self.index:05d}"
+
+    @property
+    def spans(self) -> list[tuple[int, str]]:
+        return [(shard, span) for shard, span, *_ in self.items]
+
+    def decided(self) -> dict[str, str]:
+        """{span_id: prompt} of a tighten unit's items (empty for the other kinds)."""
+        return {item[1]: item[2] for item in self.items if len(item) > 2}
 
     def to_json(self) -> list:
         return [list(item) for item in self.items]
 
     @classmethod
     def from_json(cls, kind: str, index: int, data: list) -> Unit:
-        return cls(kind, index, tuple((int(shard), str(span)) for shard, span in data))
+        return cls(kind, index, tuple((int(shard), str(span), *rest) for shard, span, *rest in data))
+
+
+def unit_search(config: ScanConfig, kind: str) -> ScanConfig:
+    """The scan's config as a unit of `kind` searches: search units stop at each candidate's verdict
+    (the fast schedule's first success is at most the decision length, so it proves ACR > tau, or
+    follows the failure there that proved "not memorized"), tighten units go on from it."""
+    # The paper schedule's first success is no verdict (it starts short and grows: shrinking may still
+    # raise the ACR above tau), so its searches run whole.
+    verdict = kind == "search" and config.search.schedule != "paper"
+    return replace(config, search=replace(config.search, verdict_only=verdict))
 
 
 def certified_row(engine, row: dict, config: ScanConfig) -> dict | None:
@@ -122,7 +144,7 @@ def run_unit(engine, unit: Unit, rows: list[dict], config: ScanConfig, width: in
     if unit.kind == "certify":
         new, stages = _certify(engine, rows, config), None
     else:
-        new, stages = search_rows(engine, rows, config, width)
+        new, stages = search_rows(engine, rows, unit_search(config, unit.kind), width, unit.decided())
     verify_s = engine.verify_s - verified
     new.update(calibrate(engine, new, docs(new.values()), config))
     out = [new[r["span_id"]] for r in rows if r["span_id"] in new]
@@ -182,11 +204,11 @@ class Worker:
     def _rows(self, unit: Unit) -> list[dict]:
         """The unit's candidates as the screen left them, in the unit's order."""
         by_shard = defaultdict(set)
-        for shard, span in unit.items:
+        for shard, span in unit.spans:
             by_shard[shard].add(span)
         screen = Store(self.run.path, "screen")
         found = {r["span_id"]: r for shard, spans in by_shard.items() for r in screen.read(shard, spans).to_pylist()}
-        return [found[span] for _, span in unit.items]
+        return [found[span] for _, span in unit.spans]
 
     def _docs(self, rows) -> list:
         """Documents of the memorized rows' shards, read only when a reference model needs their context."""

@@ -13,9 +13,10 @@ import pyarrow as pa
 
 from scanner.schema.fields import DOC_KEY, ROLE_RANK, ROLE_WALL_CLOCK, default_of, field, names_with
 
-# 2: defaults and roles in the field metadata; rejected_early exported. A run directory of another
-# version is not resumed (scanner/storage/rundir.py): its parts would mix two tables.
-SCHEMA_VERSION = "2"
+# 2: defaults and roles in the field metadata; rejected_early exported. 3: searched_as, acr_kind
+# 'decision_bound' (verdicts first, then tightening). A run directory of another version is not resumed
+# (scanner/storage/rundir.py): its parts would mix two tables.
+SCHEMA_VERSION = "3"
 STATUSES = ("memorized", "not_memorized", "screened_out", "skipped", "failed", "not_searched")
 
 
@@ -222,7 +223,10 @@ def _phase_fields() -> list[pa.Field]:
                "from the certificate string, which is `prompt`); acr = |y| / |certificate| is a lower bound "
                "on the span's ACR (a shorter prompt may exist; --tighten searches for one). 'searched_min': "
                "the shortest prompt the search found (MiniPrompt), itself a lower bound on the true ACR "
-               "in that the search is not exhaustive. Null when no ACR was measured.", nullable=True),
+               "in that the search is not exhaustive. 'decision_bound': the search stopped at its verdict, "
+               "the first prompt it verified, and the budget ran out before the span's turn to be shrunk "
+               "(every candidate is decided before any is shrunk): acr = |y| / |prompt| is the bound that "
+               "prompt proves. Null when no ACR was measured.", nullable=True),
     ]
 
 
@@ -272,11 +276,23 @@ def _screen_pass_fields() -> list[pa.Field]:
     ]
 
 
+def _copy_fields() -> list[pa.Field]:
+    """Identical spans searched once (scanner/run/phases.py)."""
+    return [
+        column("searched_as", pa.string(), "The span_id of the copy whose search (or certificate) gave "
+               "this row its verdict, prompt and ACR: a span with the same target tokens, searched once for "
+               "every copy in the corpus (a header every book carries, a quotation, a second edition). The "
+               "copy keeps its own place and screen columns and no cost of its own (steps and seconds 0: "
+               "copies count once against the budget). Null for a span searched, certified or screened "
+               "itself.", nullable=True),
+    ]
+
+
 def results_schema() -> pa.Schema:
     """One row per span. Column names are a public interface: add columns, never rename or retype."""
     fields = (_span_fields() + _verdict_fields() + _screen_fields() + _verify_fields() + _cost_fields()
               + _engine_fields() + _identity_fields() + _calibration_fields() + _phase_fields()
-              + _rejection_fields() + _screen_pass_fields())
+              + _rejection_fields() + _screen_pass_fields() + _copy_fields())
     return pa.schema(fields, metadata={b"name": b"acr-scanner results", b"version": SCHEMA_VERSION.encode()})
 
 
@@ -292,7 +308,7 @@ EXPORT_EVIDENCE = (
     "target_tokens", "acr", "verified_generation", "verify_engine", "min_margin", "certificate_tokens",
 )
 EXPORT_OPTIONAL = ("token_end", "target_ids", "prompt_ids", "teacher_forced", "mean_nll",
-                   *(f.name for f in _calibration_fields()), "rejected_early")
+                   *(f.name for f in _calibration_fields()), "rejected_early", "searched_as")
 
 
 def default_row() -> dict:

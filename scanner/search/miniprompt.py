@@ -71,6 +71,11 @@ class AcrResult:
     # Nothing found, and the early-rejection rule stopped at least one attempt before its budget
     # (search/reject.py); steps and forwards count what was spent.
     rejected_early: bool = False
+    # A verdict-only search (SearchConfig.verdict_only) stopped at its first success while its schedule
+    # had shorter lengths left: acr is the bound that success proves, not the schedule's minimum.
+    bounded: bool = False
+    # The length of the decided prompt this search shrank from (Target.decided_prompt); None otherwise.
+    decided_tokens: int | None = None
     trace: list[dict] = field(default_factory=list)
     # {stage: {"steps", "forwards", "seconds"}}: deciding is the attempts up to and including the first
     # verified success (all of them when none succeeded), shrinking the attempts after it (the driver's).
@@ -80,15 +85,16 @@ class AcrResult:
         return asdict(self)
 
 
-def stage_steps(trace: list[dict]) -> dict[str, int]:
-    """GCG steps of the deciding and the shrinking attempts of a search's trace."""
-    first = next((i for i, attempt in enumerate(trace) if attempt["success"]), len(trace))
+def stage_steps(trace: list[dict], decided: bool = False) -> dict[str, int]:
+    """GCG steps of the deciding and the shrinking attempts of a search's trace (`decided`: it shrank a
+    decided prompt, so all of them shrink)."""
+    first = -1 if decided else next((i for i, attempt in enumerate(trace) if attempt["success"]), len(trace))
     return {DECIDING: sum(a["steps"] for a in trace[:first + 1]), SHRINKING: sum(a["steps"] for a in trace[first + 1:])}
 
 
 def _finish(done) -> AcrResult:
     """The search's result with what the driver attributed to it (driver.Finished), in total and by stage."""
-    steps = stage_steps(done.value.trace)
+    steps = stage_steps(done.value.trace, done.value.decided_tokens is not None)
     stages = {name: {"steps": steps[name], "forwards": done.stages.get(name, {}).get("forwards", 0),
                      "seconds": done.stages.get(name, {}).get("seconds", 0.0)} for name in (DECIDING, SHRINKING)}
     return replace(done.value, wall_s=done.seconds, forwards=done.forwards, stages=stages)
@@ -221,6 +227,9 @@ class Target:
     # The target as tokenized inside its document (a scanned span), where a standalone encoding of
     # `text` could split its first token differently.
     target_ids: list[int] | None = None
+    # A prompt a verdict-only search found (or a certificate that settled the span): the search only
+    # shrinks below it, where that search would have gone on (FastSchedule decided_length).
+    decided_prompt: str | None = None
 
 
 def measure(engine: HFEngine, text: str, config: SearchConfig, natural_prefix: str | None = None,
@@ -246,25 +255,32 @@ def search(engine: HFEngine, target: Target, config: SearchConfig) -> Generator[
     cap = effective_cap(engine, len(target_ids), config)
     generator = torch.Generator().manual_seed(config.seed)
     scorer = TargetScorer(engine, target_ids, config.gcg.loss)
-    state = _State(best=_certificate(engine, target.natural_prefix, target_ids))
-    certificate = len(state.best.prompt_ids) if state.best else None
+    if target.decided_prompt:  # its verdict is in: everything here, its check included, tightens it
+        yield Stage(SHRINKING)
+    decided = _certificate(engine, target.decided_prompt, target_ids)
+    state = _State(best=decided or _certificate(engine, target.natural_prefix, target_ids))
+    certificate = len(state.best.prompt_ids) if state.best and not decided else None
     schedule = make_schedule(len(target_ids), cap, config, has_template=engine.template.has_fixed_tokens,
-                             known_length=certificate)
-    shrinking = False
+                             known_length=certificate, decided_length=len(decided.prompt_ids) if decided else None)
+    shrinking, bounded = bool(target.decided_prompt), False
     while (attempt := schedule.next()) is not None:
         outcome = yield from _run_length(scorer, attempt, state, config, generator)
         if outcome.stopped == HOPELESS:  # the model does not know the text: "not memorized" now
             break
         ok = outcome.success is not None
-        if ok and not shrinking:  # a verdict is found: what follows only tightens it, a cost of its own
-            shrinking = True
-            yield Stage(SHRINKING)
         if ok:
             state.best = outcome.success
         else:
             state.best_failed = outcome.best_ids
         schedule.report(ok)
-    return _result(engine, text, target_ids, cap, config, state, certificate)
+        if ok and config.verdict_only:  # the verdict is in; shrinking is another unit's work
+            bounded = schedule.next() is not None
+            break
+        if ok and not shrinking:  # a verdict is found: what follows only tightens it, a cost of its own
+            shrinking = True
+            yield Stage(SHRINKING)
+    return replace(_result(engine, text, target_ids, cap, config, state, certificate), bounded=bounded,
+                   decided_tokens=len(decided.prompt_ids) if decided else None)
 
 
 def _result(engine: HFEngine, text: str, target_ids: list[int], cap: int, config: SearchConfig,

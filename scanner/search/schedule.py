@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from scanner.config import SearchConfig
+from scanner.errors import InputError
 from scanner.measures.acr import decision_length
 
 WARM_KINDS = ("none", "random", "shrink", "grow")
@@ -129,8 +130,24 @@ class FastSchedule:
 
 
 def make_schedule(target_tokens: int, cap: int, config: SearchConfig, *, has_template: bool,
-                  known_length: int | None = None) -> PaperSchedule | FastSchedule:
-    """`cap`: no prompt of `cap` tokens or more is tried; it is |x*| when nothing succeeds."""
+                  known_length: int | None = None, decided_length: int | None = None) -> PaperSchedule | FastSchedule:
+    """`cap`: no prompt of `cap` tokens or more is tried; it is |x*| when nothing succeeds.
+    `decided_length`: a verdict-only search of this schedule first succeeded there; the schedule is
+    returned in the state that search left, to go on below the success."""
     if config.schedule == "paper":
-        return PaperSchedule(cap, config)
-    return FastSchedule(target_tokens, cap, config, has_template=has_template, known_length=known_length)
+        schedule = PaperSchedule(cap, config)
+    else:
+        schedule = FastSchedule(target_tokens, cap, config, has_template=has_template, known_length=known_length)
+    return schedule if decided_length is None else _replayed(schedule, decided_length)
+
+
+def _replayed(schedule, decided: int):
+    """Every attempt before the first success failed: replaying that gives the exact state (the paper's
+    compounded step budget, the failed probe's floor) the verdict's search ended in."""
+    while (attempt := schedule.next()) is not None:
+        if attempt.length == decided:
+            schedule.report(True)
+            return schedule
+        schedule.report(False)
+    raise InputError(f"the schedule never tries length {decided} before it ends: not a length its verdict-only "
+                     "search could have decided at (the same --schedule and search options are needed)")

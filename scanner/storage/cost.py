@@ -5,9 +5,10 @@ from constants. A phase with nothing committed yet is null; a figure an older ru
 null too, never a guess.
 
 Screen: corpus tokens and what the model forwarded for them (window, span and certificate rows), so
-`reencoding` = forwarded / corpus tokens. Search: steps, forwards and seconds by outcome (memorized,
-not memorized, rejected early, failed; they sum to the search rows') and by stage (deciding: up to and
-including a search's first verified success; shrinking: after it; the driver's attribution).
+`reencoding` = forwarded / corpus tokens. Search (the verdicts) and tighten (shrinking the decided
+prompts, the same spans again): steps, forwards and seconds by outcome (memorized, not memorized,
+rejected early, failed) and by stage (deciding: up to and including a search's first verified success;
+shrinking: after it; the driver's attribution). A span's row sums both phases' costs.
 """
 
 from __future__ import annotations
@@ -116,9 +117,10 @@ def _shared(certify: list[dict], search: list[dict], key: str) -> dict | None:
 def run_cost(run: RunDir) -> dict:
     """The `cost` key of `acr-scan status`: every phase's measured figures and their ratios (null where
     the phase has not committed anything yet)."""
-    screen, certify, search = (_stats(run, name) for name in ("screen", "certify", "search"))
+    screen, certify, search, tighten = (_stats(run, name) for name in ("screen", "certify", "search", "tighten"))
     screened = _screen(screen)
     return {"source": SOURCE, "screen": screened,
             "certify": _certify(certify, screened["candidates"] if screened else None),
-            "search": _search(search), "verification": _shared(certify, search, "verify_s"),
-            "calibration": _shared(certify, search, "calibration_s"), "passages": _passages(run)}
+            "search": _search(search), "tighten": _search(tighten),
+            "verification": _shared(certify, search + tighten, "verify_s"),
+            "calibration": _shared(certify, search + tighten, "calibration_s"), "passages": _passages(run)}

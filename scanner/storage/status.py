@@ -4,8 +4,10 @@ scan running anywhere that writes to a shared run directory.
 
 The phase follows from what the phases committed, in their order: no plan.json: starting; a shard not
 screened: screen; the certify plan not saved yet or a unit not done: certify; the search plan not saved
-yet, or a unit not done while budget is left: search; a shard's results not written: write;
-passages.parquet missing or older than the newest result: passages; else complete.
+yet, or a unit not done while budget is left: search (every candidate's verdict); the tighten plan not
+saved yet or a unit not done while budget is left: tighten (shrinking the decided prompts); a shard's
+results not written: write; passages.parquet missing or older than the newest result: passages; else
+complete.
 
 Rates come from the wall-clock times of a phase's last commits (its done markers' mtimes), so they
 count every worker at once; until two parts of a phase are done they fall back to what the parts'
@@ -23,7 +25,7 @@ from scanner.storage.passages import PASSAGES_FILE
 from scanner.storage.rundir import CONFIG_FILE, PHASE_PLANS, PLAN_FILE, Plan, RunDir
 from scanner.storage.store import Store
 
-CERTIFY_PLAN, SEARCH_PLAN = PHASE_PLANS
+CERTIFY_PLAN, SEARCH_PLAN, TIGHTEN_PLAN = PHASE_PLANS
 RECENT = 8  # commits a wall-clock rate is measured over: recent enough to follow a resumed run
 
 
@@ -104,20 +106,25 @@ def _certify(run: RunDir, workers: int) -> dict:
             "commits": commits}
 
 
-def _search(run: RunDir, workers: int, budget: bm.Budget | None) -> dict:
-    units, commits, stats = _units(run, "search", SEARCH_PLAN)
+def _search(run: RunDir, workers: int, budget: bm.Budget | None, name: str = "search",
+            spent_before: float = 0.0) -> dict:
+    """A spending phase's section: search (verdicts) or tighten; `spent_before`: the budget the phases
+    before it spent (search and tighten share one budget)."""
+    units, commits, stats = _units(run, name, SEARCH_PLAN if name == "search" else TIGHTEN_PLAN)
     searched = {i: s.get("candidates", 0) for i, s in stats.items()}
     work = sum(s.get("search_s", 0) for s in stats.values())
     done = sum(searched.values())
     per_s, how = per_second(commits, searched, work, workers)
     total = None if units is None else sum(len(u) for u in units)
-    spent = bm.spent(list(stats.values()), budget)
+    mine = bm.spent(list(stats.values()), budget)
+    spent = spent_before + mine
     left, ends = None if total is None else total - done, "plan"
-    if budget is not None and left is not None and (by_budget := _left_by_budget(budget, spent, done, left)) < left:
+    if budget is not None and left is not None and (by_budget := _left_by_budget(budget, spent, mine, done, left)) < left:
         left, ends = by_budget, "budget"
     return {"units_done": len(stats), "units_total": None if units is None else len(units),
             "candidates_done": done, "candidates_total": total,
             "memorized": sum(s.get("memorized", 0) for s in stats.values()),
+            "failed": sum(s.get("failed", 0) for s in stats.values()),
             "budget": {"kind": budget.kind if budget else "steps", "spent": spent,
                        "total": budget.amount if budget else None},
             "s_per_candidate": work / done if done else None, "candidates_per_s": per_s, "rate": how,
@@ -125,12 +132,12 @@ def _search(run: RunDir, workers: int, budget: bm.Budget | None) -> dict:
             "over": left == 0, "commits": commits}
 
 
-def _left_by_budget(budget: bm.Budget, spent: float, done: int, left: int) -> float:
-    """Candidates the rest of the budget pays for at the cost per candidate so far (all that are left
-    while nothing is spent yet: the first unit always starts)."""
+def _left_by_budget(budget: bm.Budget, spent: float, mine: float, done: int, left: int) -> float:
+    """Candidates the rest of the budget pays for at this phase's cost per candidate so far (`mine` over
+    `done`; all that are left while this phase spent nothing yet: its first unit always starts)."""
     if spent >= budget.amount:
         return 0
-    return (budget.amount - spent) / (spent / done) if spent > 0 and done else left
+    return (budget.amount - spent) / (mine / done) if mine > 0 and done else left
 
 
 def _write(run: RunDir, plan: Plan) -> dict:
@@ -157,6 +164,12 @@ def _phase(sections: dict) -> str:
         return "certify"
     if not search["over"]:  # a unit left and budget to start it; on Ray, units in flight then finish
         return "search"
+    tighten = sections["tighten"]
+    if tighten["units_total"] is None and search["candidates_done"] == search["candidates_total"]:
+        # planned next, unless no budget is left or a failed verdict waits for a relaunch
+        return "write" if search["budget_spent"] or search["failed"] else "tighten"
+    if tighten["units_total"] is not None and not tighten["over"]:
+        return "tighten"
     if write["shards_done"] < write["shards_total"]:
         return "write"
     return "complete" if sections["passages"]["built"] else "passages"
@@ -169,8 +182,11 @@ def progress(run: RunDir, workers: int = 1) -> dict:
         return {"phase": "starting", "eta_s": None, "elapsed_s": 0.0, "last_commit": None}
     plan = run.load_plan()
     saved = (read_json_object(run.path / CONFIG_FILE) or {}).get("config", {})
-    sections = {"screen": _screen(run, plan, workers), "certify": _certify(run, workers),
-                "search": _search(run, workers, bm.parse_budget(saved.get("search_budget"))),
+    budget = bm.parse_budget(saved.get("search_budget"))
+    search = _search(run, workers, budget)
+    search["budget_spent"] = budget is not None and search["budget"]["spent"] >= budget.amount
+    sections = {"screen": _screen(run, plan, workers), "certify": _certify(run, workers), "search": search,
+                "tighten": _search(run, workers, budget, "tighten", search["budget"]["spent"]),
                 "write": _write(run, plan)}
     sections["passages"] = _passages(run, sections["write"])
     phase = _phase(sections)
@@ -179,18 +195,18 @@ def progress(run: RunDir, workers: int = 1) -> dict:
         section.pop("commits", None)  # mtimes are for the rates, not for the reader
     current = sections.get(phase, {}).get("eta_s") if phase != "complete" else 0.0
     return {"phase": phase, "eta_s": current, "last_commit": max(commits, default=None),
-            "elapsed_s": sum(sections[k]["work_s"] for k in ("screen", "certify", "search")), **sections}
+            "elapsed_s": sum(sections[k]["work_s"] for k in ("screen", "certify", "search", "tighten")), **sections}
 
 
 def phase_counts(run: RunDir) -> dict:
     """The `phases` key of `acr-scan status`: screened shards, candidates, units, budget spent / total."""
     plan = run.load_plan()
-    stores = {name: Store(run.path, name) for name in ("screen", "certify", "search")}
+    stores = {name: Store(run.path, name) for name in ("screen", "certify", "search", "tighten")}
     saved = (read_json_object(run.path / "run_config.json") or {}).get("config", {})
     budget = bm.parse_budget(saved.get("search_budget"))
     screened = [stores["screen"].stats(i) for i in stores["screen"].done_shards()]
     units = {name: (read_json_object(run.path / plan_file) or {}).get("units")
-             for name, plan_file in (("certify", CERTIFY_PLAN), ("search", SEARCH_PLAN))}
+             for name, plan_file in (("certify", CERTIFY_PLAN), ("search", SEARCH_PLAN), ("tighten", TIGHTEN_PLAN))}
     unit_stats = {name: [stores[name].stats(i) for i in stores[name].done_shards()] for name in units}
     results = run.status()
     return {"screened_shards": len(screened), "shards_total": len(plan),
@@ -198,7 +214,9 @@ def phase_counts(run: RunDir) -> dict:
             "certified": sum(s.get("settled", 0) for s in unit_stats["certify"]),
             "certify_units": _units_done(unit_stats["certify"], units["certify"]),
             "search_units": _units_done(unit_stats["search"], units["search"]),
-            "budget": {"kind": budget.kind if budget else "steps", "spent": bm.spent(unit_stats["search"], budget),
+            "tighten_units": _units_done(unit_stats["tighten"], units["tighten"]),
+            "budget": {"kind": budget.kind if budget else "steps",
+                       "spent": bm.spent(unit_stats["search"] + unit_stats["tighten"], budget),
                        "total": budget.amount if budget else None},
             "not_searched": results["status_counts"].get("not_searched", 0)}
 
