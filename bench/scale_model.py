@@ -49,7 +49,8 @@ class CostInputs:
     memorized_share: float = 0.5  # candidates that turn out memorized
     # Fast schedule: a memorized span succeeds early at the decision length then shrinks (measured on the
     # tiny model: tens of steps; 150 assumed for an 8B); a non-memorized one spends the whole budget,
-    # decide_steps 400 x (1 + restarts 1).
+    # 800 assumed. Corrected 2026-12-01: that budget is 1,200 with the defaults, 400 at the 5-token probe
+    # + decide_steps 400 x (1 + restarts 1) at the decision length, not 800.
     steps_memorized: float = 150
     steps_not_memorized: float = 800
     # The levers of the book-collection issue (1.0 / 0 / inf: the scan before it).
@@ -96,10 +97,13 @@ GPU_FIGURES = CostInputs()
 # This issue's levers, each from a measurement (bench/RESULTS.md, 2026-12-01) or stated as assumed:
 # - two-phase screen (--certificate-min-match 0.5): certificate rows for spans whose window row reaches
 #   half the span; on unmemorized text about the candidate share (bench/screen_tokens.py: 0.116 s vs
-#   1.59 s exhaustive vs 0.058 s bare on a random book), 1 % assumed;
-# - anchored spans: 0.33 extra per window where a third of the documents hold planted passages
-#   (bench/anchors.py), an upper bound; on unmemorized text a run of 28 greedy matches is rare, 2 % assumed;
-# - early rejection: forwards per not-memorized candidate cut 5.9x (bench/early_reject.py, same run);
+#   1.59 s exhaustive vs 0.058 s bare on a random book), 1 % assumed; Corrected 2026-12-01: that run has
+#   random weights, no span reaches 0.5, so it is the floor, not a factor on real text;
+# - anchored spans: 0.33 extra per window where every document holds a planted passage (Corrected
+#   2026-12-01: not a third; bench/anchors.py), an upper bound; on unmemorized text a run of 28 greedy
+#   matches is rare, 2 % assumed;
+# - early rejection: forwards per not-memorized candidate cut 5.9x (bench/early_reject.py, same run;
+#   Corrected 2026-12-01: in-sample, the thresholds were fitted on the 13 trajectories it is judged on);
 # - certificates: on the demo corpus 15 of 17 candidates were settled by certificates (min-match 0.8);
 #   on an 8B and real books unmeasured: half of the memorized candidates assumed.
 LEVERS = dict(certificate_share=0.01, anchored_share=0.02, certified_share=0.5, rejection_factor=5.9)
@@ -156,7 +160,9 @@ SOURCES = {
     "step_s": "measured: one GCG step on 8B, H200, bench/gcg_step.py",
     "candidate_share": "assumed: corpus-dependent", "memorized_share": "assumed",
     "steps_memorized": "assumed for an 8B (tiny model: tens of steps)",
-    "steps_not_memorized": "the fast schedule's budget, decide_steps 400 x (1 + restarts 1)",
+    "steps_not_memorized": "assumed: 800 (the fast schedule's whole budget is 1,200: 400 at the probe "
+                           "+ decide_steps 400 x (1 + restarts 1))",
+    # Corrected 2026-12-01: the source above said 800 was that budget.
     "certificate_share": "assumed: 1, the exhaustive screen", "anchored_share": "assumed: 0",
     "certified_share": "assumed: 0", "rejection_factor": "assumed: 1, no early rejection",
     "budget_gpu_h": "none", "screen_s_per_span": "none: the token formula",

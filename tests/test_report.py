@@ -1,10 +1,12 @@
 """HTML report: untrusted text is escaped everywhere, per-document figures on a crafted table, the histogram,
-and pages for tables with nothing searched or nothing at all."""
+pages for tables with nothing searched or nothing at all, and on a real scan of 200 documents a row and a
+strip only for those with findings, the rest summarized in a section whose size barely grows with them."""
 
 from __future__ import annotations
 
 import html
 import re
+from collections import Counter
 from html.parser import HTMLParser
 
 import pyarrow as pa
@@ -13,16 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scanner.errors import InputError
-from scanner.results.report import (
-    MAX_BINS,
-    DocStats,
-    document_stats,
-    histogram,
-    longest_run,
-    render_report,
-    top_spans,
-    write_report,
-)
+from scanner.results.report import MAX_BINS, histogram, render_report, top_spans, write_report
+from scanner.results.report_documents import document_stats, longest_run
 from scanner.schema import default_row, results_schema
 
 EVIL = "<script>alert(1)</script>"
@@ -82,25 +76,31 @@ def test_longest_run_matches_the_longest_block_of_ones(flags):
     assert longest_run(flags) == max((len(block) for block in text.split("0")), default=0)
 
 
+def figures(d) -> tuple:
+    return d.spans, d.memorized, d.longest_run, d.top_acr, d.failed, d.tokens, d.has_findings
+
+
 def test_document_stats_on_a_crafted_table():
     stats = {d.doc_id: d for d in document_stats(crafted())}
-    assert stats["x"] == DocStats(doc_id="x", spans=8, memorized=5, longest_run=3, top_acr=8.0)
+    assert figures(stats["x"]) == (8, 5, 3, 8.0, 0, 32 * 7 + 32, True)
     assert stats["x"].share == 5 / 8
-    assert stats["y"] == DocStats(doc_id="y", spans=2, memorized=0, longest_run=0, top_acr=0.9)
-    assert stats["z"] == DocStats(doc_id="z", spans=1, memorized=0, longest_run=0, top_acr=None)
+    assert figures(stats["y"]) == (2, 0, 0, 0.9, 0, 64, False)
+    assert figures(stats["z"]) == (1, 0, 0, None, 0, 32, False)
 
 
-def cells(page: str) -> list[list[str]]:
-    """The document table's rows as lists of cell texts."""
+def cells(page: str, table: str = "documents") -> list[list[str]]:
+    """The rows of the table of that class (documents: those with findings; closest) as cell texts."""
     class Cells(HTMLParser):
         def __init__(self):
             super().__init__()
-            self.rows, self.cell = [], None
+            self.rows, self.cell, self.inside = [], None, False
 
         def handle_starttag(self, tag, attrs):
-            if tag == "tr":
+            if tag == "table":
+                self.inside = dict(attrs).get("class") == table
+            elif tag == "tr" and self.inside:
                 self.rows.append([])
-            elif tag == "td":
+            elif tag == "td" and self.inside:
                 self.cell = ""
 
         def handle_data(self, data):
@@ -108,19 +108,42 @@ def cells(page: str) -> list[list[str]]:
                 self.cell += data
 
         def handle_endtag(self, tag):
-            if tag == "td":
+            if tag == "td" and self.cell is not None:
                 self.rows[-1].append(self.cell.strip())
                 self.cell = None
+            elif tag == "table":
+                self.inside = False
 
     parser = Cells()
     parser.feed(page)
     return [row for row in parser.rows if row]
 
 
-def test_page_shows_the_per_document_figures():
+def quiet_ids(page: str) -> list[str]:
+    """The ids in the collapsed list of documents without findings."""
+    found = re.search(r'<details class="quiet">.*?<ol class="ids">(.*?)</ol></details>', page, re.S)
+    return [html.unescape(i) for i in re.findall(r"<li>(.*?)</li>", found.group(1))] if found else []
+
+
+def test_page_shows_the_per_document_figures_of_documents_with_findings_only():
     page = render_report(crafted(), SUMMARY)
-    assert cells(page) == [["x", "8", "5", "62%", "3", "8"], ["y", "2", "0", "0%", "0", "0.9"],
-                           ["z", "1", "0", "0%", "0", "–"]]
+    assert cells(page) == [["x", "8", "5", "62%", "3", "8", "0"]]
+    assert quiet_ids(page) == ["y", "z"]
+    assert ("2 documents without a memorized span, a passage or a failed span: 96 tokens as far as their "
+            "spans reach, 3 spans: 1 not memorized, 1 screened out, 1 skipped.") in page
+    assert cells(page, "closest") == [["y", "2", "0.25", "0.9"], ["z", "1", "0.25", "–"]]
+
+
+def test_a_passage_failure_or_calibrated_flag_alone_is_a_finding():
+    from scanner.schema import passages_schema
+
+    rows = [make_row("p", 0, doc_row="f:p"), make_row("f", 0, "failed", reason="boom", doc_row="f:f"),
+            make_row("c", 0, calibrated_memorized=True, doc_row="f:c"), make_row("q", 0, doc_row="f:q"),
+            make_row("p", 1, doc_row="f:other")]  # another corpus row sharing the id "p": no passage
+    passages = pa.Table.from_pylist([passage_row("p", 0, 90)], schema=passages_schema())
+    page = render_report(table_of(rows), SUMMARY, passages)
+    assert sorted(r[0] for r in cells(page)) == ["c", "f", "p"]
+    assert quiet_ids(page) == ["q", "p"]
 
 
 def test_summary_keys_and_values_are_listed():
@@ -187,7 +210,8 @@ def test_table_without_searched_spans_still_renders():
     rows = [make_row("a", 0, "screened_out"), make_row("a", 1, "skipped", reason="too short"),
             make_row("a", 2, "failed", reason="boom")]
     page = render_report(table_of(rows), SUMMARY)
-    assert "No searched spans" in page and cells(page) == [["a", "3", "0", "0%", "0", "–"]]
+    assert "No searched spans" in page and cells(page) == [["a", "3", "0", "0%", "0", "–", "1"]]
+    assert "without findings" not in page
     assert "1 screened out, 1 skipped, 1 failed" in page
 
 
@@ -236,3 +260,86 @@ def test_passages_replace_the_spans_with_one_strip_per_document():
     assert strip.count("<rect") == 1 + 2 + 1  # the document, two passages, one extension
     assert EVIL not in page and html.escape(EVIL) in page
     assert "+5 tokens" in page and "reproduced nothing more" in page
+
+
+QUIET_DOCS = 199
+
+
+@pytest.fixture(scope="module")
+def library(tiny_dir, tmp_path_factory):
+    """A real scan of 200 short documents: one holds a canary the tiny model memorized, 199 are unseen
+    word salad; a strict screen keeps the search to the canary's windows (about 4 s on 2 cores)."""
+    import random
+
+    import pyarrow.parquet as pq
+
+    from scanner.cli.output import run_summary
+    from scanner.config import (
+        CorpusConfig,
+        GCGConfig,
+        ModelConfig,
+        ScanConfig,
+        ScreenConfig,
+        SearchConfig,
+        SpanConfig,
+    )
+    from scanner.run.driver import run_scan
+    from scanner.storage.passages import read_passages
+    from scanner.storage.rundir import RunDir
+    from scanner.studies.tiny import CANARIES, salad
+
+    root = tmp_path_factory.mktemp("library")
+    rng = random.Random(3)
+    texts = [f"{salad(rng, 4)} {CANARIES[0]}"] + [salad(rng, 6) for _ in range(QUIET_DOCS)]
+    pq.write_table(pa.table({"id": [f"doc-{i}" for i in range(len(texts))], "text": texts}), root / "c.parquet")
+    search = SearchConfig(decide_steps=20, shrink_steps=10, restarts=0,
+                          gcg=GCGConfig(top_k=64, num_candidates=64, patience=40))
+    config = ScanConfig(corpus=CorpusConfig(path=str(root / "c.parquet")),
+                        model=ModelConfig(model=str(tiny_dir), device="cpu"), spans=SpanConfig(span_tokens=12, stride=6),
+                        screen=ScreenConfig(context_tokens=16), search=search, min_match_rate=0.95,
+                        docs_per_shard=len(texts))
+    run_scan(config, str(root / "run"))
+    run = RunDir(root / "run")
+    return run.read_results(), read_passages(run), run_summary(run)
+
+
+def findings_of(results: pa.Table, passages: pa.Table) -> set[str]:
+    """Documents with a finding, read straight off the tables (report_documents.py's definition)."""
+    rows = results.to_pylist()
+    return ({r["doc_id"] for r in rows if r["status"] in ("memorized", "failed") or r["calibrated_memorized"]}
+            | set(passages["doc_id"].to_pylist()))
+
+
+def test_a_library_run_gives_rows_and_strips_to_documents_with_findings_only(library):
+    results, passages, summary = library
+    found = findings_of(results, passages)
+    page = render_report(results, summary, passages)
+    assert "doc-0" in found and len(found) < 5, "the canary's document, and little else, has findings"
+    assert {r[0] for r in cells(page)} == found
+    strips = re.findall(r'<div class="strip-row"><p class="meta"><b>(.*?)</b>', page)
+    assert set(strips) == set(passages["doc_id"].to_pylist()) <= found
+    listed = quiet_ids(page)
+    every = list(dict.fromkeys(results["doc_id"].to_pylist()))
+    assert len(every) == QUIET_DOCS + 1 and sorted(listed + sorted(found)) == sorted(every), "each once"
+    quiet = results.filter(pa.array([d not in found for d in results["doc_id"].to_pylist()]))
+    stated = re.search(r"([\d,]+) documents without a memorized span, a passage or a failed span: ([\d,]+) tokens "
+                       r"as far as their spans reach, ([\d,]+) spans: (.*?)\.</p>", page)
+    assert int(stated[1]) == len(listed) and int(stated[3].replace(",", "")) == quiet.num_rows
+    by_status = {s: int(n.replace(",", "")) for n, s in (f.split(" ", 1) for f in stated[4].split(", "))}
+    assert by_status == {s.replace("_", " "): n for s, n in Counter(quiet["status"].to_pylist()).items()}
+    closest = cells(page, "closest")
+    assert len(closest) == 5 and {r[0] for r in closest} <= set(listed)
+    assert float(closest[0][2]) == pytest.approx(pa.compute.max(quiet["greedy_match_rate"]).as_py(), abs=1e-4)
+
+
+def test_the_page_grows_with_findings_not_with_documents(library):
+    results, passages, summary = library
+    found = findings_of(results, passages)
+    page = render_report(results, summary, passages)
+    alone = render_report(results.filter(pa.array([d in found for d in results["doc_id"].to_pylist()])), summary,
+                          passages)
+    per_quiet_doc = (len(page) - len(alone)) / QUIET_DOCS
+    strip = re.search(r'<div class="strip-row">.*?</div>', page, re.S).group(0)
+    row = re.search(r'<table class="documents">.*?(<tr><td.*?</tr>)', page, re.S).group(1)
+    # A document without findings costs its id in the collapsed list, not a strip and a row of its own.
+    assert per_quiet_doc < 40 and per_quiet_doc * 10 < len(strip) + len(row), (per_quiet_doc, len(strip), len(row))

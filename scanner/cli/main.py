@@ -263,7 +263,8 @@ def readable_run(run_dir: str):
 @click.argument("run_dir")
 @click.option("--out", "out", required=True, help="The HTML file to write.")
 def report_command(run_dir, out) -> None:
-    """One self-contained HTML page: summary, ACR histogram, documents, memorized passages."""
+    """One self-contained HTML page: summary, ACR histogram, a row per document with findings and a
+    summary of the rest, memorized passages."""
     from scanner.results.report import write_report
     from scanner.storage.passages import passages_path, read_passages
 

@@ -1,5 +1,7 @@
-"""One self-contained HTML page about a scan: run summary, ACR histogram, per-document table, the memorized
-passages with a strip per document (report_passages.py; top flagged spans for runs without passages).
+"""One self-contained HTML page about a scan: run summary, ACR histogram, a table row per document with a
+finding and one summary of the documents without (report_documents.py says what a finding is), the
+memorized passages with a strip per document that has one (report_passages.py; top flagged spans for runs
+without passages). The page grows with the findings, not with the number of documents.
 
 The page has inline CSS and an inline SVG plot and needs no JavaScript or network, so it can be mailed or
 attached to a filing as one file. Corpus text, prompts and document ids are untrusted input: every one goes
@@ -8,7 +10,6 @@ through html.escape, so a document holding markup shows as text and never runs.
 
 from __future__ import annotations
 
-import html
 import logging
 import math
 from collections.abc import Iterable
@@ -19,68 +20,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from scanner.measures import calibration as calibrate
-from scanner.results import report_passages
+from scanner.results import report_documents, report_passages
 from scanner.results.export import check_columns
+from scanner.results.html_format import count as _count
+from scanner.results.html_format import esc as _e
+from scanner.results.html_format import num as _num
+from scanner.results.html_format import status_facts
 from scanner.schema import STATUSES
 from scanner.storage.atomic import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
-SEARCHED = ("memorized", "not_memorized")
+SEARCHED = report_documents.SEARCHED
 TAU_LINE = 1.0  # the paper's threshold; drawn even when a run used another main τ, as the reference
 TOP_SPANS = 50
-MAX_DOCUMENTS = 200  # a corpus of thousands of documents would bury the ones that matter
 MAX_BINS = 40
 NEEDED = ("doc_id", "span_id", "char_start", "char_end", "token_start", "token_end", "text", "status",
           "acr", "prompt", "prompt_tokens", "target_tokens", "verify_engine", "min_margin")
-
-
-def longest_run(flags: Iterable[bool]) -> int:
-    """Length of the longest stretch of consecutive true values."""
-    best = current = 0
-    for flag in flags:
-        current = current + 1 if flag else 0
-        best = max(best, current)
-    return best
-
-
-@dataclass(frozen=True)
-class DocStats:
-    doc_id: str
-    spans: int
-    memorized: int
-    longest_run: int  # consecutive memorized spans, in token_start order
-    top_acr: float | None  # highest ACR of a searched span; None when no span was searched
-
-    @property
-    def share(self) -> float:
-        return self.memorized / self.spans if self.spans else 0.0
-
-
-def document_stats(table: pa.Table) -> list[DocStats]:
-    """Per document, in order of first appearance. Rows are re-sorted by token_start within a document
-    because shards of one document may arrive in any order."""
-    cols = table.select(["doc_id", "token_start", "status", "acr"]).to_pydict()
-    # Grouped by corpus row where the table has it: two documents may share an id.
-    places = _document_keys(table)
-    groups: dict[tuple[str, str], list[tuple[int, bool, float | None]]] = {}
-    for doc, place, start, status, acr in zip(cols["doc_id"], places, cols["token_start"], cols["status"],
-                                              cols["acr"], strict=True):
-        searched_acr = acr if status in SEARCHED else None
-        groups.setdefault((doc, place), []).append((start, status == "memorized", searched_acr))
-    stats = []
-    for (doc, _), rows in groups.items():
-        rows.sort(key=lambda r: r[0])
-        acrs = [r[2] for r in rows if r[2] is not None and math.isfinite(r[2])]
-        stats.append(DocStats(doc_id=doc, spans=len(rows), memorized=sum(r[1] for r in rows),
-                              longest_run=longest_run(r[1] for r in rows), top_acr=max(acrs, default=None)))
-    return stats
-
-
-def _document_keys(table: pa.Table) -> list[str]:
-    if "doc_row" in table.column_names:
-        return table["doc_row"].to_pylist()
-    return table["doc_id"].to_pylist()  # tables of runs made before doc_row existed
 
 
 @dataclass(frozen=True)
@@ -114,26 +70,6 @@ def histogram(values: Iterable[tuple[float, bool]], max_bins: int = MAX_BINS) ->
                      not_memorized=counts[False])
 
 
-def _e(value) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def _num(value) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        return f"{value:,.1f}" if abs(value) >= 1000 else f"{value:.4g}"
-    return str(value)
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{_num(n)} {noun}{'' if n == 1 else 's'}"
-
-
 def _value(value) -> str:
     """A summary value as escaped HTML; mappings and lists flattened to one line."""
     if isinstance(value, dict):
@@ -151,9 +87,8 @@ def _status_counts(table: pa.Table) -> dict[str, int]:
 
 
 def _summary_html(table: pa.Table, summary: dict) -> str:
-    counts = _status_counts(table)
-    docs = len(set(_document_keys(table))) if table.num_rows else 0
-    facts = ", ".join(f"{_num(n)} {_e(s.replace('_', ' '))}" for s, n in counts.items() if n)
+    facts = status_facts(_status_counts(table))
+    docs = len(set(report_documents.document_keys(table)))
     items = "".join(f"<dt>{_e(k)}</dt><dd>{_value(v)}</dd>" for k, v in summary.items())
     listing = f'<dl class="summary">{items}</dl>' if items else '<p class="meta">No run summary given.</p>'
     return (f'<p class="facts">This table: {_count(table.num_rows, "span")} in {_count(docs, "document")}'
@@ -222,28 +157,6 @@ def _histogram_html(table: pa.Table) -> str:
     return (f'<svg class="hist" viewBox="0 0 {SVG_W} {SVG_H}" width="{SVG_W}" height="{SVG_H}" role="img" '
             f'aria-label="Histogram of ACR over searched spans" xmlns="http://www.w3.org/2000/svg">'
             f'<title>ACR of searched spans</title>{"".join(parts)}</svg>\n<p class="legend">{legend}</p>')
-
-
-def _share_cell(share: float) -> str:
-    return (f'<td class="num">{share:.0%} <span class="track"><span class="fill" '
-            f'style="width:{share * 100:.0f}%"></span></span></td>')
-
-
-def _documents_html(stats: list[DocStats]) -> str:
-    if not stats:
-        return '<p class="meta">No rows.</p>'
-    ranked = sorted(stats, key=lambda d: (-d.memorized, -(d.top_acr if d.top_acr is not None else -1)))
-    shown = ranked[:MAX_DOCUMENTS]
-    rows = "".join(f'<tr><td class="doc">{_e(d.doc_id)}</td><td class="num">{_num(d.spans)}</td>'
-                   f'<td class="num">{_num(d.memorized)}</td>{_share_cell(d.share)}'
-                   f'<td class="num">{_num(d.longest_run)}</td><td class="num">{_num(d.top_acr)}</td></tr>'
-                   for d in shown)
-    note = (f"{_count(len(stats), 'document')}, most memorized spans first"
-            + (f"; the first {_num(len(shown))} shown" if len(shown) < len(stats) else ""))
-    return (f'<p class="meta">{note}.</p><table><thead><tr><th>document</th><th class="num">spans</th>'
-            '<th class="num">memorized</th><th class="num">memorized share</th>'
-            '<th class="num">longest run</th><th class="num">top ACR</th></tr></thead>'
-            f"<tbody>{rows}</tbody></table>")
 
 
 def top_spans(table: pa.Table, limit: int = TOP_SPANS) -> list[dict]:
@@ -343,11 +256,12 @@ def render_report(table: pa.Table, summary: dict, passages: pa.Table | None = No
     body = (f"<h1>{_e(title)}</h1>\n{_summary_html(table, summary)}\n"
             f"<h2>Memorized or predictable</h2>\n{_calibration_html(table)}\n"
             f"<h2>ACR of searched spans</h2>\n{_histogram_html(table)}\n"
-            f"<h2>Documents</h2>\n{_documents_html(document_stats(table))}\n"
+            f"<h2>Documents</h2>\n{report_documents.documents_html(table, passages)}\n"
             + _flagged_html(table, passages))
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{_e(title)}</title><style>{CSS}{report_passages.CSS}</style></head>\n<body>\n{body}"
+            f"<title>{_e(title)}</title><style>{CSS}{report_documents.CSS}{report_passages.CSS}</style>"
+            f"</head>\n<body>\n{body}"
             "</body></html>\n")
 
 
