@@ -398,6 +398,9 @@ class ScanConfig:
     tighten: bool = False  # also search spans their certificate settled, after the others
     unit_size: int = 8  # candidates per search unit (the resumable unit of phase 2)
     docs_per_shard: int = 8
+    # A prompt sharing a run of at least this many tokens with its document is `work_text`, not `free`
+    # (prompt_source, scanner/measures/overlap.py); certificates are work_text whatever their length.
+    work_text_tokens: int = 4
     # Memorized spans are calibrated after the search: predictable text is told from recall (measures/calibration.py).
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
 
@@ -409,6 +412,8 @@ class ScanConfig:
                 f"--max-candidates {self.max_candidates} must be >= 0")
         require(self.docs_per_shard >= 1, f"--docs-per-shard {self.docs_per_shard} must be >= 1")
         require(self.unit_size >= 1, f"--unit-size {self.unit_size} must be >= 1")
+        require(self.work_text_tokens >= 1, f"--work-text-tokens {self.work_text_tokens} must be >= 1 (the "
+                "shortest run of the work's tokens that makes a prompt work_text; default 4)")
         parse_budget(self.search_budget)  # InputError naming the value and the accepted forms
 
     def to_dict(self) -> dict:

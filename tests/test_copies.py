@@ -63,6 +63,25 @@ def test_each_target_is_certified_or_searched_once_and_every_copy_takes_its_verd
     assert {"certificate_bound", "searched_min"} <= kinds, "certified and searched targets are both shared"
 
 
+def test_a_copy_carries_the_attempts_and_prompt_measures_of_the_span_searched_and_counts_once(twice):
+    from scanner.results.denominators import denominators
+
+    out, rows = twice
+    ids = {r["span_id"]: r for r in rows}
+    copies = [r for r in rows if r["searched_as"] is not None]
+    for copy in copies:
+        searched = ids[copy["searched_as"]]
+        assert copy["attempts"] == searched["attempts"] and copy["attempts"]
+        assert sum(a["steps"] for a in searched["attempts"]) == searched["steps"] and copy["steps"] == 0
+        assert copy["prompt_source"] == searched["prompt_source"]
+        assert (copy["prompt_source"] is None) == (copy["prompt"] is None)
+    counts = denominators(pq.read_table(out / "results"))
+    own = [r for r in rows if r["searched_as"] is None]
+    assert counts["copies"] == len(copies) and counts["attempts"] == sum(len(r["attempts"]) for r in own)
+    assert counts["gcg_steps"] == sum(r["steps"] for r in rows)
+    assert counts["settled_by_certificate"] + counts["searched"] == counts["memorized"] + counts["not_memorized"]
+
+
 def test_the_plans_hold_one_unit_per_distinct_target_and_copies_cost_nothing(twice):
     out, rows = twice
     plans = {name: json.loads((out / f"{name}_plan.json").read_text()) for name in ("certify", "search", "tighten")}

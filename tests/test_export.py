@@ -271,3 +271,58 @@ def test_table_of_an_older_run_without_the_extra_columns(table, tmp_path):
     assert export(older, tmp_path / "flagged.jsonl") == 2
     first = json.loads((tmp_path / "flagged.jsonl").read_text().splitlines()[0])
     assert "target_ids" not in first and first["prompt_ids"] == list(range(8))
+
+
+def with_sources(table: pa.Table, sources: dict[str, str]) -> pa.Table:
+    rows = [{**r, "prompt_source": sources.get(r["span_id"])} for r in table.to_pylist()]
+    return pa.Table.from_pylist(rows, schema=results_schema())
+
+
+def test_free_prompts_only_keeps_the_elicitations_whose_prompt_holds_none_of_the_works_text(table, tmp_path):
+    sourced = with_sources(table, {"a-0000": "work_text", "a-0002": "free", "b-0000": "free"})
+    assert span_ids(select_rows(sourced, "1", free_only=True)) == ["a-0002"]
+    assert span_ids(select_rows(sourced, "gzip", free_only=True)) == ["b-0000"]
+    assert export(sourced, tmp_path / "free.jsonl", free_only=True) == 1
+    lines = (tmp_path / "free.jsonl").read_text().splitlines()
+    assert [json.loads(line)["prompt_source"] for line in lines] == ["free"]
+    with pytest.raises(InputError, match="--all"):
+        select_rows(sourced, all_rows=True, free_only=True)
+    with pytest.raises(InputError, match="prompt_source"):
+        select_rows(sourced.drop_columns(["prompt_source"]), free_only=True)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
+def test_every_export_travels_with_the_runs_denominators(table, tmp_path, suffix):
+    from scanner.results.denominators import denominators
+
+    sourced = with_sources(table, {"a-0000": "work_text", "a-0002": "free"})
+    out = tmp_path / f"flagged{suffix}"
+    assert export(sourced, out, about={"work_text_tokens": 4}) == 2
+    sidecar = json.loads(export_module.denominators_path(out).read_text())
+    assert sidecar["run"] == denominators(sourced) and sidecar["rows"] == 2
+    assert sidecar["selection"] == {"tau": "1", "all": False, "calibrated": False, "free_prompts_only": False,
+                                    "work_text_tokens": 4}
+    assert sidecar["rows_by_prompt_source"] == {"work_text": 1, "free": 1}
+    run = sidecar["run"]  # the crafted table: 8 spans of 2 documents
+    assert (run["documents"], run["spans"], run["candidates"], run["memorized"], run["not_searched"]) == (2, 8, 6, 2, 0)
+    assert run["memorized_by_prompt"] == {"free": 1, "work_text": 1, "unmeasured": 0}
+    if suffix == ".parquet":
+        meta = pq.read_schema(out).metadata[export_module.DENOMINATORS_KEY]
+        assert json.loads(meta) == sidecar
+
+
+def test_passages_free_prompts_only_needs_a_free_best_and_extension_prompt(tmp_path):
+    from scanner.measures.passages import no_extension
+    from scanner.schema import passages_schema
+
+    base = {name: None for name in passages_schema().names}
+    rows = [{**base, **no_extension(), "passage_id": p, "doc_id": "d", "char_start": 0, "char_end": 1,
+             "token_start": 0, "token_end": 1, "tokens": 1, "text": "t", "best_span_id": "s", "span_ids": ["s"],
+             "spans": 1, "other_spans_inside": 0, "best_prompt_source": best, "extension_prompt_source": ext}
+            for p, best, ext in (("p1", "free", None), ("p2", "free", "work_text"), ("p3", "work_text", None),
+                                 ("p4", "free", "free"))]
+    passages = pa.Table.from_pylist(rows, schema=passages_schema())
+    picked = export_module.select_passages(passages, free_only=True)
+    assert picked["passage_id"].to_pylist() == ["p1", "p4"]
+    assert export_module.export_passages(passages, tmp_path / "p.jsonl", free_only=True) == 2
+    assert json.loads(export_module.denominators_path(tmp_path / "p.jsonl").read_text())["rows"] == 2

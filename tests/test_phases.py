@@ -6,9 +6,11 @@ generation, no GCG), and spans that overlap the canary's edges are uncertified c
 evidence, the best of which is not the first in corpus order."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
+from collections import Counter
 
 import pyarrow.parquet as pq
 import pytest
@@ -69,6 +71,9 @@ def test_certificates_settle_spans_by_generation_without_gcg(budgeted, tmp_path)
         assert r["acr"] == r["target_tokens"] / r["prompt_tokens"] and r["prompt_tokens"] == r["certificate_tokens"]
     verified = cli("verify", str(out))  # an independent regeneration from every memorized prompt
     assert verified.returncode == 0, verified.stdout + verified.stderr
+    sources = Counter(r["prompt_source"] for r in rows if r["status"] == "memorized")
+    assert f"prompts holding the work's text: {sources['work_text']}/{sources['work_text']} reproduce" in verified.stdout
+    assert f"prompts free of the work's text: {sources['free']}/{sources['free']} reproduce" in verified.stdout
     status = json.loads(cli("status", str(out)).stdout)["phases"]
     assert status["certified"] == len(settled) and status["screened_shards"] == status["shards_total"] == 1
     assert status["search_units"]["done"] == 1 and status["search_units"]["total"] > 1
@@ -109,6 +114,10 @@ def test_tighten_searches_the_settled_spans_and_keeps_the_shorter_prompt(tiny_di
     assert done.returncode == 0, done.stderr
     rows = [r for r in pq.read_table(out / "results").to_pylist() if r["certificate_tokens"] is not None]
     assert rows and json.loads((out / "tighten_plan.json").read_text())["units"]
+    for r in (r for r in rows if r["status"] == "memorized"):  # both units' attempts, in the order they ran
+        stages = [a["stage"] for a in r["attempts"]]
+        assert stages[0] == "certify" and set(stages[1:]) == {"tighten"}, stages
+        assert r["attempts"][1]["warm"] == "certificate" and sum(a["steps"] for a in r["attempts"]) == r["steps"]
     assert all(r["acr_kind"] == "searched_min" and r["status"] == "memorized" for r in rows if r["certificate_tokens"] < 12)
     assert all(r["prompt_tokens"] <= r["certificate_tokens"] for r in rows if r["status"] == "memorized")
 
@@ -121,7 +130,11 @@ def test_a_tightening_search_replaces_a_bound_only_with_a_prompt_no_longer_and_b
     kept = _better(cert, {"acr_kind": "searched_min", "status": "not_memorized", "prompt_tokens": None, "steps": 7})
     assert kept["acr_kind"] == "certificate_bound" and kept["prompt_tokens"] == 3 and kept["steps"] == 7
     found = {"acr_kind": "searched_min", "status": "memorized", "prompt_tokens": 2, "steps": 5, "search_s": 1.0}
-    assert _better(cert, found) == {**found, "search_s": 1.5, "forwards": 0}
+    assert _better(cert, found) == {**found, "search_s": 1.5, "forwards": 0, "attempts": []}
+    # both units' attempts are kept in the order they ran, whichever prompt stands
+    first, then = [{"stage": "certify", "steps": 0}], [{"stage": "tighten", "steps": 5}]
+    assert _better({**cert, "attempts": first}, {**found, "attempts": then})["attempts"] == first + then
+    assert _better({**cert, "attempts": first}, {**found, "prompt_tokens": 4, "attempts": then})["attempts"] == first + then
     decided = {"acr_kind": "decision_bound", "status": "memorized", "prompt_tokens": 4, "steps": 9, "forwards": 3}
     # nothing shorter than the decided prompt: it is the schedule's minimum now, both searches' cost
     same = _better(decided, {"acr_kind": "searched_min", "status": "memorized", "prompt_tokens": 5, "steps": 2,
@@ -129,3 +142,96 @@ def test_a_tightening_search_replaces_a_bound_only_with_a_prompt_no_longer_and_b
     assert same["acr_kind"] == "searched_min" and same["prompt_tokens"] == 4 and (same["steps"], same["forwards"]) == (11, 4)
     screen = {"acr_kind": None, "status": "not_searched", "prompt_tokens": None}
     assert _better(screen, decided) is decided
+
+
+def test_certificates_are_work_text_and_the_gcg_prompt_is_free(budgeted):
+    _, _, rows = budgeted
+    certified = [r for r in rows if r["acr_kind"] == "certificate_bound"]
+    assert certified and all(r["prompt_source"] == "work_text" for r in certified)
+    assert all(r["prompt_doc_run_tokens"] >= r["prompt_span_run_tokens"] for r in certified)
+    gcg = [r for r in rows if r["acr_kind"] in ("searched_min", "decision_bound")]
+    assert len(gcg) == 1 and gcg[0]["memorized"], "the budget's one search found a prompt (fixed seed)"
+    assert gcg[0]["prompt_source"] == "free" and gcg[0]["prompt_doc_run_tokens"] < 4
+    assert all(r["prompt_source"] is None for r in rows if r["prompt"] is None)
+
+
+def test_a_prompt_of_random_tokens_is_free_and_the_documents_own_words_are_work_text(budgeted, engine):
+    import torch
+
+    from scanner.results.rows import measured_prompt
+    from scanner.search.miniprompt import random_prompt
+    from scanner.stages.spans import tokenize_document
+
+    corpus, _, rows = budgeted
+    text = pq.read_table(corpus)["text"][0].as_py()
+    ids, _ = tokenize_document(text, engine.tokenizer)
+    span = {**next(r for r in rows if r["status"] == "memorized"), "acr_kind": "searched_min", "certificate_prompt": None}
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(20):  # GCG's starting points: random allowed tokens
+        prompt = random_prompt(engine, 8, generator)
+        row = measured_prompt({**span, "prompt": engine.decode(prompt), "prompt_ids": prompt}, 4, text, ids)
+        assert row["prompt_source"] == "free" and row["prompt_doc_run_tokens"] < 4
+    own = measured_prompt({**span, "prompt": engine.decode(ids[3:9]), "prompt_ids": ids[3:9]}, 4, text, ids)
+    assert own["prompt_source"] == "work_text" and own["prompt_doc_run_tokens"] == 6
+
+
+def test_every_attempt_is_recorded_and_sums_to_the_rows_steps(budgeted):
+    _, _, rows = budgeted
+    decided = [r for r in rows if r["status"] in ("memorized", "not_memorized")]
+    assert decided and all(r["attempts"] for r in decided)
+    for r in decided:
+        assert sum(a["steps"] for a in r["attempts"]) == r["steps"]
+        assert all(a["steps"] <= a["max_steps"] or a["warm"] in ("certificate", "decided") for a in r["attempts"])
+        successes = [a for a in r["attempts"] if a["outcome"] == "success"]
+        assert bool(successes) == (r["prompt"] is not None), "a prompt stands exactly when an attempt succeeded"
+        assert not successes or min(a["length"] for a in successes) == r["prompt_tokens"]
+    searched = next(r for r in decided if r["acr_kind"] != "certificate_bound")
+    assert {a["stage"] for a in searched["attempts"]} == {"search"} and searched["attempts"][0]["seed"] is not None
+    assert all(r["attempts"] == [] for r in rows if r["status"] in ("not_searched", "screened_out"))
+
+
+def counted(rows: list[dict]) -> dict:
+    """The denominators by hand from the results rows."""
+    status = Counter(r["status"] for r in rows)
+    certified = sum(r["acr_kind"] == "certificate_bound" for r in rows)
+    free = sum(r["status"] == "memorized" and r["prompt_source"] == "free" for r in rows)
+    return {"documents": len({r["doc_row"] for r in rows}), "spans": len(rows),
+            "screened": sum(r["greedy_match_rate"] is not None for r in rows),
+            "candidates": status["memorized"] + status["not_memorized"] + status["not_searched"] + status["failed"],
+            "settled_by_certificate": certified, "searched": status["memorized"] + status["not_memorized"] - certified,
+            "not_searched": status["not_searched"], "failed": status["failed"], "memorized": status["memorized"],
+            "not_memorized": status["not_memorized"], "copies": 0,
+            "attempts": sum(len(r["attempts"]) for r in rows), "gcg_steps": sum(r["steps"] for r in rows),
+            "memorized_by_prompt": {"free": free, "work_text": status["memorized"] - free, "unmeasured": 0}}
+
+
+def test_export_and_report_carry_the_denominators_of_the_results_table(budgeted, tmp_path):
+    _, out, rows = budgeted
+    expected = counted(rows)
+    assert expected["not_searched"] and expected["settled_by_certificate"] and expected["searched"]
+    flagged = tmp_path / "flagged.csv"
+    done = cli("export", str(out), "--out", str(flagged))
+    assert done.returncode == 0, done.stderr
+    sidecar = json.loads((tmp_path / "flagged.csv.denominators.json").read_text())
+    assert sidecar["run"] == expected and sidecar["selection"]["work_text_tokens"] == 4
+    assert f"{expected['candidates']} candidates" in done.stdout and f"{expected['not_searched']} not searched" in done.stdout
+    assert cli("report", str(out), "--out", str(tmp_path / "r.html")).returncode == 0
+    page = (tmp_path / "r.html").read_text()
+    shown = dict(re.findall(r"<dt>([^<]+)</dt><dd>([^<]+)</dd>", page.split("What the hits were drawn from")[1]))
+    assert shown["candidates (passed the screen)"] == str(expected["candidates"])
+    assert shown["settled by certificate"] == str(expected["settled_by_certificate"])
+    assert shown["not searched (budget)"] == str(expected["not_searched"])
+    assert shown["memorized, prompt free of the work&#x27;s text"] == str(expected["memorized_by_prompt"]["free"])
+
+
+def test_free_prompts_only_exports_only_prompts_free_of_the_works_text(budgeted, tmp_path):
+    _, out, rows = budgeted
+    free = tmp_path / "free.jsonl"
+    done = cli("export", str(out), "--out", str(free), "--free-prompts-only")
+    assert done.returncode == 0, done.stderr
+    exported = [json.loads(line) for line in free.read_text().splitlines()]
+    expected = [r["span_id"] for r in rows if r["status"] == "memorized" and r["prompt_source"] == "free"]
+    assert exported and [r["span_id"] for r in exported] == expected
+    assert all(r["prompt_source"] == "free" and r["attempts"] for r in exported)
+    assert json.loads((tmp_path / "free.jsonl.denominators.json").read_text())["rows_by_prompt_source"] == \
+        {"free": len(expected), "work_text": 0}

@@ -343,3 +343,22 @@ def test_the_page_grows_with_findings_not_with_documents(library):
     row = re.search(r'<table class="documents">.*?(<tr><td.*?</tr>)', page, re.S).group(1)
     # A document without findings costs its id in the collapsed list, not a strip and a row of its own.
     assert per_quiet_doc < 40 and per_quiet_doc * 10 < len(strip) + len(row), (per_quiet_doc, len(strip), len(row))
+
+
+def test_the_page_lists_the_denominators_and_whose_words_each_prompt_holds():
+    attempt = {"stage": "search", "length": 2, "trial": 0, "tries": 1, "warm": "random", "seed": 1, "max_steps": 9,
+               "steps": 9, "best_loss": 0.1, "best_right": 30, "outcome": "failed", "stop_reason": None}
+    table = table_of([
+        make_row("d", 0, "memorized", acr=9.0, prompt_source="free", prompt_doc_run_tokens=1,
+                 attempts=[attempt, {**attempt, "length": 3, "outcome": "success"}]),
+        make_row("d", 1, "memorized", acr=8.0, prompt_source="work_text", prompt_doc_run_tokens=7),
+        make_row("d", 2, "not_searched"), make_row("e", 0, "screened_out"),
+    ])
+    page = render_report(table, {})
+    drawn = dict(re.findall(r"<dt>([^<]+)</dt><dd>([^<]+)</dd>", page.split("What the hits were drawn from")[1]))
+    assert (drawn["documents"], drawn["candidates (passed the screen)"], drawn["not searched (budget)"]) == ("2", "3", "1")
+    assert drawn["memorized, prompt free of the work&#x27;s text"] == "1"
+    assert drawn["attempts (prompt lengths tried, failures included)"] == "2"
+    assert "prompt (free of the work&#x27;s text, longest run shared with the document 1 tokens)" in page
+    assert "prompt (holds the work&#x27;s text, longest run shared with the document 7 tokens)" in page
+    assert "2 attempts (1 without success)" in page

@@ -71,6 +71,12 @@ def test_the_memorized_windows_are_one_passage_extended_through_the_memorized_te
     assert CANARIES[0] in extended, "the extension runs through the rest of the memorized text"
     assert extended.strip() in TWICE, "and stops where the unseen text begins"
     assert p["extension_prompt"] is not None and p["extension_engine"] == "hf"
+    # whose words the passage's prompts hold: the best span's verdict, and a certificate is the work's text
+    spans = {r["span_id"]: r for r in memorized}
+    assert p["best_prompt_source"] == spans[p["best_span_id"]]["prompt_source"] is not None
+    origin = spans[p["extension_span_id"]]
+    assert p["extension_prompt_source"] == ("work_text" if p["extension_prompt"] == origin["certificate_prompt"]
+                                            else origin["prompt_source"]) is not None
 
 
 def test_a_relaunch_rebuilds_the_passages_only_when_missing_or_stale(scanned, tiny_dir):

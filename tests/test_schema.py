@@ -104,6 +104,8 @@ def test_rank_and_export_columns_are_results_columns():
     exported = EXPORT_EVIDENCE + EXPORT_OPTIONAL
     assert set(exported) <= set(names) and len(set(exported)) == len(exported)
     assert "rejected_early" in EXPORT_OPTIONAL  # how the search ended is evidence too
+    # every attempt behind a verdict and whose words its prompt holds travel with the export
+    assert {"attempts", "prompt_source", "prompt_doc_run_tokens"} <= set(EXPORT_OPTIONAL)
     assert not any(results_schema().field(c).nullable for c in ("doc_id", "span_id", "text"))
 
 
@@ -112,7 +114,8 @@ def test_the_version_is_in_the_schema_metadata_and_the_docs():
     assert f"(version {SCHEMA_VERSION})" in (ROOT / "schemas" / "results.md").read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("schema, nested", [(results_schema, ("thresholds.item.memorized", "prompt_ids.item")),
+@pytest.mark.parametrize("schema, nested", [(results_schema, ("thresholds.item.memorized", "prompt_ids.item",
+                                                             "attempts.item.steps", "attempts.item.stage")),
                                             (ingested_schema, ("sections.item.path", "sections.item.char_end")),
                                             (passages_schema, ("span_ids.item",))])
 def test_every_field_nested_ones_too_has_a_description(schema, nested):
@@ -140,7 +143,7 @@ def test_the_passages_columns_are_a_public_interface():
         "best_acr", "best_acr_kind", "best_prompt", "best_prompt_tokens", "best_span_id", "span_ids", "spans",
         "other_spans_inside", "calibrated_spans", "extend_budget", "extended_token_end", "extended_char_end",
         "extended_tokens", "extended_chars", "extension_text", "extension_prompt", "extension_span_id",
-        "extension_engine", "extend_s"]
+        "extension_engine", "extend_s", "best_prompt_source", "extension_prompt_source"]
     # What a passage shares with the results keeps the results' type.
     for name in ("doc_id", "char_start", "char_end", "token_start", "token_end", "text"):
         assert schema.field(name).type == results_schema().field(name).type, name

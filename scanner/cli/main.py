@@ -25,7 +25,7 @@ from scanner.cli.options import (
     search_config,
     search_options,
 )
-from scanner.cli.output import calibration_line, emit_records, run_summary, summary_line
+from scanner.cli.output import calibration_line, emit_records, run_summary, summary_line, work_text_tokens
 from scanner.cli.sections import PLAN, TARGETS, SectionedCommand, option
 from scanner.errors import InputError
 
@@ -226,23 +226,31 @@ def status_command(run_dir, workers, watch, interval, iterations) -> None:
 @click.option("--calibrated", is_flag=True, help="Only calibrated memorization: memorized and not predictable.")
 @click.option("--passages", is_flag=True,
               help="The memorized passages (merged spans with their extension) instead of spans.")
-def export_command(run_dir, out, tau, all_rows, calibrated, passages) -> None:
-    """The memorized spans (or --passages) with the prompts that reproduce them, as evidence."""
-    from scanner.results.export import export, export_passages
+@click.option("--free-prompts-only", "free_only", is_flag=True,
+              help="Only elicitations whose prompt holds none of the work's text (prompt_source free).")
+def export_command(run_dir, out, tau, all_rows, calibrated, passages, free_only) -> None:
+    """The memorized spans (or --passages) with the prompts that reproduce them, as evidence; the run's
+    denominators go beside the file (OUT.denominators.json)."""
+    from scanner.results.denominators import denominators, denominators_line
+    from scanner.results.export import denominators_path, export, export_passages
 
     run = readable_run(run_dir)
     table = run.read_results()
+    about = {"work_text_tokens": work_text_tokens(run)}
     if passages:
         from scanner.storage.passages import read_passages
 
         if tau != "1" or all_rows:
             raise InputError("--tau and --all select spans; --passages exports every passage of the run's "
                              "verdict (drop --tau/--all, or drop --passages)")
-        count = export_passages(read_passages(run), out, calibrated=calibrated)
+        count = export_passages(read_passages(run), out, calibrated=calibrated, free_only=free_only, results=table,
+                                about=about)
         click.echo(f"{count} passages written to {out}")
     else:
-        count = export(table, out, tau=tau, all_rows=all_rows, calibrated=calibrated)
+        count = export(table, out, tau=tau, all_rows=all_rows, calibrated=calibrated, free_only=free_only,
+                       about=about)
         click.echo(f"{count} rows written to {out}")
+    click.echo(f"{denominators_line(denominators(table))}; counts in {denominators_path(out)}")
     click.echo(calibration_line(table))
 
 
@@ -284,7 +292,8 @@ def verify_command(run_dir, model) -> None:
     """Regenerate greedily from every flagged prompt; list any that no longer reproduce (exit 3 if any)."""
     # Span-based on purpose: every passage's evidence is its spans' prompts, so checking the spans checks
     # the passages; an extension is re-checked by generation from passages.parquet's extension_prompt.
-    from scanner.results.verify import verify_run
+    from scanner.results.denominators import denominators, denominators_line
+    from scanner.results.verify import prompt_source_line, verify_run
 
     run = readable_run(run_dir)
     failures, checked = verify_run(run_dir, model)
@@ -292,7 +301,10 @@ def verify_command(run_dir, model) -> None:
         click.echo(f"NOT REPRODUCED {row['doc_id']} {row['span_id']} tokens {row['token_start']}: "
                    f"{row['matched']}/{row['target_tokens']} tokens matched; prompt {row['prompt']!r}")
     click.echo(f"{checked - len(failures)}/{checked} flagged spans reproduce")
-    click.echo(calibration_line(run.read_results()))
+    table = run.read_results()
+    click.echo(prompt_source_line(table, failures))
+    click.echo(denominators_line(denominators(table)))
+    click.echo(calibration_line(table))
     if failures:
         sys.exit(3)
 

@@ -253,6 +253,10 @@ def scan_options(f):
                help="Candidates per search unit, the resumable unit of the search phase."),
         option(CORPUS, "--docs-per-shard", type=int, default=default_of(ScanConfig, "docs_per_shard"),
                show_default=True),
+        option(CORPUS, "--work-text-tokens", type=int, default=default_of(ScanConfig, "work_text_tokens"),
+               show_default=True,
+               help="Evidence: a prompt that shares a run of this many tokens with its document is "
+                    "prompt_source work_text (certificates always are); else free."),
         option(PASSAGES, "--extend-tokens", type=int, default=default_of(PassageConfig, "extend_tokens"),
                show_default=True,
                help="Passages: greedy generation this many tokens past each memorized passage, checked "
@@ -297,7 +301,8 @@ def scan_config(o: dict, corpus: str):
         min_match_rate=o["min_match_rate"],
         max_candidates_per_doc=o["max_candidates_per_doc"], max_candidates=o["max_candidates"],
         search_budget=o["search_budget"], tighten=o["tighten"], unit_size=o["unit_size"],
-        docs_per_shard=o["docs_per_shard"], calibration=calibration_config(o))
+        docs_per_shard=o["docs_per_shard"], work_text_tokens=o["work_text_tokens"],
+        calibration=calibration_config(o))
 
 
 def passage_config(o: dict):

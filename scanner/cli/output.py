@@ -47,3 +47,11 @@ def run_summary(run) -> dict:
             "shards": f"{status['shards_done']}/{status['shards_total']}", "spans": status["rows"],
             **{f"{k} spans": v for k, v in sorted(status["status_counts"].items())},
             "work time (s)": round(status["elapsed_s"] or 0.0, 1)}
+
+
+def work_text_tokens(run) -> int:
+    """k of the run's prompt_source verdicts (--work-text-tokens; a run saved before it had the default)."""
+    from scanner.cli.options import default_of
+    from scanner.config import ScanConfig
+
+    return run.saved_config()["config"].get("work_text_tokens", default_of(ScanConfig, "work_text_tokens"))

@@ -146,14 +146,15 @@ def passage_row(passage: Passage, tokenizer_id: str, text: str | None, others: i
             "best_acr_kind": best.get("acr_kind"), "best_prompt": best.get("prompt"),
             "best_prompt_tokens": best.get("prompt_tokens"), "best_span_id": best["span_id"],
             "span_ids": passage.span_ids, "spans": len(passage.spans), "other_spans_inside": others,
-            "calibrated_spans": _calibrated(passage.spans), **no_extension()}
+            "calibrated_spans": _calibrated(passage.spans), "best_prompt_source": best.get("prompt_source"),
+            **no_extension()}
 
 
 def no_extension(budget: int = 0) -> dict:
     """The extension columns of a passage whose extension did not run (budget 0: switched off)."""
     return {"extend_budget": budget, "extended_token_end": None, "extended_char_end": None,
             "extended_tokens": None, "extended_chars": None, "extension_text": None, "extension_prompt": None,
-            "extension_span_id": None, "extension_engine": None, "extend_s": 0.0}
+            "extension_span_id": None, "extension_engine": None, "extend_s": 0.0, "extension_prompt_source": None}
 
 
 def passage_rows(rows: list[dict], tokenizer_id: str, texts: dict[str, str] | None = None) -> list[dict]:
@@ -183,6 +184,7 @@ class Extension:
     span_id: str | None
     engine: str
     seconds: float
+    prompt_source: str | None = None  # of `prompt` (measures/overlap.py): work_text for a certificate
 
 
 def with_extension(row: dict, extension: Extension, budget: int) -> dict:
@@ -191,7 +193,7 @@ def with_extension(row: dict, extension: Extension, budget: int) -> dict:
             "extended_chars": extension.char_end - row["char_end"], "extension_text": extension.text,
             "extension_prompt": extension.prompt,
             "extension_span_id": extension.span_id, "extension_engine": extension.engine,
-            "extend_s": extension.seconds}
+            "extend_s": extension.seconds, "extension_prompt_source": extension.prompt_source}
 
 
 def verified_run(generated: list[int], document: list[int]) -> int:

@@ -8,7 +8,12 @@
 Without `all_rows` only those spans are written, with the columns a reader needs to re-check them and the
 threshold each one beat; with it every row and every column is written (the selection is ignored).
 `calibrated` keeps, of the selected spans, only calibrated memorization (`calibrated_memorized`: memorized
-at the run's τ and not shown predictable, scanner/measures/calibration.py).
+at the run's τ and not shown predictable, scanner/measures/calibration.py); `free_only` keeps only
+elicitations whose prompt holds none of the work's text (prompt_source 'free', scanner/measures/overlap.py).
+
+Every export travels with the run's denominators (scanner/results/denominators.py): a sidecar
+`<out>.denominators.json` beside any format, and in a Parquet file's schema metadata too, so nothing is
+published as a hit without the counts it was drawn from.
 """
 
 from __future__ import annotations
@@ -26,8 +31,10 @@ import pyarrow.parquet as pq
 
 from scanner.errors import require
 from scanner.measures.compression import METHODS
-from scanner.schema import EXPORT_EVIDENCE, EXPORT_OPTIONAL
-from scanner.storage.atomic import atomic_write
+from scanner.measures.overlap import FREE, SOURCES
+from scanner.results.denominators import denominators
+from scanner.schema import EXPORT_EVIDENCE, EXPORT_OPTIONAL, results_schema
+from scanner.storage.atomic import atomic_write, atomic_write_json
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +47,8 @@ EVIDENCE_COLUMNS, EXTRA_COLUMNS = EXPORT_EVIDENCE, EXPORT_OPTIONAL
 SELECT_COLUMNS = ("status", "tau", "thresholds")
 FORMULA_START = r"^[=+\-@\t\r]"
 BATCH_ROWS = 4096  # rows turned into Python objects at a time for CSV / JSONL, to bound memory
+DENOMINATORS_SUFFIX = ".denominators.json"
+DENOMINATORS_KEY = b"acr_denominators"  # the same JSON in a Parquet export's schema metadata
 
 
 def parse_tau(tau: str) -> str | float:
@@ -105,12 +114,22 @@ def _calibrated_only(picked: pa.Table, threshold: pa.Array) -> tuple[pa.Table, p
     return picked.filter(keep), threshold.filter(keep)
 
 
-def select_rows(table: pa.Table, tau: str = RUN_FLAG, all_rows: bool = False, calibrated: bool = False) -> pa.Table:
+def _free_only(picked: pa.Table, threshold: pa.Array) -> tuple[pa.Table, pa.Array]:
+    require("prompt_source" in picked.column_names,
+            "--free-prompts-only: this run's table has no prompt_source (made before prompts were measured); "
+            "scan it again into a new run directory, or drop --free-prompts-only")
+    keep = pc.equal(picked["prompt_source"], FREE).combine_chunks().fill_null(False)
+    return picked.filter(keep), threshold.filter(keep)
+
+
+def select_rows(table: pa.Table, tau: str = RUN_FLAG, all_rows: bool = False, calibrated: bool = False,
+                free_only: bool = False) -> pa.Table:
     """The rows to export. Without `all_rows`: the spans memorized at `tau` (see the module docstring), with
     EVIDENCE_COLUMNS, the EXTRA_COLUMNS present, `threshold_name` and `threshold` (the τ each span beat);
-    `calibrated`: only those calibrated memorized. With `all_rows`: the whole table, unchanged. `tau` is
-    validated either way."""
+    `calibrated`: only those calibrated memorized; `free_only`: only those whose prompt is free of the
+    work's text. With `all_rows`: the whole table, unchanged. `tau` is validated either way."""
     kind = parse_tau(tau)
+    require(not (all_rows and free_only), "--free-prompts-only selects elicitations and --all every row; drop one")
     if all_rows:
         return table
     check_columns(table, EVIDENCE_COLUMNS + SELECT_COLUMNS)
@@ -122,6 +141,8 @@ def select_rows(table: pa.Table, tau: str = RUN_FLAG, all_rows: bool = False, ca
         picked, threshold, name = *_by_named(table, kind), kind
     if calibrated:
         picked, threshold = _calibrated_only(picked, threshold)
+    if free_only:
+        picked, threshold = _free_only(picked, threshold)
     evidence = picked.select(_evidence_columns(table))
     evidence = evidence.append_column("threshold_name", pa.array([name] * picked.num_rows, pa.string()))
     evidence = evidence.append_column("threshold", threshold)
@@ -202,35 +223,85 @@ def _write_parquet(table: pa.Table, f: BinaryIO) -> None:
 WRITERS = {".csv": _write_csv, ".jsonl": _write_jsonl, ".parquet": _write_parquet}
 
 
-def export(table: pa.Table, out: str | Path, tau: str = RUN_FLAG, all_rows: bool = False,
-           calibrated: bool = False) -> int:
-    """Write the selected rows (see select_rows) to `out`, formatted by its extension; returns rows written."""
+def denominators_path(out: str | Path) -> Path:
     out = Path(out)
-    writer = WRITERS[_format(out)]
-    rows = select_rows(table, tau, all_rows, calibrated)
+    return out.with_name(out.name + DENOMINATORS_SUFFIX)
+
+
+def _by_source(rows: pa.Table, column: str) -> dict[str, int] | None:
+    if column not in rows.column_names:
+        return None
+    counts = {name: 0 for name in SOURCES}
+    for item in pc.value_counts(rows[column]).to_pylist():
+        if item["values"] is not None:
+            counts[item["values"]] = item["counts"]
+    return counts
+
+
+def _with_denominators(writer, counts: dict):
+    """A writer that puts `counts` in a Parquet file's schema metadata; the other formats are flat."""
+    if writer is not _write_parquet:
+        return writer
+    blob = json.dumps(counts, sort_keys=True).encode()
+    return lambda rows, f: writer(rows.replace_schema_metadata({**(rows.schema.metadata or {}),
+                                                                DENOMINATORS_KEY: blob}), f)
+
+
+def _write(out: Path, rows: pa.Table, results: pa.Table, selection: dict, source_column: str) -> None:
+    """`rows` to `out` by its extension, and the run's denominators beside it (and inside a Parquet file)."""
+    counts = {"run": denominators(results), "selection": selection, "rows": rows.num_rows,
+              "rows_by_prompt_source": _by_source(rows, source_column)}
+    writer = _with_denominators(WRITERS[_format(out)], counts)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, lambda f: writer(rows, f))
+    atomic_write_json(denominators_path(out), counts)
+
+
+def export(table: pa.Table, out: str | Path, tau: str = RUN_FLAG, all_rows: bool = False,
+           calibrated: bool = False, free_only: bool = False, about: dict | None = None) -> int:
+    """Write the selected rows (see select_rows) to `out`, formatted by its extension, with the run's
+    denominators beside it; `about`: more of the selection to record (e.g. the run's work_text_tokens).
+    Returns rows written."""
+    out = Path(out)
+    _format(out)
+    rows = select_rows(table, tau, all_rows, calibrated, free_only)
+    selection = {"tau": tau, "all": all_rows, "calibrated": calibrated, "free_prompts_only": free_only, **(about or {})}
+    _write(out, rows, table, selection, "prompt_source")
     log.info("wrote %d rows to %s", rows.num_rows, out)
     return rows.num_rows
 
 
-def select_passages(table: pa.Table, calibrated: bool = False) -> pa.Table:
+def select_passages(table: pa.Table, calibrated: bool = False, free_only: bool = False) -> pa.Table:
     """The passages table as it is (every row and column); `calibrated`: only passages holding at least
-    one calibrated memorized span (calibrated_spans > 0)."""
-    if not calibrated:
-        return table
-    require(table.num_rows == 0 or table["calibrated_spans"].null_count < table.num_rows,
-            "--calibrated: this run has no calibrated verdicts (made before calibration existed); drop --calibrated")
-    return table.filter(pc.greater(table["calibrated_spans"], 0).fill_null(False))
+    one calibrated memorized span (calibrated_spans > 0); `free_only`: only passages whose best prompt
+    and extension prompt (where one ran) are free of the work's text."""
+    if calibrated:
+        require(table.num_rows == 0 or table["calibrated_spans"].null_count < table.num_rows,
+                "--calibrated: this run has no calibrated verdicts (made before calibration existed); drop --calibrated")
+        table = table.filter(pc.greater(table["calibrated_spans"], 0).fill_null(False))
+    if free_only:
+        require("best_prompt_source" in table.column_names,
+                "--free-prompts-only: this run's passages have no prompt sources (built before prompts were "
+                "measured); scan it again into a new run directory, or drop --free-prompts-only")
+        best = pc.equal(table["best_prompt_source"], FREE).fill_null(False)
+        extension = table["extension_prompt_source"]
+        table = table.filter(pc.and_(best, pc.or_kleene(pc.is_null(extension), pc.equal(extension, FREE)).fill_null(False)))
+    return table
 
 
-def export_passages(table: pa.Table, out: str | Path, calibrated: bool = False) -> int:
+def export_passages(table: pa.Table, out: str | Path, calibrated: bool = False, free_only: bool = False,
+                    results: pa.Table | None = None, about: dict | None = None) -> int:
     """Write the memorized passages (RUN/passages.parquet, schemas/passages.md) to `out`, formatted by
-    its extension (CSV cells defused as for spans); returns rows written."""
+    its extension (CSV cells defused as for spans), with the denominators of `results` (the run's
+    results table) beside it; returns rows written."""
     out = Path(out)
-    writer = WRITERS[_format(out)]
-    rows = select_passages(table, calibrated)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(out, lambda f: writer(rows, f))
+    _format(out)
+    rows = select_passages(table, calibrated, free_only)
+    selection = {"passages": True, "calibrated": calibrated, "free_prompts_only": free_only, **(about or {})}
+    _write(out, rows, results if results is not None else _empty_results(), selection, "best_prompt_source")
     log.info("wrote %d passages to %s", rows.num_rows, out)
     return rows.num_rows
+
+
+def _empty_results() -> pa.Table:
+    return results_schema().empty_table()

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from scanner.measures import calibration as calibrate
 from scanner.results import report_documents, report_passages
+from scanner.results.denominators import denominators
 from scanner.results.export import check_columns
 from scanner.results.html_format import count as _count
 from scanner.results.html_format import esc as _e
@@ -84,6 +85,27 @@ def _status_counts(table: pa.Table) -> dict[str, int]:
     for item in pc.value_counts(table["status"]).to_pylist():
         counts[item["values"]] = item["counts"]
     return counts
+
+
+DENOMINATOR_LABELS = (
+    ("documents", "documents"), ("spans", "spans"), ("screened", "spans screened"),
+    ("candidates", "candidates (passed the screen)"), ("settled_by_certificate", "settled by certificate"),
+    ("searched", "searched"), ("attempts", "attempts (prompt lengths tried, failures included)"),
+    ("gcg_steps", "GCG steps"), ("not_searched", "not searched (budget)"), ("failed", "failed"),
+    ("memorized", "memorized"), ("copies", "copies of a span searched once (counted above too)"))
+
+
+def _denominators_html(table: pa.Table) -> str:
+    """The counts every hit was drawn from (results/denominators.py), with the hits by prompt source."""
+    counts = denominators(table)
+    prompts = counts["memorized_by_prompt"]
+    items = [(label, counts[key]) for key, label in DENOMINATOR_LABELS]
+    items += [("memorized, prompt free of the work's text", prompts["free"]),
+              ("memorized, prompt holding the work's text (certificates, runs of the work's tokens)",
+               prompts["work_text"])]
+    if prompts["unmeasured"]:
+        items.append(("memorized, prompt not measured", prompts["unmeasured"]))
+    return '<dl class="summary">' + "".join(f"<dt>{_e(k)}</dt><dd>{_num(v)}</dd>" for k, v in items) + "</dl>"
 
 
 def _summary_html(table: pa.Table, summary: dict) -> str:
@@ -161,7 +183,8 @@ def _histogram_html(table: pa.Table) -> str:
 
 def top_spans(table: pa.Table, limit: int = TOP_SPANS) -> list[dict]:
     """Memorized spans, highest ACR first (ties in table order), at most `limit`."""
-    shown = list(NEEDED) + [c for c in ("predictable", "predictable_reason") if c in table.column_names]
+    optional = ("predictable", "predictable_reason", "prompt_source", "prompt_doc_run_tokens", "attempts")
+    shown = list(NEEDED) + [c for c in optional if c in table.column_names]
     flagged = table.filter(pc.equal(table["status"], "memorized")).select(shown)
     order = pc.sort_indices(flagged, sort_keys=[("acr", "descending")])  # nulls last by default
     return flagged.take(order[:limit]).to_pylist()
@@ -192,14 +215,34 @@ def _predictable_html(row: dict) -> str:
     return f'<p class="meta"><b>predictable</b> (not calibrated memorization): {_e(row["predictable_reason"])}</p>'
 
 
+SOURCE_LABELS = report_passages.SOURCE_LABELS
+
+
+def source_html(source: str | None, run_tokens: int | None = None) -> str:
+    """Whose words the prompt holds (prompt_source), for the prompt's heading."""
+    if source is None:
+        return ""
+    run = f", longest run shared with the document {_num(run_tokens)} tokens" if run_tokens is not None else ""
+    return f" ({_e(SOURCE_LABELS.get(source, source))}{run})"
+
+
+def _attempts_html(row: dict) -> str:
+    attempts = row.get("attempts")
+    if not attempts:
+        return ""
+    failed = sum(a["outcome"] != "success" for a in attempts)
+    return f"; {_num(len(attempts))} attempts ({_num(failed)} without success)"
+
+
 def _span_html(rank: int, row: dict) -> str:
     engine = f", verified by {_e(row['verify_engine'])}" if row["verify_engine"] else ""
     margin = f", min margin {_num(row['min_margin'])}" if row["min_margin"] is not None else ""
     return (f'<section class="span"><h3>#{rank} · ACR {_num(row["acr"])} · {_e(row["doc_id"])}</h3>'
             f'<p class="meta">characters {_num(row["char_start"])}–{_num(row["char_end"])}, tokens '
             f'{_num(row["token_start"])}–{_num(row["token_end"])}; prompt {_num(row["prompt_tokens"])} '
-            f'tokens for {_num(row["target_tokens"])} target tokens{engine}{margin}; span '
-            f'<code>{_e(row["span_id"])}</code></p>{_predictable_html(row)}<h4>prompt</h4>{_prompt_html(row)}'
+            f'tokens for {_num(row["target_tokens"])} target tokens{engine}{margin}{_attempts_html(row)}; span '
+            f'<code>{_e(row["span_id"])}</code></p>{_predictable_html(row)}'
+            f'<h4>prompt{source_html(row.get("prompt_source"), row.get("prompt_doc_run_tokens"))}</h4>{_prompt_html(row)}'
             f"<h4>text</h4><pre>{_e(row['text'])}</pre></section>")
 
 
@@ -254,6 +297,7 @@ def render_report(table: pa.Table, summary: dict, passages: pa.Table | None = No
     model = summary.get("model")
     title = f"ACR scan report · {model}" if model else "ACR scan report"
     body = (f"<h1>{_e(title)}</h1>\n{_summary_html(table, summary)}\n"
+            f"<h2>What the hits were drawn from</h2>\n{_denominators_html(table)}\n"
             f"<h2>Memorized or predictable</h2>\n{_calibration_html(table)}\n"
             f"<h2>ACR of searched spans</h2>\n{_histogram_html(table)}\n"
             f"<h2>Documents</h2>\n{report_documents.documents_html(table, passages)}\n"

@@ -92,7 +92,9 @@ def _extension_html(row: dict) -> str:
     if not row["extended_tokens"]:
         return f'<p class="meta">Generation past the end reproduced nothing more (asked {_n(row["extend_budget"])} tokens).</p>'
     return (f'<h4>extension: +{_n(row["extended_tokens"])} tokens ({_n(row["extended_chars"])} characters) '
-            f'verified by {_e(row["extension_engine"])} generation</h4><pre>{_e(row["extension_text"])}</pre>')
+            f'verified by {_e(row["extension_engine"])} generation, its prompt'
+            f'{_source(row.get("extension_prompt_source")) or " (not measured)"}</h4>'
+            f'<pre>{_e(row["extension_text"])}</pre>')
 
 
 def _passage_html(rank: int, row: dict) -> str:
@@ -106,8 +108,16 @@ def _passage_html(rank: int, row: dict) -> str:
             f'{_n(row["token_start"])}–{_n(row["token_end"])} ({_n(row["tokens"])} tokens); {_n(row["spans"])} '
             f'memorized spans merged; best prompt {_n(row["best_prompt_tokens"])} tokens, span '
             f'<code>{_e(row["best_span_id"])}</code>; passage <code>{_e(row["passage_id"])}</code></p>'
-            f"{_predictable_html(row)}<h4>best prompt</h4>{prompt_html}<h4>passage</h4><pre>{_e(row['text'])}</pre>"
+            f"{_predictable_html(row)}<h4>best prompt{_source(row.get('best_prompt_source'))}</h4>{prompt_html}"
+            f"<h4>passage</h4><pre>{_e(row['text'])}</pre>"
             f"{_extension_html(row)}</section>")
+
+
+SOURCE_LABELS = {"free": "free of the work's text", "work_text": "holds the work's text"}
+
+
+def _source(source: str | None) -> str:
+    return f" ({_e(SOURCE_LABELS.get(source, source))})" if source else ""
 
 
 def _predictable_html(row: dict) -> str:

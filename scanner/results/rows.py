@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+from scanner.measures.overlap import prompt_overlap
 from scanner.schema import RESULTS_WALL_CLOCK, default_row
 
 REASON_CHARS = 500  # a failure's reason keeps the error's head: tracebacks belong in the shard log
@@ -56,8 +57,43 @@ def verdict_columns(*, memorized: bool, acr: float | None, acr_kind: str, prompt
             "verify_disagrees": verify_disagrees, "rejected_matches": rejected_matches}
 
 
-def searched_row(row: dict, result, seconds: float) -> dict:
-    """The row after MiniPrompt (`result`: a search.miniprompt.AcrResult)."""
+def attempt_entry(stage: str, attempt: dict, seed: int | None, target_tokens: int) -> dict:
+    """One entry of the `attempts` column from one attempt of a search's trace (AcrResult.trace)."""
+    success = bool(attempt["success"])
+    scored = attempt.get("top_rights") or []
+    right = target_tokens if success else (max(scored) if scored else None)
+    stopped = attempt.get("rejected_early")
+    loss = attempt.get("best_loss")
+    return {"stage": stage, "length": attempt["length"], "trial": attempt["trial"], "tries": attempt.get("tries", 1),
+            "warm": attempt["warm"], "seed": seed, "max_steps": attempt.get("max_steps", attempt["steps"]),
+            "steps": attempt["steps"], "best_loss": loss, "best_right": right,
+            "outcome": "success" if success else "rejected_early" if stopped else "failed", "stop_reason": stopped}
+
+
+def check_entry(stage: str, warm: str, length: int, target_tokens: int | None, success: bool = True) -> dict:
+    """A prompt checked by generation before any optimization (a certificate, a decided prompt), at no
+    GCG step: it elicited the span (all `target_tokens` right), or generation refuted it."""
+    return {"stage": stage, "length": length, "trial": 0, "tries": 1, "warm": warm, "seed": None, "max_steps": 0,
+            "steps": 0, "best_loss": None, "best_right": target_tokens if success else None,
+            "outcome": "success" if success else "failed", "stop_reason": None}
+
+
+def search_attempts(row: dict, result, stage: str) -> list[dict]:
+    """The attempts of one search: the prompt it started from, checked by generation (the decided prompt
+    it shrinks, else the span's natural-prefix certificate where it has one, verified or refuted), then
+    every attempt of its trace."""
+    checks = []
+    if result.decided_tokens is not None:
+        checks.append(check_entry(stage, "decided", result.decided_tokens, result.target_tokens))
+    elif result.certificate_tokens is not None:
+        checks.append(check_entry(stage, "certificate", result.certificate_tokens, result.target_tokens))
+    elif row.get("certificate_prompt") and row.get("certificate_tokens") is not None:
+        checks.append(check_entry(stage, "certificate", row["certificate_tokens"], None, success=False))
+    return checks + [attempt_entry(stage, a, result.seed, result.target_tokens) for a in result.trace]
+
+
+def searched_row(row: dict, result, seconds: float, stage: str = "search") -> dict:
+    """The row after MiniPrompt (`result`: a search.miniprompt.AcrResult) in a unit of `stage`."""
     verifier = {"engine": result.verify_engine, "version": result.verify_version,
                 "dtype": result.verify_dtype, "flags": result.verify_flags}
     verdict = verdict_columns(
@@ -68,7 +104,7 @@ def searched_row(row: dict, result, seconds: float) -> dict:
         verify_disagrees=result.verify_disagrees, rejected_matches=result.rejected_matches, verifier=verifier,
         verified_generation=result.verified_generation)
     return {**row, **verdict, "steps": result.steps, "forwards": result.forwards, "search_s": seconds,
-            "rejected_early": result.rejected_early}
+            "rejected_early": result.rejected_early, "attempts": search_attempts(row, result, stage)}
 
 
 def certified_row(row: dict, check, acr: float, thresholds: dict, verifier: dict) -> dict:
@@ -80,7 +116,19 @@ def certified_row(row: dict, check, acr: float, thresholds: dict, verifier: dict
         prompt_tokens=len(check.prompt_ids), thresholds=thresholds, teacher_forced=check.teacher_forced,
         min_margin=check.min_margin, verify_disagrees=check.disagrees, rejected_matches=0, verifier=verifier,
         verified_generation=True)
-    return {**row, **verdict, "steps": 0}
+    attempt = check_entry("certify", "certificate", len(check.prompt_ids), row["target_tokens"])
+    return {**row, **verdict, "steps": 0, "attempts": [attempt]}
+
+
+def measured_prompt(row: dict, k: int, document: str | None = None, document_ids=None) -> dict:
+    """The row with its prompt measured against its span and, where given, its document (text, and
+    token ids or their overlap.token_string): the runs shared and `prompt_source` at `k` tokens. A
+    certificate is the work's text however short: the one that settled the span, or the natural prefix
+    a search kept because nothing shorter was found."""
+    prompt = row["prompt"]
+    certificate = row["acr_kind"] == "certificate_bound" or (prompt is not None and prompt == row["certificate_prompt"])
+    return {**row, **prompt_overlap(prompt, row["prompt_ids"], row["text"], row["target_ids"], is_certificate=certificate,
+                                    k=k, document=document, document_ids=document_ids)}
 
 
 COPY_FREE = ("steps", "forwards", *RESULTS_WALL_CLOCK)  # a copy's own cost: none (counted once, on the searched one)

@@ -30,11 +30,11 @@ if TYPE_CHECKING:  # the engine (torch) loads only where a table is built, never
 
 log = logging.getLogger(__name__)
 
-# What the merge and the extension read from the results; acr_kind and the calibration columns where the
-# results schema has them.
+# What the merge and the extension read from the results; acr_kind, the calibration columns and prompt_source
+# where the results schema has them.
 READ = ("doc_id", "doc_row", "span_id", "char_start", "char_end", "token_start", "token_end", "text",
         "target_tokens", "status", "acr", "prompt", "prompt_tokens", "certificate_prompt", "shard")
-OPTIONAL = ("acr_kind", "calibrated_memorized")
+OPTIONAL = ("acr_kind", "calibrated_memorized", "prompt_source")
 
 
 def _results(run: RunDir) -> tuple[list[dict], dict]:

@@ -275,13 +275,15 @@ def _better(old: dict, new: dict) -> dict:
     """A later unit's row for a span over an earlier one's. A verdict that only bounds the ACR (a
     certificate's, or a search's stopped at its verdict) gives way to a tightened prompt no longer than
     its own; else it stays, and a decision bound becomes the schedule's minimum, which that tightening
-    found nothing below. Both units' costs count."""
+    found nothing below. Both units' costs count and both units' attempts are kept, in the order they ran
+    (each names its stage), whichever prompt stands."""
     kind = old.get("acr_kind")
     if kind not in ("certificate_bound", "decision_bound"):
         return new
     if new["status"] == "failed":  # retried on resume; the verdict stands meanwhile
         return old
     cost = {k: (old.get(k) or 0) + (new.get(k) or 0) for k in COST}
+    cost["attempts"] = [*(old.get("attempts") or []), *(new.get("attempts") or [])]
     shorter = new["prompt_tokens"] is not None and new["prompt_tokens"] <= (old["prompt_tokens"] or 0)
     if shorter:
         return {**new, **cost}

@@ -47,11 +47,11 @@ def _is_candidate(row: dict, config: ScanConfig) -> bool:
 
 
 def search_rows(engine: HFEngine, rows: list[dict], config: ScanConfig, width: int,
-                decided: dict[str, str] | None = None) -> tuple[dict, dict]:
+                decided: dict[str, str] | None = None, stage: str = "search") -> tuple[dict, dict]:
     """MiniPrompt on the candidates' rows, `width` at a time sharing forwards: their new rows by span_id,
     and the steps, forwards and seconds of the searches by stage (deciding, shrinking) summed. `decided`:
     {span_id: the prompt its verdict-only search found}, which these searches shrink from. A span that
-    raises is a failed row, never a lost unit."""
+    raises is a failed row, never a lost unit. `stage`: the unit's kind, recorded with every attempt."""
     decided = decided or {}
     jobs = [(Target(r["text"], r["certificate_prompt"], list(r["target_ids"]), decided.get(r["span_id"])),
              replace(config.search, seed=span_seed(config.search.seed, r["span_id"]))) for r in rows]
@@ -62,7 +62,7 @@ def search_rows(engine: HFEngine, rows: list[dict], config: ScanConfig, width: i
             log.error("span %s failed", row["span_id"], exc_info=result)
             searched[row["span_id"]] = failed_row(row, result)
         else:
-            searched[row["span_id"]] = searched_row(row, result, result.wall_s)
+            searched[row["span_id"]] = searched_row(row, result, result.wall_s, stage)
             _add_stages(stages, result.stages)
         _log_searched(searched[row["span_id"]])
     return searched, stages

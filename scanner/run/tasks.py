@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
@@ -23,12 +23,14 @@ import pyarrow as pa
 from scanner.config import PassageConfig, ScanConfig
 from scanner.measures import acr as acr_math
 from scanner.measures.compression import thresholds as compression_thresholds
+from scanner.measures.overlap import token_string
 from scanner.results.rows import certified_row as settled_by_certificate
-from scanner.results.rows import failed_row
+from scanner.results.rows import failed_row, measured_prompt
 from scanner.run.passages import write_passages
 from scanner.run.shard import calibrate, open_engine, screen_shard, search_rows, shard_log
 from scanner.schema import results_schema
 from scanner.search.miniprompt import effective_cap
+from scanner.stages.spans import tokenize_document
 from scanner.storage.rundir import RunDir, Shard
 from scanner.storage.store import Store
 
@@ -44,6 +46,7 @@ class PassagesTask:
 
 
 UNIT_KINDS = ("certify", "search", "tighten")  # phase 2's stores, in the order they run
+TEXTS_KEPT = 16  # documents a worker keeps tokenized for measuring prompts (units of one book come in runs)
 
 
 @dataclass(frozen=True)
@@ -137,16 +140,26 @@ def unit_cost(rows: list[dict], stages: dict | None, verify_s: float) -> dict:
     return {"outcomes": by, "stages": stages, "verify_s": verify_s, "calibration_s": calibration}
 
 
-def run_unit(engine, unit: Unit, rows: list[dict], config: ScanConfig, width: int, docs) -> tuple[pa.Table, dict]:
-    """A unit's new rows (certified or searched, then calibrated) and its stats; `docs(rows)` gives the
-    documents calibration needs (only with a reference model)."""
+def measured_prompts(rows: dict, texts: dict, k: int) -> dict:
+    """The unit's rows with their prompts measured against span and document (results/rows.py
+    measured_prompt); `texts`: {doc_row: (text, token_string)} of the documents read, others against
+    the span alone."""
+    return {span: measured_prompt(row, k, *texts.get(row.get("doc_row"), (None, None))) for span, row in rows.items()}
+
+
+def run_unit(engine, unit: Unit, rows: list[dict], config: ScanConfig, width: int, docs,
+             texts=lambda rows: {}) -> tuple[pa.Table, dict]:
+    """A unit's new rows (certified or searched, then calibrated, their prompts measured) and its stats;
+    `docs(rows)` gives the documents calibration needs (only with a reference model), `texts(rows)` the
+    documents' texts and token strings the prompts are measured against."""
     start, verified = time.perf_counter(), engine.verify_s  # calibration verifies too: read before it
     if unit.kind == "certify":
         new, stages = _certify(engine, rows, config), None
     else:
-        new, stages = search_rows(engine, rows, unit_search(config, unit.kind), width, unit.decided())
+        new, stages = search_rows(engine, rows, unit_search(config, unit.kind), width, unit.decided(), unit.kind)
     verify_s = engine.verify_s - verified
     new.update(calibrate(engine, new, docs(new.values()), config))
+    new = measured_prompts(new, texts([r for r in new.values() if r["prompt"] is not None]), config.work_text_tokens)
     out = [new[r["span_id"]] for r in rows if r["span_id"] in new]
     table = pa.Table.from_pylist(out, schema=results_schema())
     stats = {"unit": unit.name, "candidates": len(rows), "settled": len(out) if unit.kind == "certify" else 0,
@@ -164,6 +177,7 @@ class Worker:
     def __init__(self, config: ScanConfig, out: str, corpus=None) -> None:
         self.config, self.run = config, RunDir(out)
         self.engine = self.meta = None
+        self._kept: OrderedDict[str, tuple[str, str]] = OrderedDict()  # documents' texts (_texts)
         self.corpus = corpus  # the driver's, already validated; a Ray actor opens its own in setup()
 
     def setup(self, cpus: float | None = None) -> dict:
@@ -190,7 +204,7 @@ class Worker:
             return {"task": task.name, "passages": table.num_rows, "pid": os.getpid()}
         with shard_log(self.run.path / "logs" / f"{task.name}.log"):
             table, stats = run_unit(self.engine, task, self._rows(task), self.config,
-                                    int(self.meta[b"targets_per_forward"]), self._docs)
+                                    int(self.meta[b"targets_per_forward"]), self._docs, self._texts)
         Store(self.run.path, task.kind).write(task.index, table.replace_schema_metadata(self.meta), stats)
         return {**stats, "pid": os.getpid()}
 
@@ -218,6 +232,24 @@ class Worker:
             return []
         plan = self.run.load_plan()
         return [d for s in sorted(shards) for d in self.corpus.documents(plan.shards[s].doc_start, plan.shards[s].doc_end)]
+
+    def _texts(self, rows: list[dict]) -> dict[str, tuple[str, str]]:
+        """{doc_row: (text, token string)} of the rows' documents, for measuring their prompts: read
+        shard by shard and tokenized once while they stay among the last TEXTS_KEPT used."""
+        wanted = {r["doc_row"]: r["shard"] for r in rows if r.get("doc_row")}
+        missing = {key: shard for key, shard in wanted.items() if key not in self._kept}
+        plan = self.run.load_plan() if missing else None
+        for shard in sorted(set(missing.values())):
+            for doc in self.corpus.documents(plan.shards[shard].doc_start, plan.shards[shard].doc_end):
+                if doc.row in missing and doc.text:
+                    ids, _ = tokenize_document(doc.text, self.engine.tokenizer)
+                    self._kept[doc.row] = (doc.text, token_string(ids))
+        for key in wanted:
+            if key in self._kept:
+                self._kept.move_to_end(key)
+        while len(self._kept) > TEXTS_KEPT:
+            self._kept.popitem(last=False)
+        return {key: self._kept[key] for key in wanted if key in self._kept}
 
     def close(self) -> None:
         if self.engine is not None:

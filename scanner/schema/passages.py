@@ -79,7 +79,19 @@ def _extension_fields() -> list[pa.Field]:
     ]
 
 
+def _prompt_source_fields() -> list[pa.Field]:
+    """Whose words are in the passage's prompts (the results' prompt_source, scanner/measures/overlap.py)."""
+    return [
+        field("best_prompt_source", pa.string(), "prompt_source of the best span's prompt (best_prompt): "
+              "'work_text' (a certificate, or a run of the work's tokens in it) or 'free'; null where the "
+              "results have no prompt_source column.", nullable=True),
+        field("extension_prompt_source", pa.string(), "The same of extension_prompt: 'work_text' when it is "
+              "a natural-prefix certificate, else its span's prompt_source. Null when the extension did not "
+              "run or found no prompt.", nullable=True),
+    ]
+
+
 def passages_schema() -> pa.Schema:
     """One row per memorized passage (scanner/measures/passages.py). Add columns, never rename or retype."""
-    fields = _passage_fields() + _passage_evidence_fields() + _extension_fields()
+    fields = _passage_fields() + _passage_evidence_fields() + _extension_fields() + _prompt_source_fields()
     return pa.schema(fields, metadata={b"name": b"acr-scanner passages", b"version": PASSAGES_VERSION.encode()})

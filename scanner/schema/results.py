@@ -288,11 +288,77 @@ def _copy_fields() -> list[pa.Field]:
     ]
 
 
+ATTEMPT_STAGES = ("certify", "search", "tighten")  # the unit kind an attempt ran in (scanner/run/tasks.py)
+ATTEMPT_OUTCOMES = ("success", "failed", "rejected_early")
+
+
+def _attempt_type() -> pa.DataType:
+    def member(name: str, type_: pa.DataType, doc: str, nullable: bool = False) -> pa.Field:
+        return field(name, type_, doc, nullable)
+
+    entry = pa.struct([
+        member("stage", pa.string(), "The unit it ran in: 'certify' (generation from the natural-prefix "
+               "certificate, no GCG), 'search' (the search to the span's verdict) or 'tighten' (the later "
+               "search that shrank the decided prompt)."),
+        member("length", pa.int32(), "Prompt tokens tried (free tokens; 0: the template alone)."),
+        member("trial", pa.int32(), "Which run at this length: 0 the first, 1.. the restarts."),
+        member("tries", pa.int32(), "Runs the schedule allowed at this length (1 + restarts)."),
+        member("warm", pa.string(), "How it started: 'random' (fresh random prompt), 'shrink' (from the "
+               "success one length up), 'grow' (from the best failed prompt below), 'deletion' (a one-token "
+               "deletion of the success above already elicited the span: no GCG), 'none' (the empty "
+               "prompt, checked by generation), 'certificate' (the natural-prefix certificate checked by "
+               "generation), 'decided' (the verdict's prompt checked again before shrinking from it)."),
+        member("seed", pa.int64(), "The search's seed (per span, from --seed and span_id): every attempt "
+               "of one search draws from one generator seeded with it, in this order; null for a "
+               "certificate check.", nullable=True),
+        member("max_steps", pa.int64(), "GCG steps the schedule allowed it (0: no optimization)."),
+        member("steps", pa.int64(), "GCG steps it spent; the attempts of a span sum to its `steps`."),
+        member("best_loss", pa.float64(), "Lowest loss it reached (mean cross-entropy over the target); "
+               "null where no loss was computed.", nullable=True),
+        member("best_right", pa.int32(), "Most target tokens right under teacher forcing among its "
+               "candidates (all of them on success); null where nothing was scored.", nullable=True),
+        member("outcome", pa.string(), "'success' (a prompt verified by greedy generation), 'failed' (its "
+               "steps ran out) or 'rejected_early' (the early-rejection rule stopped it, see stop_reason)."),
+        member("stop_reason", pa.string(), "Why the early-rejection rule stopped it ('hopeless', "
+               "'stalled'); null otherwise.", nullable=True),
+    ])
+    return pa.list_(pa.field("item", entry, nullable=False,
+                             metadata={DOC_KEY: b"One attempt: a prompt length tried once."}))
+
+
+def _evidence_fields() -> list[pa.Field]:
+    """Every attempt disclosed and whose words are in the prompt (scanner/measures/overlap.py)."""
+    def run(name: str, doc: str) -> pa.Field:
+        return column(name, pa.int32(), doc + " Null when the row has no prompt.", nullable=True)
+
+    return [
+        column("attempts", _attempt_type(), "Every attempt behind the verdict, in the order they ran: the "
+               "certificate check, the search to the verdict, then the tightening (stage), failures "
+               "included. A copy (searched_as) carries the attempts of the span searched for it, which ran "
+               "once (its own steps are 0). Empty when no search or certificate check ran.", default=[]),
+        run("prompt_span_run_tokens", "Longest run of consecutive prompt token ids that stands in the "
+            "span's target_ids."),
+        run("prompt_span_run_chars", "Longest run of the prompt string's characters that stands in the "
+            "span's text."),
+        run("prompt_doc_run_tokens", "Longest run of consecutive prompt token ids that stands in the whole "
+            "document's token ids (the document tokenized once, as spans are cut); measured where the "
+            "search ran, against the document of the span searched (for a copy: its twin's)."),
+        run("prompt_doc_run_chars", "Longest run of the prompt string's characters that stands in the "
+            "whole document's text."),
+        column("prompt_source", pa.string(), "Whose words are in `prompt`: 'work_text' when it is a "
+               "natural-prefix certificate (the document's own preceding text) or shares a run of at least "
+               "k tokens with the document (prompt_doc_run_tokens, or the span's where the document was not "
+               "read; k: --work-text-tokens, default 4); 'free' otherwise (the empty prompt too). Export, "
+               "report and verify count the two apart; export --free-prompts-only keeps 'free'. Null when "
+               "the row has no prompt.", nullable=True),
+    ]
+
+
 def results_schema() -> pa.Schema:
     """One row per span. Column names are a public interface: add columns, never rename or retype."""
     fields = (_span_fields() + _verdict_fields() + _screen_fields() + _verify_fields() + _cost_fields()
               + _engine_fields() + _identity_fields() + _calibration_fields() + _phase_fields()
-              + _rejection_fields() + _screen_pass_fields() + _copy_fields())
+              + _rejection_fields() + _screen_pass_fields() + _copy_fields() + _evidence_fields())
     return pa.schema(fields, metadata={b"name": b"acr-scanner results", b"version": SCHEMA_VERSION.encode()})
 
 
@@ -308,7 +374,8 @@ EXPORT_EVIDENCE = (
     "target_tokens", "acr", "verified_generation", "verify_engine", "min_margin", "certificate_tokens",
 )
 EXPORT_OPTIONAL = ("token_end", "target_ids", "prompt_ids", "teacher_forced", "mean_nll",
-                   *(f.name for f in _calibration_fields()), "rejected_early", "searched_as")
+                   *(f.name for f in _calibration_fields()), "rejected_early", "searched_as",
+                   *(f.name for f in _evidence_fields()))
 
 
 def default_row() -> dict:

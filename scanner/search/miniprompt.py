@@ -159,7 +159,8 @@ def _record(state: _State, attempt: Attempt, trial: int, warm: str, outcome: GCG
     state.steps += outcome.steps
     state.rejected += outcome.rejected
     state.stopped += outcome.stopped is not None
-    state.trace.append({"length": attempt.length, "trial": trial, "warm": warm, "steps": outcome.steps,
+    state.trace.append({"length": attempt.length, "trial": trial, "tries": attempt.tries, "warm": warm,
+                        "max_steps": attempt.steps if warm not in ("none", "deletion") else 0, "steps": outcome.steps,
                         "best_loss": outcome.best_loss, "success": outcome.success is not None,
                         "rejected_early": outcome.stopped, "losses": [round(x, 5) for x in outcome.losses],
                         "rights": outcome.rights, "top_rights": outcome.top_rights})

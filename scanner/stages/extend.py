@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from scanner.engine.template import typed_ids
+from scanner.measures.overlap import WORK_TEXT
 from scanner.measures.passages import Extension, Passage, best_span, verified_run
 
 if TYPE_CHECKING:
@@ -73,6 +74,15 @@ def _jobs(engine: HFEngine, passages: list[Passage], docs: dict[str, DocumentTok
     return jobs, inputs
 
 
+def _source(job: _Job | None) -> str | None:
+    """prompt_source of the job's prompt: a certificate is the work's text; a span's prompt keeps its own."""
+    if job is None:
+        return None
+    if job.prompt == job.span.get("certificate_prompt"):
+        return WORK_TEXT
+    return job.span.get("prompt_source")
+
+
 def extend_passages(engine: HFEngine, passages: list[Passage], docs: dict[str, DocumentTokens],
                     budget: int) -> list[Extension]:
     """The verified extension of each passage (in order). `docs`: by passage key (doc_row)."""
@@ -96,7 +106,8 @@ def extend_passages(engine: HFEngine, passages: list[Passage], docs: dict[str, D
         char_end = doc.offsets[end - 1][1] if end > passage.token_end else passage.char_end
         out.append(Extension(token_end=end, char_end=char_end, text=doc.text[passage.char_end:char_end],
                              prompt=job.prompt if job else None,
-                             span_id=job.span["span_id"] if job else None, engine=engine_name, seconds=each))
+                             span_id=job.span["span_id"] if job else None, engine=engine_name, seconds=each,
+                             prompt_source=_source(job)))
     log.info("extended %d passages: %d generations in %.1f s", len(passages), len(jobs),
              time.perf_counter() - start)
     return out
