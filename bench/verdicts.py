@@ -36,7 +36,8 @@ def scan(tree: Path, corpus: str, model: str, out: Path, options: list[str]) -> 
     first on sys.path (ahead of PYTHONPATH's tree and of an editable install's finder)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     command = [sys.executable, "-m", "scanner", "scan", corpus, "--model", model, "--out", str(out), *options]
-    return subprocess.Popen(command, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = open(out.parent / f"{out.name}.log", "w")  # noqa: SIM115 - a file, not a pipe that could fill and block
+    return subprocess.Popen(command, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=log, text=True)
 
 
 def scan_both(trees: dict[str, Path], corpus: str, model: str, runs: dict[str, Path], options: list[str]) -> dict:
@@ -44,11 +45,14 @@ def scan_both(trees: dict[str, Path], corpus: str, model: str, runs: dict[str, P
     start = time.perf_counter()
     procs = {name: scan(trees[name], corpus, model, runs[name], options) for name in trees}
     walls = {}
-    for name, proc in procs.items():
-        _, err = proc.communicate()
-        if proc.returncode != 0:
-            raise SystemExit(f"scan from {trees[name]} failed:\n{err[-3000:]}")
-        walls[name] = time.perf_counter() - start
+    while len(walls) < len(procs):  # each scan's own end
+        for name, proc in procs.items():
+            if name not in walls and proc.poll() is not None:
+                walls[name] = time.perf_counter() - start
+                if proc.returncode != 0:
+                    log = runs[name].parent / f"{runs[name].name}.log"
+                    raise SystemExit(f"scan from {trees[name]} failed:\n{log.read_text()[-3000:]}")
+        time.sleep(0.5)
     return walls
 
 
