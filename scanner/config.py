@@ -145,6 +145,12 @@ class SearchConfig:
     # Stop at the first verified success: the verdict and the bound it proves, not the minimum. The scan
     # decides every candidate this way before it shrinks any (scanner/run/phases.py); set per unit there.
     verdict_only: bool = False
+    # A verified prompt whose generation margin (the smallest, over the span, of the generated token's
+    # logit minus the best other logit) is below this many logits is marked fragile: bf16 keeps 8 bits
+    # of mantissa, so logits of magnitude 16-32 are rounded to steps of 0.125, and another numeric path
+    # (dtype, batch shape, kernel, engine) moves them by a few such steps; 1 is eight of them. Fragile
+    # successes are the ones to re-check with `verify --dtype float32` or another --verify-engine.
+    fragile_margin: float = 1.0
 
     def __post_init__(self) -> None:
         require(self.schedule in SCHEDULES, f"unknown schedule '{self.schedule}'; choose one of {', '.join(SCHEDULES)}")
@@ -159,6 +165,8 @@ class SearchConfig:
         require(0 <= self.reject_min_right <= 1,
                 f"reject_min_right {self.reject_min_right} must be a share in [0, 1], e.g. 0.5")
         require(self.reject_stall >= 0, f"reject_stall {self.reject_stall} must be >= 0 (0: never)")
+        require(math.isfinite(self.fragile_margin) and self.fragile_margin >= 0,
+                f"--fragile-margin {self.fragile_margin} must be a number >= 0 (logits; 0: nothing is fragile)")
 
     def reject_rule(self) -> RejectRule | None:
         """The early-rejection rule, or None when it is off."""

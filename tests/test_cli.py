@@ -22,7 +22,7 @@ def test_acr_json_has_the_documented_fields(tiny_dir):
     record = json.loads(out.stdout.strip().splitlines()[-1])
     for key in ("target", "target_tokens", "prompt", "prompt_tokens", "acr", "memorized", "thresholds",
                 "verified_generation", "teacher_forced", "min_margin", "schedule", "steps", "wall_s", "model",
-                "seed", "bos", "trace"):
+                "seed", "bos", "trace", "generation_margin", "generation_margin_at", "fragile_below"):
         assert key in record, key
     assert record["memorized"] and record["verified_generation"] and record["seed"] == 3
     assert record["thresholds"]["tau"] == {"tau": 1.0, "memorized": True}

@@ -83,6 +83,9 @@ def test_hf_and_vllm_reach_the_same_verdicts(both):
         assert (a.engine, b.engine) == ("hf", "vllm")
         assert (a.verified_generation, a.matched_tokens) == (b.verified_generation, b.matched_tokens), prompt
         assert a.teacher_forced == b.teacher_forced and a.min_margin == pytest.approx(b.min_margin, abs=1e-4)
+        # the generation's own margin: HF's raw logits, vLLM's top-2 log-probs, the same figure
+        assert a.generation_margin == pytest.approx(b.generation_margin, abs=1e-4), prompt
+        assert a.generation_margin_at == b.generation_margin_at, prompt
     verdicts = [hf.verify(p, t).verified_generation for p, t in cases]
     assert any(verdicts) and not all(verdicts), "the cases hold both verdicts"
     # One vLLM call for many prompts against one target: the first that holds, and those refuted before it.
@@ -153,6 +156,13 @@ def test_scan_verified_and_screened_by_vllm(tiny_dir, tmp_path):
     assert {r["screen_engine"] for r in rows if r["status"] != "skipped"} == {"vllm"}
     provenance = json.loads((out / "provenance.json").read_text())
     assert json.loads(provenance["verify_engine"])["engine"] == "vllm"
+    assert all(r["generation_margin"] is not None and r["fragile"] is not None for r in flagged)
+    # the evidence re-checked by the other engine: HF generation of every prompt vLLM verified
+    again = subprocess.run([sys.executable, "-m", "scanner", "verify", str(out), "--verify-engine", "hf"],
+                           capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stdout + again.stderr[-3000:]
+    assert (f"{len(flagged)}/{len(flagged)} flagged spans reproduce under hf float32 on cpu (the scan verified "
+            "with vllm float32)") in again.stdout
 
 
 def test_engine_settings_are_checked_and_auto_resolves_to_hf_on_cpu():

@@ -27,6 +27,7 @@ from scanner.cli.options import (
 )
 from scanner.cli.output import calibration_line, emit_records, run_summary, summary_line, work_text_tokens
 from scanner.cli.sections import PLAN, TARGETS, SectionedCommand, option
+from scanner.config import DTYPES, ENGINES
 from scanner.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -220,7 +221,7 @@ def status_command(run_dir, workers, watch, interval, iterations) -> None:
 
 @cli.command("export")
 @click.argument("run_dir")
-@click.option("--out", "out", required=True, help=".csv, .jsonl or .parquet (by extension).")
+@click.option("--out", "out", default=None, help=".csv, .jsonl or .parquet (by extension).")
 @click.option("--tau", default="1", show_default=True, help="1, gzip, zlib, lzma, smaz or a number.")
 @click.option("--all", "all_rows", is_flag=True, help="Every row, not only the memorized spans.")
 @click.option("--calibrated", is_flag=True, help="Only calibrated memorization: memorized and not predictable.")
@@ -228,15 +229,27 @@ def status_command(run_dir, workers, watch, interval, iterations) -> None:
               help="The memorized passages (merged spans with their extension) instead of spans.")
 @click.option("--free-prompts-only", "free_only", is_flag=True,
               help="Only elicitations whose prompt holds none of the work's text (prompt_source free).")
-def export_command(run_dir, out, tau, all_rows, calibrated, passages, free_only) -> None:
+@click.option("--bundle", default=None, help="A new folder: the flagged spans as a bundle anyone re-verifies "
+              "(evidence, configuration, model hashes, manifest, a standalone recheck.py).")
+@click.option("--model", "model", default=None, help="--bundle: where the model is now (default: the run's).")
+def export_command(run_dir, out, tau, all_rows, calibrated, passages, free_only, bundle, model) -> None:
     """The memorized spans (or --passages) with the prompts that reproduce them, as evidence; the run's
     denominators go beside the file (OUT.denominators.json)."""
     from scanner.results.denominators import denominators, denominators_line
     from scanner.results.export import denominators_path, export, export_passages
 
+    if (out is None) == (bundle is None) or (bundle is not None and (all_rows or passages)):
+        raise InputError("pass --out FILE or --bundle DIR (one of them; --bundle takes neither --all nor "
+                         "--passages)")
     run = readable_run(run_dir)
     table = run.read_results()
     about = {"work_text_tokens": work_text_tokens(run)}
+    if bundle is not None:
+        from scanner.cli.evidence import export_bundle
+
+        export_bundle(run, bundle, tau, calibrated, model)
+        click.echo(denominators_line(denominators(table)))
+        return
     if passages:
         from scanner.storage.passages import read_passages
 
@@ -286,27 +299,28 @@ def report_command(run_dir, out) -> None:
 
 
 @cli.command("verify")
-@click.argument("run_dir")
-@click.option("--model", "model", default=None, help="Default: the run's model.")
-def verify_command(run_dir, model) -> None:
-    """Regenerate greedily from every flagged prompt; list any that no longer reproduce (exit 3 if any)."""
+@click.argument("run_dir", required=False)
+@click.option("--model", "model", default=None, help="Default: the run's model (--bundle: required).")
+@click.option("--bundle", default=None, help="A folder of `export --bundle`: its manifest, model files and rows.")
+@click.option("--dtype", type=click.Choice(DTYPES), default=None,
+              help="Re-check on another numeric path, e.g. float32 against a bf16 scan (default: the run's).")
+@click.option("--verify-engine", type=click.Choice(ENGINES[1:]), default=None,
+              help="Re-check with this engine's generation: hf or vllm (default: the run's).")
+@click.option("--fragile-margin", type=float, default=None,
+              help="Generation margin (logits) below which a success is fragile (default: the run's).")
+def verify_command(run_dir, model, bundle, dtype, verify_engine, fragile_margin) -> None:
+    """Regenerate greedily from every flagged prompt of RUN_DIR (or of --bundle) and list every one that
+    does not reproduce (exit 3 if any, or if the bundle's files or the model's differ)."""
     # Span-based on purpose: every passage's evidence is its spans' prompts, so checking the spans checks
     # the passages; an extension is re-checked by generation from passages.parquet's extension_prompt.
-    from scanner.results.denominators import denominators, denominators_line
-    from scanner.results.verify import prompt_source_line, verify_run
+    from scanner.cli.evidence import verify_main
 
-    run = readable_run(run_dir)
-    failures, checked = verify_run(run_dir, model)
-    for row in failures:
-        click.echo(f"NOT REPRODUCED {row['doc_id']} {row['span_id']} tokens {row['token_start']}: "
-                   f"{row['matched']}/{row['target_tokens']} tokens matched; prompt {row['prompt']!r}")
-    click.echo(f"{checked - len(failures)}/{checked} flagged spans reproduce")
-    table = run.read_results()
-    click.echo(prompt_source_line(table, failures))
-    click.echo(denominators_line(denominators(table)))
-    click.echo(calibration_line(table))
-    if failures:
-        sys.exit(3)
+    if run_dir is None and bundle is None:
+        raise InputError("pass RUN_DIR (a scan's --out folder) or --bundle DIR")
+    run = readable_run(run_dir) if run_dir is not None else None
+    code = verify_main(run, bundle, model, dtype, verify_engine, fragile_margin)
+    if code:
+        sys.exit(code)
 
 
 @cli.command("demo")

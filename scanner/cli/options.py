@@ -104,6 +104,9 @@ def search_options(f):
         option(SEARCH, "--candidates", type=int, default=None, help="GCG candidates per step."),
         option(SEARCH, "--loss", type=click.Choice(LOSSES), default=None, help="GCG target loss."),
         option(SEARCH, "--restarts", type=int, default=None, help="Fresh restarts before a length fails (fast)."),
+        option(SEARCH, "--fragile-margin", type=float, default=default_of(SearchConfig, "fragile_margin"),
+               show_default=True, help="A verified prompt whose generation margin (logits) is below this is "
+                                       "marked fragile (column fragile)."),
         option(SEARCH, "--bound-unmemorized", is_flag=True,
                help="fast: after 'not memorized', search longer prompts for a real ACR below tau."),
         option(REJECT, "--early-reject/--no-early-reject", default=None,
@@ -191,7 +194,7 @@ def search_config(o: dict) -> SearchConfig:
     gcg = {k: v for k, v in (("top_k", o["top_k"]), ("num_candidates", o["candidates"]), ("loss", o["loss"]))
            if v is not None}
     steps = {"paper_steps": o["steps"]} if o["schedule"] == "paper" else {"decide_steps": o["steps"]}
-    fields = {"tau": o["tau"], "seed": o["seed"], "cap_factor": o["cap_factor"],
+    fields = {"tau": o["tau"], "seed": o["seed"], "cap_factor": o["cap_factor"], "fragile_margin": o["fragile_margin"],
               "gcg": GCGConfig(**{**base.gcg.__dict__, **gcg})}
     fields.update({k: v for k, v in steps.items() if v is not None})
     optional = ("restarts", "early_reject", "reject_after", "reject_min_right", "reject_stall")

@@ -40,6 +40,12 @@ class Verification:
     min_margin: float
     matched_tokens: int  # leading target tokens that generation reproduced
     engine: str = "hf"  # the engine whose greedy generation decided verified_generation
+    # The generation's own robustness (min_margin is the teacher-forced one): the smallest margin, over
+    # the first |y| generated tokens, of the token generation chose (its logit minus the best other
+    # logit, read off the decoding steps themselves), and the target position where it occurs. For a
+    # verified prompt the chosen tokens are the target's. None when nothing was generated.
+    generation_margin: float | None = None
+    generation_margin_at: int | None = None
 
     @property
     def disagrees(self) -> bool:
@@ -152,10 +158,10 @@ class HFEngine:
     def _verify_many(self, prompts: list[str], target_ids: list[int]) -> list[Verification]:
         typed = typed_ids(self.tokenizer, self.template, prompts)
         live = [ids for ids in typed if ids]
-        generated = iter(self._generate_many(live, len(target_ids)))
+        generated = iter(self._scored_many(live, len(target_ids)))
         margins = iter(self._teacher_forced_margins(live, target_ids))
         engine = "hf" if self.verifier is None else "vllm"
-        return [_verification(p, self.template, ids, next(generated), next(margins), target_ids, engine)
+        return [_verification(p, self.template, ids, *next(generated), next(margins), target_ids, engine)
                 if ids else Verification(p, [], [], False, False, float("-inf"), 0, engine)
                 for p, ids in zip(prompts, typed, strict=True)]
 
@@ -186,22 +192,45 @@ class HFEngine:
         self.forwards += len(inputs)
         return self.verifier.generate(inputs, lengths, self._eos_ids())
 
+    def _scored_many(self, inputs: list[list[int]], new_tokens: int) -> list[tuple[list[int], list[float]]]:
+        """(ids, each chosen token's margin) of every greedy continuation, in the verify engine."""
+        if self.verifier is None:
+            return [self._generate_scored(ids, new_tokens) for ids in inputs]
+        if not inputs:
+            return []
+        self.forwards += len(inputs)
+        return self.verifier.generate_scored(inputs, [new_tokens] * len(inputs), self._eos_ids())
+
+    def stop_ids(self) -> list[int]:
+        """The EOS ids greedy generation stops at (the model's generation_config)."""
+        return self._eos_ids()
+
     def _eos_ids(self) -> list[int]:
         eos = self.model.generation_config.eos_token_id
         return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
 
-    @torch.no_grad()
     def _generate(self, ids: list[int], new_tokens: int) -> list[int]:
+        return self._generate_scored(ids, new_tokens)[0]
+
+    @torch.no_grad()
+    def _generate_scored(self, ids: list[int], new_tokens: int) -> tuple[list[int], list[float]]:
+        """Greedy continuation ids and, per generated token, its logit minus the best other logit at
+        that decoding step (the raw logits of the KV-cached generation, not a teacher-forced pass)."""
         from transformers import GenerationConfig
 
         eos = self.model.generation_config.eos_token_id
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         config = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=new_tokens,
-                                  repetition_penalty=1.0, eos_token_id=eos, pad_token_id=pad)
+                                  repetition_penalty=1.0, eos_token_id=eos, pad_token_id=pad,
+                                  output_logits=True, return_dict_in_generate=True)
         inputs = torch.tensor([ids], device=self.device)
         out = self.model.generate(inputs, attention_mask=torch.ones_like(inputs), generation_config=config)
         self.forwards += 1
-        return out[0, len(ids):].tolist()
+        chosen = out.sequences[0, len(ids):]
+        if not len(chosen):
+            return [], []
+        logits = torch.stack(out.logits[: len(chosen)], dim=1)  # [1, steps, V]
+        return chosen.tolist(), token_margins(logits, chosen).squeeze(0).tolist()
 
     @torch.no_grad()
     def _teacher_forced_margins(self, inputs: list[list[int]], target_ids: list[int]) -> list[torch.Tensor]:
@@ -220,14 +249,24 @@ class HFEngine:
 
 
 def _verification(prompt: str, template: PromptTemplate, ids: list[int], generated: list[int],
-                  margins: torch.Tensor, target_ids: list[int], engine: str) -> Verification:
+                  chosen_margins: list[float], margins: torch.Tensor, target_ids: list[int],
+                  engine: str) -> Verification:
     matched = next((i for i, (a, b) in enumerate(zip(generated, target_ids, strict=False)) if a != b),
                    min(len(generated), len(target_ids)))
+    weakest, at = smallest(chosen_margins[: len(target_ids)])
     return Verification(
         prompt=prompt, prompt_ids=free_ids(template, ids), generated_ids=generated,
         verified_generation=generated[: len(target_ids)] == target_ids,
         teacher_forced=bool((margins > 0).all()), min_margin=float(margins.min()), matched_tokens=matched,
-        engine=engine)
+        engine=engine, generation_margin=weakest, generation_margin_at=at)
+
+
+def smallest(values: list[float]) -> tuple[float | None, int | None]:
+    """(the smallest value, its first position); (None, None) for no values."""
+    if not values:
+        return None, None
+    at = min(range(len(values)), key=values.__getitem__)
+    return float(values[at]), at
 
 
 def _max_positions(model) -> int | None:

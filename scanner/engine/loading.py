@@ -101,6 +101,34 @@ def load_model(config: ModelConfig) -> LoadedModel:
                        source=source, adds_bos=gguf_adds_bos(config.model) if source == "gguf" else None)
 
 
+def load_tokenizer(config: ModelConfig):
+    """(tokenizer, the file's own BOS flag or None) without the weights: what the input of a prompt
+    string is built from (engine/recipe.py)."""
+    from transformers import AutoTokenizer
+
+    source = model_source(config.model)
+    where, kwargs = _pretrained_args(config, source)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
+    except (OSError, ValueError) as err:
+        raise InputError(f"--model {config.model}: cannot load its tokenizer: {brief(err, 400)}") from err
+    return tokenizer, gguf_adds_bos(config.model) if source == "gguf" else None
+
+
+def stop_ids(config: ModelConfig) -> list[int]:
+    """The EOS ids greedy generation stops at, as the loaded model's generation_config holds them:
+    generation_config.json, else what the model's config.json says."""
+    from transformers import AutoConfig, GenerationConfig
+
+    where, kwargs = _pretrained_args(config, model_source(config.model))
+    try:
+        generation = GenerationConfig.from_pretrained(where, **kwargs)
+    except OSError:
+        generation = GenerationConfig.from_model_config(AutoConfig.from_pretrained(where, **kwargs))
+    eos = generation.eos_token_id
+    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+
+
 def brief(err: Exception, limit: int = 300) -> str:
     """An exception's message on one line, cut to `limit` characters (library errors run long)."""
     text = " ".join(str(err).split())

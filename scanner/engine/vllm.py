@@ -2,7 +2,8 @@
 search's teacher-forced check gives the final word).
 
 - `generate`: greedy continuations of many token-id prompts in one `LLM.generate` call (temperature 0,
-  max_tokens = the target's length, no detokenization).
+  max_tokens = the target's length, no detokenization); `generate_scored` also asks for the top-2
+  log-probs of every step, whose difference is the generated token's logit margin (verification).
 - `prompt_scores`: teacher-forced scores of many windows from `prompt_logprobs=1`: per position the
   target token's log-prob (its NLL) and rank (rank 1: the greedy choice); for the rows that ask for it
   (the screen's window rows), `prompt_logprobs=k` also gives the k best log-probs, from which the
@@ -145,6 +146,17 @@ class VLLMEngine:
                   for n in new_tokens]
         return [list(out.outputs[0].token_ids) for out in self._run(prompts, params)]
 
+    def generate_scored(self, prompts: list[list[int]], new_tokens: list[int],
+                        stop_ids: list[int]) -> list[tuple[list[int], list[float]]]:
+        """`generate`, and per generated token its margin over the best other token: from the top-2
+        log-probs of each decoding step (vLLM's raw log-probs: log-softmax of the raw logits, so a
+        difference of two is the difference of their logits)."""
+        from vllm import SamplingParams
+
+        params = [SamplingParams(temperature=0.0, max_tokens=n, detokenize=False, stop_token_ids=stop_ids,
+                                 logprobs=2) for n in new_tokens]
+        return [_scored(out.outputs[0]) for out in self._run(prompts, params)]
+
     def prompt_scores(self, seqs: list[list[int]], tail: int, topk_rows: list[bool] | None = None,
                       top_k: int = 40, temperature: float = 1.0) -> PromptScores:
         """Greedy matches and NLL of the last `tail` tokens of every sequence, in one call; for the rows
@@ -179,3 +191,14 @@ class VLLMEngine:
         if core is not None and hasattr(core, "shutdown"):
             core.shutdown()
         self.llm = None
+
+
+def _scored(output) -> tuple[list[int], list[float]]:
+    """(ids, margins) of one completion: each chosen token's log-prob minus the best other log-prob
+    among the returned ones (the top 2 and the chosen token, so the runner-up is always there)."""
+    ids = list(output.token_ids)
+    margins = []
+    for token, entry in zip(ids, output.logprobs or [], strict=True):
+        other = max((lp.logprob for t, lp in entry.items() if t != token), default=-math.inf)
+        margins.append(entry[token].logprob - other)
+    return ids, margins

@@ -45,10 +45,13 @@ def threshold_entries(thresholds: dict) -> list[dict]:
 def verdict_columns(*, memorized: bool, acr: float | None, acr_kind: str, prompt: str | None,
                     prompt_ids: list[int] | None, prompt_tokens: int | None, thresholds: dict,
                     teacher_forced: bool | None, min_margin: float | None, verify_disagrees: bool | None,
-                    rejected_matches: int | None, verifier: dict, verified_generation: bool) -> dict:
+                    rejected_matches: int | None, verifier: dict, verified_generation: bool,
+                    generation: tuple[float | None, int | None], fragile_below: float | None) -> dict:
     """The verdict of a measured span, however it was measured; `verifier` is the verify engine's
-    {"engine", "version", "dtype", "flags"} (HFEngine.verify_info())."""
+    {"engine", "version", "dtype", "flags"} (HFEngine.verify_info()); `generation`: the smallest margin
+    of the verifying generation and its position; `fragile_below`: the fragile threshold."""
     return {"status": "memorized" if memorized else "not_memorized", "reason": None, "acr": acr,
+            **robustness_columns(generation, fragile_below if prompt is not None else None),
             "acr_kind": acr_kind, "memorized": memorized, "prompt": prompt, "prompt_ids": prompt_ids,
             "prompt_tokens": prompt_tokens, "thresholds": threshold_entries(thresholds),
             "verified_generation": verified_generation, "teacher_forced": teacher_forced,
@@ -92,6 +95,16 @@ def search_attempts(row: dict, result, stage: str) -> list[dict]:
     return checks + [attempt_entry(stage, a, result.seed, result.target_tokens) for a in result.trace]
 
 
+def robustness_columns(generation: tuple[float | None, int | None], fragile_below: float | None) -> dict:
+    """generation_margin, its position, the threshold and `fragile` (below it); all null without a
+    margin or a threshold (no verified prompt)."""
+    margin, at = generation
+    if margin is None or fragile_below is None:
+        return {"generation_margin": None, "generation_margin_at": None, "fragile_below": None, "fragile": None}
+    return {"generation_margin": margin, "generation_margin_at": at, "fragile_below": fragile_below,
+            "fragile": margin < fragile_below}
+
+
 def searched_row(row: dict, result, seconds: float, stage: str = "search") -> dict:
     """The row after MiniPrompt (`result`: a search.miniprompt.AcrResult) in a unit of `stage`."""
     verifier = {"engine": result.verify_engine, "version": result.verify_version,
@@ -102,12 +115,13 @@ def searched_row(row: dict, result, seconds: float, stage: str = "search") -> di
         prompt_ids=result.prompt_ids, prompt_tokens=result.prompt_tokens, thresholds=result.thresholds,
         teacher_forced=result.teacher_forced, min_margin=result.min_margin,
         verify_disagrees=result.verify_disagrees, rejected_matches=result.rejected_matches, verifier=verifier,
-        verified_generation=result.verified_generation)
+        verified_generation=result.verified_generation,
+        generation=(result.generation_margin, result.generation_margin_at), fragile_below=result.fragile_below)
     return {**row, **verdict, "steps": result.steps, "forwards": result.forwards, "search_s": seconds,
             "rejected_early": result.rejected_early, "attempts": search_attempts(row, result, stage)}
 
 
-def certified_row(row: dict, check, acr: float, thresholds: dict, verifier: dict) -> dict:
+def certified_row(row: dict, check, acr: float, thresholds: dict, verifier: dict, fragile_below: float) -> dict:
     """The row settled by its natural-prefix certificate, without GCG: `check` is the verify engine's
     greedy generation from the certificate string, which reproduced the span (HFEngine.verify); `acr`
     is the bound |y| / |certificate|. No search ran, so no prompt was refuted."""
@@ -115,7 +129,8 @@ def certified_row(row: dict, check, acr: float, thresholds: dict, verifier: dict
         memorized=True, acr=acr, acr_kind="certificate_bound", prompt=check.prompt, prompt_ids=check.prompt_ids,
         prompt_tokens=len(check.prompt_ids), thresholds=thresholds, teacher_forced=check.teacher_forced,
         min_margin=check.min_margin, verify_disagrees=check.disagrees, rejected_matches=0, verifier=verifier,
-        verified_generation=True)
+        verified_generation=True, generation=(check.generation_margin, check.generation_margin_at),
+        fragile_below=fragile_below)
     attempt = check_entry("certify", "certificate", len(check.prompt_ids), row["target_tokens"])
     return {**row, **verdict, "steps": 0, "attempts": [attempt]}
 

@@ -1,32 +1,167 @@
-"""`acr-scan verify`: re-check a run's evidence by greedy generation, from the results table alone; the
-flagged spans are counted apart by whose words their prompts hold (prompt_source, measures/overlap.py)."""
+"""`acr-scan verify`: re-check evidence by greedy generation, from a run's results table or a bundle.
+
+A re-check may take another numeric path than the scan (`dtype`: float32 against the scan's bf16;
+`verify_engine`: vLLM against HF): every flagged prompt is generated again there, and every row it no
+longer reproduces is a disagreement, listed. Its margins say how robust each success is on that path.
+A bundle (results/bundle.py) is checked first for what a re-check cannot see: every file against its
+manifest (an edited byte is named by file), the model's files against model.json, the input recipe.
+The flagged spans are counted apart by whose words their prompts hold (prompt_source,
+measures/overlap.py).
+"""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pyarrow as pa
 
-from scanner.config import EngineConfig, ModelConfig, PromptConfig
-from scanner.engine.build import build_engines
+from scanner.config import EngineConfig, ModelConfig, PromptConfig, SearchConfig
+from scanner.engine.identity import identity_problems
+from scanner.engine.recipe import recipe, recipe_problems
+from scanner.errors import InputError, require
+from scanner.results.bundle import EVIDENCE, MANIFEST, MODEL, RECIPE, sha256_bytes
 from scanner.storage.rundir import RunDir
 
 
-def verify_run(run_dir: str, model: str | None = None) -> tuple[list[dict], int]:
-    """(rows that no longer reproduce, rows checked) over every memorized span of the run."""
-    run = RunDir(run_dir)
-    saved = run.saved_config()["config"]
-    model_config = ModelConfig(**{**saved["model"], "model": model or saved["model"]["model"]})
+@dataclass(frozen=True)
+class Check:
+    """One flagged row generated again on the re-check's path."""
+
+    row: dict
+    reproduced: bool
+    matched: int
+    generation_margin: float | None
+    generation_margin_at: int | None
+    fragile: bool | None
+    retyped: bool  # the prompt string typed into other ids than the evidence records (another tokenizer)
+
+
+@dataclass(frozen=True)
+class Recheck:
+    path: dict  # the verify engine's info on this re-check: engine, version, dtype, flags (device)
+    fragile_below: float
+    checks: list[Check]
+    problems: list[str]  # a bundle's: files edited or missing, another model file, another recipe
+
+    @property
+    def disagreements(self) -> list[Check]:
+        return [c for c in self.checks if not c.reproduced]
+
+    @property
+    def fragile(self) -> list[Check]:
+        return [c for c in self.checks if c.fragile]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and not self.disagreements
+
+
+def open_engine(saved: dict, model: str | None, dtype: str | None, verify_engine: str | None):
+    """The HF engine (and vLLM where asked) of a run's saved configuration, on another path if given."""
+    from scanner.engine.build import build_engines
+
+    model_config = ModelConfig(**{**saved["model"], "model": model or saved["model"]["model"],
+                                  **({"dtype": dtype} if dtype else {})})
     # The run's verify engine (a run saved before engines were configurable verified with hf).
     engines = EngineConfig(**saved.get("engines", {"verify": "hf", "screen": "hf"}))
-    engine = build_engines(model_config, PromptConfig(**saved["prompt"]), replace(engines, screen="hf"))
+    engines = replace(engines, screen="hf", **({"verify": verify_engine} if verify_engine else {}))
+    return build_engines(model_config, PromptConfig(**saved["prompt"]), engines)
+
+
+def recheck_rows(engine, rows: list[dict], fragile_below: float, problems: list[str] | None = None) -> Recheck:
+    checks = []
+    for row in rows:
+        check = engine.verify(row["prompt"], list(row["target_ids"]))
+        margin = check.generation_margin
+        recorded = row.get("prompt_ids")
+        checks.append(Check(
+            row=row, reproduced=check.verified_generation, matched=check.matched_tokens, generation_margin=margin,
+            generation_margin_at=check.generation_margin_at,
+            fragile=None if margin is None else margin < fragile_below,
+            retyped=recorded is not None and check.prompt_ids is not None and list(recorded) != check.prompt_ids))
+    return Recheck(path=engine.verify_info(), fragile_below=fragile_below, checks=checks, problems=problems or [])
+
+
+def _fragile_below(saved: dict, fragile_margin: float | None) -> float:
+    if fragile_margin is not None:
+        return fragile_margin
+    # a run saved before the threshold existed: today's default
+    return saved.get("search", {}).get("fragile_margin", SearchConfig().fragile_margin)
+
+
+def verify_run(run_dir: str, model: str | None = None, dtype: str | None = None, verify_engine: str | None = None,
+               fragile_margin: float | None = None) -> Recheck:
+    """Every memorized span of the run generated again (on another path where `dtype`/`verify_engine` say)."""
+    run = RunDir(run_dir)
+    saved = run.saved_config()["config"]
     flagged = [r for r in run.read_results().to_pylist() if r["status"] == "memorized"]
-    failures = []
-    for row in flagged:
-        check = engine.verify(row["prompt"], row["target_ids"])
-        if not check.verified_generation:
-            failures.append({**row, "matched": check.matched_tokens})
-    return failures, len(flagged)
+    engine = open_engine(saved, model, dtype, verify_engine)
+    try:
+        return recheck_rows(engine, flagged, _fragile_below(saved, fragile_margin))
+    finally:
+        engine.close()
+
+
+def manifest_problems(folder: Path) -> list[str]:
+    """One line per file that differs from manifest.json: edited (sha256), missing, or not listed."""
+    index = _read_json(folder / MANIFEST)
+    listed = index.get("files", {})
+    problems = []
+    for name, entry in sorted(listed.items()):
+        path = folder / name
+        if not path.is_file():
+            problems.append(f"{name}: listed in {MANIFEST} but missing")
+        elif sha256_bytes(path.read_bytes()) != entry.get("sha256"):
+            problems.append(f"{name}: edited since the bundle was written (sha256 differs from {MANIFEST})")
+    extra = sorted(p.name for p in folder.iterdir() if p.name not in listed and p.name != MANIFEST)
+    problems += [f"{name}: not in {MANIFEST} (added after the bundle was written)" for name in extra]
+    return problems
+
+
+def _read_json(path: Path) -> dict:
+    require(path.is_file(), f"{path} is missing; pass the folder `acr-scan export --bundle` wrote")
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InputError(f"{path} is not JSON ({err}); the bundle is damaged") from err
+    require(isinstance(value, dict), f"{path} is not a JSON object; the bundle is damaged")
+    return value
+
+
+def evidence_rows(folder: Path, problems: list[str]) -> list[dict]:
+    """The rows of evidence.jsonl; a line that is no row is a problem (named by its line), not a crash."""
+    rows = []
+    for number, line in enumerate((folder / EVIDENCE).read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            problems.append(f"{EVIDENCE} line {number}: not JSON ({err.msg}); the row cannot be re-checked")
+            continue
+        if isinstance(row, dict) and isinstance(row.get("prompt"), str) and isinstance(row.get("target_ids"), list):
+            rows.append(row)
+        else:
+            problems.append(f"{EVIDENCE} line {number}: no prompt string and target_ids; it cannot be re-checked")
+    return rows
+
+
+def verify_bundle(bundle: str, model: str, dtype: str | None = None, verify_engine: str | None = None,
+                  fragile_margin: float | None = None) -> Recheck:
+    """The manifest, the model's files, the input recipe, then every row generated again from `model`."""
+    folder = Path(bundle)
+    require(folder.is_dir(), f"--bundle {bundle}: no such folder; pass the folder `acr-scan export --bundle` wrote")
+    problems = manifest_problems(folder)
+    problems += identity_problems(_read_json(folder / MODEL), model)
+    saved = _read_json(folder / "run_config.json").get("config", {})
+    rows = evidence_rows(folder, problems)
+    engine = open_engine(saved, model, dtype, verify_engine)
+    try:
+        now = recipe(engine.template, engine.stop_ids(), saved.get("model", {}).get("trust_remote_code", False))
+        problems += recipe_problems(_read_json(folder / RECIPE), now)
+        return recheck_rows(engine, rows, _fragile_below(saved, fragile_margin), problems)
+    finally:
+        engine.close()
 
 
 def by_prompt_source(table: pa.Table, failures: list[dict]) -> dict[str, dict[str, int]]:

@@ -98,7 +98,7 @@ def certified_row(engine, row: dict, config: ScanConfig) -> dict | None:
         return None  # a bound at or below tau proves nothing: the search decides
     taus = {"tau": config.search.tau, **compression_thresholds(row["text"])}
     flags = acr_math.threshold_flags(value, True, taus)
-    return settled_by_certificate(row, check, value, flags, engine.verify_info())
+    return settled_by_certificate(row, check, value, flags, engine.verify_info(), config.search.fragile_margin)
 
 
 def _certify(engine, rows: list[dict], config: ScanConfig) -> dict:

@@ -118,8 +118,9 @@ def _verify_fields() -> list[pa.Field]:
         column("verify_engine", pa.string(), "The engine that ran the greedy generation check, e.g. "
                "'hf' or 'vllm'; null when nothing was verified.", nullable=True),
         column("min_margin", pa.float64(), "Smallest logit margin (target logit minus the best other "
-               "logit) over the target positions given the prompt; negative means a position was wrong. "
-               "Null when no prompt was checked.", nullable=True),
+               "logit) over the target positions given the prompt, teacher forced (one forward of the HF "
+               "model over prompt and span; the generation's own margin is generation_margin); negative "
+               "means a position was wrong. Null when no prompt was checked.", nullable=True),
     ]
 
 
@@ -354,11 +355,35 @@ def _evidence_fields() -> list[pa.Field]:
     ]
 
 
+def _robustness_fields() -> list[pa.Field]:
+    """How close the verdict's own generation came to another token (scanner/engine/hf.py Verification):
+    greedy decoding is not bit-stable across dtypes, batch shapes and engines, so the evidence says how
+    robust each success is (min_margin is the teacher-forced figure, not the generation's)."""
+    return [
+        column("generation_margin", pa.float64(), "Smallest logit margin of the verify engine's greedy "
+               "generation from the prompt string, over the span's positions: at each decoding step the "
+               "logit of the token generation chose (for a verified prompt, the span's token) minus the best "
+               "other logit, read off the generation itself (KV-cached decoding; vLLM: the difference of its "
+               "top-2 log-probs), not a teacher-forced pass. Null when no prompt was verified.", nullable=True),
+        column("generation_margin_at", pa.int32(), "The span position (0-based target token) where "
+               "generation_margin occurs: the token a change of numeric path would flip first. Null when no "
+               "prompt was verified.", nullable=True),
+        column("fragile_below", pa.float64(), "The threshold of `fragile` (--fragile-margin, logits; "
+               "scanner/config.py SearchConfig.fragile_margin). Null when no prompt was verified.",
+               nullable=True),
+        column("fragile", pa.bool_(), "A verified prompt whose generation_margin is below fragile_below: "
+               "greedy decoding under another numeric path (dtype, batch shape, engine) may leave the span "
+               "there; re-check it with `acr-scan verify RUN --dtype float32` or --verify-engine. Null when "
+               "no prompt was verified.", nullable=True),
+    ]
+
+
 def results_schema() -> pa.Schema:
     """One row per span. Column names are a public interface: add columns, never rename or retype."""
     fields = (_span_fields() + _verdict_fields() + _screen_fields() + _verify_fields() + _cost_fields()
               + _engine_fields() + _identity_fields() + _calibration_fields() + _phase_fields()
-              + _rejection_fields() + _screen_pass_fields() + _copy_fields() + _evidence_fields())
+              + _rejection_fields() + _screen_pass_fields() + _copy_fields() + _evidence_fields()
+              + _robustness_fields())
     return pa.schema(fields, metadata={b"name": b"acr-scanner results", b"version": SCHEMA_VERSION.encode()})
 
 
@@ -375,7 +400,8 @@ EXPORT_EVIDENCE = (
 )
 EXPORT_OPTIONAL = ("token_end", "target_ids", "prompt_ids", "teacher_forced", "mean_nll",
                    *(f.name for f in _calibration_fields()), "rejected_early", "searched_as",
-                   *(f.name for f in _evidence_fields()))
+                   *(f.name for f in _evidence_fields()), "verify_version", "verify_dtype",
+                   *(f.name for f in _robustness_fields()))
 
 
 def default_row() -> dict:

@@ -76,6 +76,11 @@ class AcrResult:
     bounded: bool = False
     # The length of the decided prompt this search shrank from (Target.decided_prompt); None otherwise.
     decided_tokens: int | None = None
+    # The verify engine's own generation of the prompt (HFEngine.verify): its smallest margin over the
+    # span, where it occurs, and the threshold under which the success counts as fragile (None: no prompt).
+    generation_margin: float | None = None
+    generation_margin_at: int | None = None
+    fragile_below: float | None = None
     trace: list[dict] = field(default_factory=list)
     # {stage: {"steps", "forwards", "seconds"}}: deciding is the attempts up to and including the first
     # verified success (all of them when none succeeded), shrinking the attempts after it (the driver's).
@@ -304,4 +309,6 @@ def _result(engine: HFEngine, text: str, target_ids: list[int], cap: int, config
         verify_version=verifier["version"], verify_dtype=verifier["dtype"], verify_flags=verifier["flags"],
         verify_disagrees=best.disagrees if best else None, wall_s=0.0,
         seed=config.seed, bos=engine.template.bos_policy, rejected_early=best is None and state.stopped > 0,
-        trace=state.trace)
+        generation_margin=best.generation_margin if best else None,
+        generation_margin_at=best.generation_margin_at if best else None,
+        fragile_below=config.fragile_margin if best else None, trace=state.trace)

@@ -1,0 +1,97 @@
+"""The text of `acr-scan verify` (a run or a bundle, on the scan's numeric path or another) and of
+`export --bundle`: what a reader of the evidence is told, line by line."""
+
+from __future__ import annotations
+
+import click
+
+from scanner.cli.output import calibration_line
+
+
+def path_label(info: dict) -> str:
+    """'hf float32 on cpu': the engine, dtype and device a re-check ran on."""
+    device = (info.get("flags") or {}).get("device")
+    return f"{info['engine']} {info['dtype']}" + (f" on {device}" if device else "")
+
+
+def scan_label(rows: list[dict]) -> str:
+    paths = sorted({f"{r.get('verify_engine')} {r.get('verify_dtype')}" for r in rows if r.get("verify_engine")})
+    return ", ".join(paths) or "unrecorded"
+
+
+def _disagreement(check, where: str) -> str:
+    row = check.row
+    why = "; the prompt string types into other ids than the evidence records" if check.retyped else ""
+    return (f"NOT REPRODUCED {row.get('doc_id')} {row.get('span_id')} tokens {row.get('token_start')}: "
+            f"{check.matched}/{len(row['target_ids'])} tokens matched under {where}{why}; prompt {row['prompt']!r}")
+
+
+def _margins_line(recheck) -> str:
+    measured = [c for c in recheck.checks if c.generation_margin is not None]
+    if not measured:
+        return "no generation margin measured"
+    weakest = min(measured, key=lambda c: c.generation_margin)
+    return (f"{len(recheck.fragile)} fragile under this path (generation margin below {recheck.fragile_below:g}); "
+            f"smallest margin {weakest.generation_margin:.4f} ({weakest.row.get('span_id')} token "
+            f"{weakest.generation_margin_at})")
+
+
+def recheck_lines(recheck) -> list[str]:
+    """Every disagreement, then the totals: reproduced on which path against the scan's, fragile."""
+    where = path_label(recheck.path)
+    rows = [c.row for c in recheck.checks]
+    lines = [_disagreement(c, where) for c in recheck.disagreements]
+    good = len(recheck.checks) - len(recheck.disagreements)
+    lines.append(f"{good}/{len(recheck.checks)} flagged spans reproduce under {where} "
+                 f"(the scan verified with {scan_label(rows)})")
+    lines.append(_margins_line(recheck))
+    return lines
+
+
+def verify_lines(recheck, table=None, bundle: str | None = None) -> list[str]:
+    """A bundle's problems first (files, model, recipe), then the re-check's lines."""
+    lines = [f"PROBLEM {problem}" for problem in recheck.problems]
+    if bundle is not None:
+        from pathlib import Path
+
+        from scanner.results.bundle import MANIFEST, sha256_bytes
+
+        digest = sha256_bytes((Path(bundle) / MANIFEST).read_bytes())
+        state = (f"{len(recheck.problems)} problem(s) in the bundle" if recheck.problems else
+                 "bundle intact: every file matches its manifest, the model's files match model.json")
+        lines += [state, f"{MANIFEST} sha256 {digest} (compare it with the figure published with the evidence)"]
+    lines += recheck_lines(recheck)
+    if table is not None:  # a run's: the flagged spans by whose words their prompts hold, and the counts
+        from scanner.results.denominators import denominators, denominators_line
+        from scanner.results.verify import prompt_source_line
+
+        failures = [check.row for check in recheck.disagreements]
+        lines += [prompt_source_line(table, failures), denominators_line(denominators(table)), calibration_line(table)]
+    return lines
+
+
+def verify_main(run, bundle: str | None, model: str | None, dtype: str | None, verify_engine: str | None,
+                fragile_margin: float | None) -> int:
+    """Run the re-check, print it, return the exit code (0: all reproduce and the bundle is intact; 3: not)."""
+    from scanner.errors import require
+    from scanner.results.verify import verify_bundle, verify_run
+
+    if bundle is not None:
+        require(run is None, "pass RUN_DIR or --bundle DIR, not both")
+        require(model is not None, "--bundle needs --model: the model files to check the evidence against")
+        recheck = verify_bundle(bundle, model, dtype, verify_engine, fragile_margin)
+        lines = verify_lines(recheck, bundle=bundle)
+    else:
+        recheck = verify_run(str(run.path), model, dtype, verify_engine, fragile_margin)
+        lines = verify_lines(recheck, table=run.read_results())
+    for line in lines:
+        click.echo(line)
+    return 0 if recheck.ok else 3
+
+
+def export_bundle(run, bundle: str, tau: str, calibrated: bool, model: str | None) -> None:
+    from scanner.results.bundle import MANIFEST, write_bundle
+
+    done = write_bundle(run, bundle, tau=tau, calibrated=calibrated, model=model)
+    click.echo(f"bundle of {done['rows']} rows written to {bundle} ({done['files']} files); {MANIFEST} sha256 "
+               f"{done['manifest_sha256']}; re-check it with: python {bundle}/recheck.py --model MODEL")
