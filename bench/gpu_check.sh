@@ -6,8 +6,9 @@
 #      then 1, 2, 4, 8 targets per forward on the 135M and 360M shapes (8 targets each);
 #   3. bench/miniprompt.py --size gpu: a model trained there, fast (margin) at 1 and 4 targets per
 #      forward vs the paper schedule, on the canaries (the paper schedule does not finish the controls);
-#   4. bench/screen_tokens.py: screening seconds per 20k-token book slice on the 8B shape, with and
-#      without the certificate rows (x5 for the 100k-token-book goal).
+#   4. bench/screen_tokens.py: screening seconds per 20k-token book slice on the 8B shape, exact and
+#      streamed windows (two-phase) and the bare screen, against one teacher-forced pass (x5 for the
+#      100k-token-book goal).
 # Usage (device tool): bash bench/gpu_check.sh   -> figures as JSON lines under $OUT (or ./bench_out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -21,4 +22,5 @@ timeout 150 python3 bench/gcg_step.py --shapes 1b,8b --candidates 512 --free 20 
   --widths 1,2,4,8 --width-shapes 135m,360m | tee "$out/gcg_step.jsonl"
 timeout 170 python3 bench/miniprompt.py --size gpu --variants fast/margin,paper --widths 1,4 --no-controls \
   | tee "$out/miniprompt_gpu.jsonl"
-timeout 60 python3 bench/screen_tokens.py --shapes 8b --book-tokens 20000 | tee "$out/screen_tokens.jsonl"
+timeout 60 python3 bench/screen_tokens.py --shapes 8b --book-tokens 20000 --settings exact-0.5,stream-0.5,bare \
+  --repeats 1 | tee "$out/screen_tokens.jsonl"

@@ -1,15 +1,19 @@
-"""Screening throughput: seconds to screen one book with stages/screen.py on a random-weight Llama shape.
+"""Screening throughput on a random-weight Llama shape: corpus tokens/s of stages/screen.py against ONE
+teacher-forced pass over the same book with the same model, in the same process.
 
-    python bench/screen_tokens.py --shapes 8b --book-tokens 100000            # GPU (the <10 s goal)
-    python bench/screen_tokens.py --shapes tiny --device cpu --dtype float32 --book-tokens 4000   # smoke test
+    python bench/screen_tokens.py --shapes 8b --book-tokens 100000                    # GPU
+    python bench/screen_tokens.py --shapes tiny,28m --device cpu --dtype float32 --book-tokens 8000
 
-Three screens of the same book side by side: the exhaustive default (32 tokens of context: a window
-row, a span row and one certificate row per context length), the two-phase screen
-(--certificate-min-match 0.5: certificate rows only where the window row matches) and the bare screen
-(--context-tokens 0). Figures: book seconds, spans/s and tokens/s through the model (unpadded).
-`--anchors` adds the default screen with anchored spans (stages/anchor.py) as a scan runs it: on random
-weights no runs of greedy matches form, so the row measures the bookkeeping; what anchors cost on
-memorized text is bench/anchors.py's figure (anchored spans per fixed window).
+Screens of the same book side by side (bench/screen_modes.py MODES, 32-token windows, 32 tokens of
+context): exact windows exhaustive (every span's span row and certificate rows, the old default),
+exact two-phase (those rows only where the window reaches --certificate-min-match), streamed windows
+two-phase (stages/stream.py), and the bare screen (exact, --context-tokens 0). The teacher-forced pass:
+the book in chunks of --chunk tokens after BOS, the model's full logits, argmax and NLL of every token.
+Random weights match no token, so the two-phase screens run the window pass alone: this is the
+screen's cost on text the model has not memorized. Figures: seconds (the best of --repeats), corpus
+tokens/s, the ratio to the teacher-forced pass (1 = as fast as one plain pass), forwarded tokens per
+corpus token (ScreenWork, unpadded). `--anchors` screens as a scan does, anchored spans included (on
+random weights no runs of matches form: the row measures the bookkeeping).
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ import time
 from types import SimpleNamespace
 
 import torch
-from gcg_step import SHAPES, build, matmul_floor
+import torch.nn.functional as F
+from gcg_step import SHAPES, build
 
 from scanner.config import ScreenConfig, SpanConfig
 from scanner.engine.hf import HFEngine
@@ -28,8 +33,15 @@ from scanner.engine.loading import LoadedModel
 from scanner.engine.template import PromptTemplate
 from scanner.stages.anchor import screen_with_anchors
 from scanner.stages.read import Document
-from scanner.stages.screen import screen_spans
+from scanner.stages.screen import ScreenWork, screen_spans
 from scanner.stages.spans import Span
+
+SETTINGS = {  # name: ScreenConfig fields
+    "exact-0": {"window": "exact", "certificate_min_match": 0.0},
+    "exact-0.5": {"window": "exact", "certificate_min_match": 0.5},
+    "stream-0.5": {"window": "stream", "certificate_min_match": 0.5},
+    "bare": {"window": "exact", "certificate_min_match": 0.0, "context_tokens": 0},
+}
 
 
 def book_spans(ids: list[int], span: int) -> list[Span]:
@@ -38,50 +50,77 @@ def book_spans(ids: list[int], span: int) -> list[Span]:
             for i in range(0, len(ids) - span + 1, span)]
 
 
-def count_tokens(engine: HFEngine) -> list[int]:
-    """Wrap engine.logits to count the real (unpadded) tokens of every row it runs."""
-    counter, logits = [0], engine.logits
-
-    def counted(ids, *args, attention_mask=None, **kwargs):
-        counter[0] += int(attention_mask.sum()) if attention_mask is not None else ids.numel()
-        return logits(ids, *args, attention_mask=attention_mask, **kwargs)
-
-    engine.logits = counted
-    return counter
-
-
 def sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
 
 
-def anchored_screen(engine: HFEngine, ids: list[int], spans: list[Span], config: ScreenConfig, span: int) -> int:
-    """Screen as a scan does, anchored spans included; the number of spans screened."""
-    doc = Document(doc_id="book", text="x" * len(ids))  # one character per token: offsets are positions
-    tokens = (ids, [(i, i + 1) for i in range(len(ids))])
-    return len(screen_with_anchors(engine, doc, tokens, spans, SpanConfig(span_tokens=span), config, "bench"))
+@torch.no_grad()
+def teacher_forced_pass(engine: HFEngine, docs: list[list[int]], chunk: int) -> None:
+    """One plain teacher-forced pass: each document in chunks of `chunk` tokens after the template
+    prefix, the model's logits, argmax and NLL of every token (what the screen is measured against)."""
+    prefix = list(engine.template.prefix_ids)
+    for ids in docs:
+        for a in range(0, len(ids), chunk):
+            seq = torch.tensor([prefix + ids[a:a + chunk]], device=engine.device)
+            logits = engine.model(input_ids=seq, use_cache=False).logits[0, len(prefix) - 1:-1].float()
+            gold = seq[0, len(prefix):]
+            (logits.argmax(-1) == gold).sum().item(), F.cross_entropy(logits, gold, reduction="none").sum().item()
 
 
-def bench(engine: HFEngine, ids: list[int], args, context: int, min_match: float, anchors: bool = False) -> dict:
-    spans = book_spans(ids, args.span)
-    config = ScreenConfig(context_tokens=context, certificate_min_match=min_match)
-    screen_spans(engine, ids, spans[:8], config)  # warm-up: kernels, allocator
-    sync(args.device)
-    counter = count_tokens(engine)
-    start = time.perf_counter()
-    screened = 0
-    for i in range(0, len(spans), args.spans_per_call):  # a document at a time in a real scan
+def best_of(repeats: int, device: str, run) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        sync(device)
+        start = time.perf_counter()
+        run()
+        sync(device)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def screen_book(engine: HFEngine, ids: list[int], config: ScreenConfig, args, anchors: bool) -> ScreenWork:
+    """The book a document at a time (--spans-per-call spans), as a scan screens it."""
+    work, spans = ScreenWork(), book_spans(ids, args.span)
+    for i in range(0, len(spans), args.spans_per_call):
         part = spans[i:i + args.spans_per_call]
-        screened += anchored_screen(engine, ids, part, config, args.span) if anchors else len(part)
-        if not anchors:
-            screen_spans(engine, ids, part, config)
-    sync(args.device)
-    seconds = time.perf_counter() - start
-    tokens = counter[0]
-    del engine.logits  # back to the class's method
-    return {"context_tokens": context, "certificate_min_match": min_match, "anchors": anchors, "spans": len(spans),
-            "screened_spans": screened, "model_tokens": tokens, "book_tokens": len(ids), "book_s": seconds,
-            "spans_per_s": len(spans) / seconds, "model_tokens_per_s": tokens / seconds}
+        if anchors:
+            doc = Document(doc_id="book", text="x" * len(ids))  # one character per token: offsets are positions
+            tokens = (ids, [(i, i + 1) for i in range(len(ids))])
+            screen_with_anchors(engine, doc, tokens, part, SpanConfig(span_tokens=args.span), config, "bench", work)
+        else:
+            screen_spans(engine, ids, part, config, work)
+    return work
+
+
+def random_engine(shape: str, device: str, dtype: torch.dtype) -> HFEngine:
+    model = build(shape, device, dtype)
+    loaded = LoadedModel(model=model, tokenizer=SimpleNamespace(pad_token_id=0), device=device, dtype=str(dtype),
+                         source="random")
+    return HFEngine.bare(loaded, PromptTemplate("", "", (1,), (1,), (), "BOS, uncounted"), list(range(3, 259)))
+
+
+def bench_shape(shape: str, args) -> None:
+    dtype = getattr(torch, args.dtype)
+    engine = random_engine(shape, args.device, dtype)
+    ids = torch.randint(3, SHAPES[shape]["vocab_size"], (args.book_tokens,),
+                        generator=torch.Generator().manual_seed(0)).tolist()
+    screen_spans(engine, ids, book_spans(ids, args.span)[:8], ScreenConfig())  # warm-up: kernels, allocator
+    tf = best_of(args.repeats, args.device, lambda: teacher_forced_pass(engine, [ids], args.chunk))
+    print(json.dumps({"bench": "screen", "shape": shape, "setting": "teacher-forced pass", "book_tokens": len(ids),
+                      "book_s": round(tf, 3), "corpus_tokens_per_s": round(len(ids) / tf, 1)}), flush=True)
+    for name in args.settings.split(","):
+        config = ScreenConfig(**{"context_tokens": 32, "chunk_tokens": args.chunk, **SETTINGS[name]})
+        works: list[ScreenWork] = []
+        seconds = best_of(args.repeats, args.device, lambda c=config, w=works: w.append(
+            screen_book(engine, ids, c, args, args.anchors)))
+        work = works[-1].to_dict()
+        print(json.dumps({"bench": "screen", "shape": shape, "setting": name, "anchors": args.anchors,
+                          "book_tokens": len(ids), "book_s": round(seconds, 3),
+                          "corpus_tokens_per_s": round(len(ids) / seconds, 1),
+                          "ratio_to_teacher_forced": round(tf / seconds, 3),
+                          "forwarded_per_corpus_token": round(work["forwarded_tokens"] / len(ids), 3),
+                          "padded_per_corpus_token": round(work["padded_tokens"] / len(ids), 3)}), flush=True)
 
 
 def main() -> None:
@@ -91,26 +130,14 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--book-tokens", type=int, default=100_000)
     parser.add_argument("--span", type=int, default=32)
+    parser.add_argument("--chunk", type=int, default=1024, help="stream chunk and teacher-forced chunk tokens")
     parser.add_argument("--spans-per-call", type=int, default=1024)
-    parser.add_argument("--anchors", action="store_true", help="also the default screen with anchored spans")
+    parser.add_argument("--settings", default=",".join(SETTINGS))
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--anchors", action="store_true", help="screen as a scan does, anchored spans included")
     args = parser.parse_args()
-    dtype = getattr(torch, args.dtype)
-    floor = matmul_floor(args.device, dtype)
     for shape in args.shapes.split(","):
-        model = build(shape, args.device, dtype)
-        vocab = SHAPES[shape]["vocab_size"]
-        loaded = LoadedModel(model=model, tokenizer=SimpleNamespace(pad_token_id=0), device=args.device,
-                             dtype=str(dtype), source="random")
-        engine = HFEngine.bare(loaded, PromptTemplate("", "", (1,), (1,), (), "BOS, uncounted"), [])
-        ids = torch.randint(3, vocab, (args.book_tokens,), generator=torch.Generator().manual_seed(0)).tolist()
-        params = sum(p.numel() for n, p in model.named_parameters() if "embed" not in n)
-        for context, min_match, anchors in ((32, 0.0, False), (32, 0.5, False), (0, 0.0, False),
-                                            *([(32, 0.0, True)] if args.anchors else [])):
-            row = bench(engine, ids, args, context, min_match, anchors)
-            tflops = 2 * params * row["model_tokens_per_s"] / 1e12
-            print(json.dumps({"bench": "screen", "shape": shape, **row, "approx_tflops": tflops,
-                              "floor_tflops": floor}), flush=True)
-        del model, engine
+        bench_shape(shape, args)
         if args.device.startswith("cuda"):
             torch.cuda.empty_cache()
 

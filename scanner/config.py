@@ -283,15 +283,25 @@ class SpanConfig:
         return max(1, self.span_tokens - 4) if self.anchor_min_run is None else self.anchor_min_run
 
 
+SCREEN_WINDOWS = ("auto", "exact", "stream")
+
+
 @dataclass(frozen=True, kw_only=True)
 class ScreenConfig:
     context_tokens: int = 32  # preceding document tokens in the window and the longest certificate
     discoverable_prefix: int | None = None  # k; None = half the span
-    max_rows: int = 256  # rows per forward on the CPU; on CUDA the engine's chunking applies
-    # Certificate rows are ~95 % of the screen's tokens (j = 1..context rows per span). Above 0 they are
-    # built only for spans whose window row reaches this greedy-match rate: a span the model does not
-    # continue from its full context rarely follows from less of it. 0 keeps the exhaustive screen.
+    max_rows: int = 256  # rows per forward
+    batch_tokens: int = 16384  # tokens per forward, padding included (a long row still goes alone)
+    # Rows beyond the window row, the span row (discoverable memorization) and the certificate rows (up
+    # to context_tokens per span, ~95 % of an exhaustive screen's tokens), are built only for spans whose
+    # window row reaches this greedy-match rate: a span the model does not continue from its full context
+    # rarely follows from less of it. 0 keeps the exhaustive screen.
     certificate_min_match: float = 0.0
+    # The window rows: "exact" (one [context_tokens][span] row per span), "stream" (one causal pass over
+    # chunks of chunk_tokens: each span sees at least context_tokens before it; stages/stream.py) or
+    # "auto" (stream unless a chat template's suffix sits between context and span).
+    window: str = "auto"
+    chunk_tokens: int = 1024  # document tokens per streamed chunk (within the model's positions)
     extraction: ExtractionConfig = field(default_factory=ExtractionConfig)  # p_z from the window row
 
     def __post_init__(self) -> None:
@@ -299,8 +309,12 @@ class ScreenConfig:
         require(self.discoverable_prefix is None or self.discoverable_prefix >= 1,
                 f"discoverable_prefix {self.discoverable_prefix} must be >= 1")
         require(self.max_rows >= 1, f"max_rows {self.max_rows} must be >= 1")
+        require(self.batch_tokens >= 1, f"batch_tokens {self.batch_tokens} must be >= 1")
         require(0 <= self.certificate_min_match <= 1,
                 f"--certificate-min-match {self.certificate_min_match} must be in [0, 1]")
+        require(self.window in SCREEN_WINDOWS,
+                f"--screen-window {self.window!r} is not one of {', '.join(SCREEN_WINDOWS)}")
+        require(self.chunk_tokens >= 2, f"--chunk-tokens {self.chunk_tokens} must be >= 2")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,74 @@
+"""Peak memory and seconds of the screen on one long document, one setting per process (a process's peak
+RSS is its own: settings side by side in one process would hide each other's peaks).
+
+    python bench/screen_memory.py --shape 28m --doc-tokens 21000 --config '{"certificate_min_match": 0.5}'
+
+A random-weight Llama of a real shape (bench/gcg_step.py SHAPES; "28m": a 49k vocabulary like SmolLM2's
+on a small body, the shape of the figures a user reported), one random document of --doc-tokens tokens,
+its 32-token windows screened by stages/screen.py with ScreenConfig(**--config): only the config fields
+are read, so the same command runs against an older tree of the package (PYTHONPATH) for a before/after.
+Prints one JSON line: peak RSS (resource.getrusage, MiB), the RSS after loading the model, seconds,
+corpus tokens/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import time
+from types import SimpleNamespace
+
+import torch
+from gcg_step import SHAPES, build
+
+from scanner.config import ScreenConfig
+from scanner.engine.hf import HFEngine
+from scanner.engine.loading import LoadedModel
+from scanner.engine.template import PromptTemplate
+from scanner.stages.screen import screen_spans
+from scanner.stages.spans import Span
+
+
+def peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def random_engine(shape: str, positions: int) -> HFEngine:
+    model = build(shape, "cpu", torch.float32)
+    model.config.max_position_embeddings = max(positions, model.config.max_position_embeddings)
+    loaded = LoadedModel(model=model, tokenizer=SimpleNamespace(pad_token_id=0), device="cpu", dtype="float32",
+                         source="random")
+    return HFEngine.bare(loaded, PromptTemplate("", "", (1,), (1,), (), "BOS, uncounted"), list(range(3, 259)))
+
+
+def windows(ids: list[int], span: int) -> list[Span]:
+    return [Span(doc_id="doc", span_id=f"s{i}", token_start=i, token_end=i + span, char_start=i,
+                 char_end=i + span, text="", target_ids=ids[i:i + span]) for i in range(0, len(ids) - span + 1, span)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shape", default="28m")
+    parser.add_argument("--doc-tokens", type=int, default=21_000)
+    parser.add_argument("--span", type=int, default=32)
+    parser.add_argument("--config", default="{}", help="ScreenConfig fields as JSON")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    engine = random_engine(args.shape, 4096)
+    vocab = SHAPES[args.shape]["vocab_size"]
+    ids = torch.randint(3, vocab, (args.doc_tokens,), generator=torch.Generator().manual_seed(0)).tolist()
+    config = ScreenConfig(**json.loads(args.config))
+    loaded = peak_mib()
+    start = time.perf_counter()
+    with torch.inference_mode():
+        screened = screen_spans(engine, ids, windows(ids, args.span), config)
+    seconds = time.perf_counter() - start
+    print(json.dumps({"bench": "screen_memory", "shape": args.shape, "doc_tokens": args.doc_tokens,
+                      "config": json.loads(args.config), "spans": len(screened), "seconds": round(seconds, 2),
+                      "corpus_tokens_per_s": round(args.doc_tokens / seconds, 1),
+                      "rss_after_load_mib": round(loaded), "peak_rss_mib": round(peak_mib())}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
