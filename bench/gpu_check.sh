@@ -22,5 +22,5 @@ timeout 150 python3 bench/gcg_step.py --shapes 1b,8b --candidates 512 --free 20 
   --widths 1,2,4,8 --width-shapes 135m,360m | tee "$out/gcg_step.jsonl"
 timeout 170 python3 bench/miniprompt.py --size gpu --variants fast/margin,paper --widths 1,4 --no-controls \
   | tee "$out/miniprompt_gpu.jsonl"
-timeout 60 python3 bench/screen_tokens.py --shapes 8b --book-tokens 20000 --settings exact-0.5,stream-0.5,bare \
+timeout 60 python3 bench/screen_tokens.py --shapes 8b --book-tokens 20000 --settings exact-0.5,default,bare \
   --repeats 1 | tee "$out/screen_tokens.jsonl"

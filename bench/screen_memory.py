@@ -7,8 +7,9 @@ A random-weight Llama of a real shape (bench/gcg_step.py SHAPES; "28m": a 49k vo
 on a small body, the shape of the figures a user reported), one random document of --doc-tokens tokens,
 its 32-token windows screened by stages/screen.py with ScreenConfig(**--config): only the config fields
 are read, so the same command runs against an older tree of the package (PYTHONPATH) for a before/after.
-Prints one JSON line: peak RSS (resource.getrusage, MiB), the RSS after loading the model, seconds,
-corpus tokens/s.
+Prints one JSON line: peak RSS of the screen (resource.getrusage, MiB), the RSS after loading the model,
+seconds, corpus tokens/s, and those of one plain teacher-forced pass over the same document after it
+(chunks of 1,024 tokens, full logits, argmax and NLL: bench/screen_tokens.py's reference).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 from types import SimpleNamespace
 
 import torch
+import torch.nn.functional as F
 from gcg_step import SHAPES, build
 
 from scanner.config import ScreenConfig
@@ -34,12 +36,26 @@ def peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def random_engine(shape: str, positions: int) -> HFEngine:
-    model = build(shape, "cpu", torch.float32)
+def random_engine(shape: str, device: str = "cpu", dtype: torch.dtype = torch.float32, positions: int = 4096) -> HFEngine:
+    """A random-weight Llama of `shape` behind a BOS-only template (no tokenizer work)."""
+    model = build(shape, device, dtype)
     model.config.max_position_embeddings = max(positions, model.config.max_position_embeddings)
-    loaded = LoadedModel(model=model, tokenizer=SimpleNamespace(pad_token_id=0), device="cpu", dtype="float32",
+    loaded = LoadedModel(model=model, tokenizer=SimpleNamespace(pad_token_id=0), device=device, dtype=str(dtype),
                          source="random")
     return HFEngine.bare(loaded, PromptTemplate("", "", (1,), (1,), (), "BOS, uncounted"), list(range(3, 259)))
+
+
+@torch.no_grad()
+def teacher_forced_pass(engine: HFEngine, docs: list[list[int]], chunk: int) -> None:
+    """One plain teacher-forced pass: each document in chunks of `chunk` tokens after the template
+    prefix, the model's full logits, argmax and NLL of every token (what the screen is measured against)."""
+    prefix = list(engine.template.prefix_ids)
+    for ids in docs:
+        for a in range(0, len(ids), chunk):
+            seq = torch.tensor([prefix + ids[a:a + chunk]], device=engine.device)
+            logits = engine.model(input_ids=seq, use_cache=False).logits[0, len(prefix) - 1:-1].float()
+            gold = seq[0, len(prefix):]
+            (logits.argmax(-1) == gold).sum().item(), F.cross_entropy(logits, gold, reduction="none").sum().item()
 
 
 def windows(ids: list[int], span: int) -> list[Span]:
@@ -55,7 +71,7 @@ def main() -> None:
     parser.add_argument("--config", default="{}", help="ScreenConfig fields as JSON")
     args = parser.parse_args()
     torch.manual_seed(0)
-    engine = random_engine(args.shape, 4096)
+    engine = random_engine(args.shape)
     vocab = SHAPES[args.shape]["vocab_size"]
     ids = torch.randint(3, vocab, (args.doc_tokens,), generator=torch.Generator().manual_seed(0)).tolist()
     config = ScreenConfig(**json.loads(args.config))
@@ -64,10 +80,16 @@ def main() -> None:
     with torch.inference_mode():
         screened = screen_spans(engine, ids, windows(ids, args.span), config)
     seconds = time.perf_counter() - start
+    peak = peak_mib()  # before the teacher-forced pass, whose full logits would raise it
+    start = time.perf_counter()
+    teacher_forced_pass(engine, [ids], 1024)
+    tf = time.perf_counter() - start
     print(json.dumps({"bench": "screen_memory", "shape": args.shape, "doc_tokens": args.doc_tokens,
                       "config": json.loads(args.config), "spans": len(screened), "seconds": round(seconds, 2),
                       "corpus_tokens_per_s": round(args.doc_tokens / seconds, 1),
-                      "rss_after_load_mib": round(loaded), "peak_rss_mib": round(peak_mib())}), flush=True)
+                      "teacher_forced_tokens_per_s": round(args.doc_tokens / tf, 1),
+                      "ratio_to_teacher_forced": round(tf / seconds, 3),
+                      "rss_after_load_mib": round(loaded), "peak_rss_mib": round(peak)}), flush=True)
 
 
 if __name__ == "__main__":

@@ -4,11 +4,13 @@ teacher-forced pass over the same book with the same model, in the same process.
     python bench/screen_tokens.py --shapes 8b --book-tokens 100000                    # GPU
     python bench/screen_tokens.py --shapes tiny,28m --device cpu --dtype float32 --book-tokens 8000
 
-Screens of the same book side by side (bench/screen_modes.py MODES, 32-token windows, 32 tokens of
-context): exact windows exhaustive (every span's span row and certificate rows, the old default),
-exact two-phase (those rows only where the window reaches --certificate-min-match), streamed windows
-two-phase (stages/stream.py), and the bare screen (exact, --context-tokens 0). The teacher-forced pass:
-the book in chunks of --chunk tokens after BOS, the model's full logits, argmax and NLL of every token.
+Screens of the same book side by side (32-token windows, 32 tokens of context): exact windows
+exhaustive (every span's span row and certificate rows, the old default), exact two-phase (those rows
+only where the window reaches --certificate-min-match 0.5), the default (streamed windows,
+stages/stream.py, two-phase at ScreenConfig's gate), and the bare screen (exact, --context-tokens 0). The teacher-forced pass:
+the book in chunks of --chunk tokens after BOS, the model's full logits, argmax and NLL of every token
+(plain HF); and the same pass computed as the screen computes scores (the head in slices, each reduced
+at once: engine/teacher.py), the screen's own lower bound.
 Random weights match no token, so the two-phase screens run the window pass alone: this is the
 screen's cost on text the model has not memorized. Figures: seconds (the best of --repeats), corpus
 tokens/s, the ratio to the teacher-forced pass (1 = as fast as one plain pass), forwarded tokens per
@@ -21,25 +23,23 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from types import SimpleNamespace
 
 import torch
-import torch.nn.functional as F
-from gcg_step import SHAPES, build
+from gcg_step import SHAPES
+from screen_memory import random_engine, teacher_forced_pass
 
 from scanner.config import ScreenConfig, SpanConfig
 from scanner.engine.hf import HFEngine
-from scanner.engine.loading import LoadedModel
-from scanner.engine.template import PromptTemplate
+from scanner.engine.teacher import teacher_scores
 from scanner.stages.anchor import screen_with_anchors
 from scanner.stages.read import Document
 from scanner.stages.screen import ScreenWork, screen_spans
 from scanner.stages.spans import Span
 
 SETTINGS = {  # name: ScreenConfig fields
-    "exact-0": {"window": "exact", "certificate_min_match": 0.0},
-    "exact-0.5": {"window": "exact", "certificate_min_match": 0.5},
-    "stream-0.5": {"window": "stream", "certificate_min_match": 0.5},
+    "exact-0": {"window": "exact", "certificate_min_match": 0.0},  # exhaustive: the old default
+    "exact-0.5": {"window": "exact", "certificate_min_match": 0.5},  # two-phase
+    "default": {},  # streamed windows (auto), two-phase at the default gate
     "bare": {"window": "exact", "certificate_min_match": 0.0, "context_tokens": 0},
 }
 
@@ -55,17 +55,13 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-@torch.no_grad()
-def teacher_forced_pass(engine: HFEngine, docs: list[list[int]], chunk: int) -> None:
-    """One plain teacher-forced pass: each document in chunks of `chunk` tokens after the template
-    prefix, the model's logits, argmax and NLL of every token (what the screen is measured against)."""
+def sliced_pass(engine: HFEngine, docs: list[list[int]], chunk: int) -> None:
+    """The same pass the way the screen computes scores (engine/teacher.py: body, then the head on
+    slices of positions, each reduced to argmax and NLL at once), no top-k, no overlap: the screen's
+    own lower bound."""
     prefix = list(engine.template.prefix_ids)
-    for ids in docs:
-        for a in range(0, len(ids), chunk):
-            seq = torch.tensor([prefix + ids[a:a + chunk]], device=engine.device)
-            logits = engine.model(input_ids=seq, use_cache=False).logits[0, len(prefix) - 1:-1].float()
-            gold = seq[0, len(prefix):]
-            (logits.argmax(-1) == gold).sum().item(), F.cross_entropy(logits, gold, reduction="none").sum().item()
+    seqs = [prefix + ids[a:a + chunk] for ids in docs for a in range(0, len(ids), chunk)]
+    teacher_scores(engine, seqs, [len(s) - len(prefix) for s in seqs], [False] * len(seqs), ScreenConfig())
 
 
 def best_of(repeats: int, device: str, run) -> float:
@@ -93,22 +89,18 @@ def screen_book(engine: HFEngine, ids: list[int], config: ScreenConfig, args, an
     return work
 
 
-def random_engine(shape: str, device: str, dtype: torch.dtype) -> HFEngine:
-    model = build(shape, device, dtype)
-    loaded = LoadedModel(model=model, tokenizer=SimpleNamespace(pad_token_id=0), device=device, dtype=str(dtype),
-                         source="random")
-    return HFEngine.bare(loaded, PromptTemplate("", "", (1,), (1,), (), "BOS, uncounted"), list(range(3, 259)))
-
-
 def bench_shape(shape: str, args) -> None:
     dtype = getattr(torch, args.dtype)
-    engine = random_engine(shape, args.device, dtype)
+    engine = random_engine(shape, args.device, dtype, 4096)
     ids = torch.randint(3, SHAPES[shape]["vocab_size"], (args.book_tokens,),
                         generator=torch.Generator().manual_seed(0)).tolist()
     screen_spans(engine, ids, book_spans(ids, args.span)[:8], ScreenConfig())  # warm-up: kernels, allocator
     tf = best_of(args.repeats, args.device, lambda: teacher_forced_pass(engine, [ids], args.chunk))
-    print(json.dumps({"bench": "screen", "shape": shape, "setting": "teacher-forced pass", "book_tokens": len(ids),
-                      "book_s": round(tf, 3), "corpus_tokens_per_s": round(len(ids) / tf, 1)}), flush=True)
+    sliced = best_of(args.repeats, args.device, lambda: sliced_pass(engine, [ids], args.chunk))
+    for name, seconds in (("teacher-forced pass", tf), ("teacher-forced pass, sliced head", sliced)):
+        print(json.dumps({"bench": "screen", "shape": shape, "setting": name, "book_tokens": len(ids),
+                          "book_s": round(seconds, 3), "corpus_tokens_per_s": round(len(ids) / seconds, 1),
+                          "ratio_to_teacher_forced": round(tf / seconds, 3)}), flush=True)
     for name in args.settings.split(","):
         config = ScreenConfig(**{"context_tokens": 32, "chunk_tokens": args.chunk, **SETTINGS[name]})
         works: list[ScreenWork] = []
@@ -119,6 +111,7 @@ def bench_shape(shape: str, args) -> None:
                           "book_tokens": len(ids), "book_s": round(seconds, 3),
                           "corpus_tokens_per_s": round(len(ids) / seconds, 1),
                           "ratio_to_teacher_forced": round(tf / seconds, 3),
+                          "ratio_to_sliced_pass": round(sliced / seconds, 3),
                           "forwarded_per_corpus_token": round(work["forwarded_tokens"] / len(ids), 3),
                           "padded_per_corpus_token": round(work["padded_tokens"] / len(ids), 3)}), flush=True)
 
@@ -132,7 +125,7 @@ def main() -> None:
     parser.add_argument("--span", type=int, default=32)
     parser.add_argument("--chunk", type=int, default=1024, help="stream chunk and teacher-forced chunk tokens")
     parser.add_argument("--spans-per-call", type=int, default=1024)
-    parser.add_argument("--settings", default=",".join(SETTINGS))
+    parser.add_argument("--settings", default="exact-0.5,default,bare", help=f"of {', '.join(SETTINGS)}")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--anchors", action="store_true", help="screen as a scan does, anchored spans included")
     args = parser.parse_args()

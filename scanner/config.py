@@ -292,12 +292,14 @@ class ScreenConfig:
     discoverable_prefix: int | None = None  # k; None = half the span
     max_rows: int = 256  # rows per forward
     batch_tokens: int = 16384  # tokens per forward, padding included (a long row still goes alone)
-    # Rows beyond the window row, the span row (discoverable memorization) and the certificate rows (up
-    # to context_tokens per span, ~95 % of an exhaustive screen's tokens), are built only for spans whose
-    # window row reaches this greedy-match rate: a span the model does not continue from its full context
-    # rarely follows from less of it. 0 keeps the exhaustive screen.
-    certificate_min_match: float = 0.0
-    # The window rows: "exact" (one [context_tokens][span] row per span), "stream" (one causal pass over
+    # Rows beyond the window, the span row (discoverable memorization) and the certificate rows (up to
+    # context_tokens per span, ~95 % of an exhaustive screen's tokens), are built only for spans whose
+    # window reaches this greedy-match rate: a span the model does not continue from its full context
+    # rarely follows from less of it. 0 keeps the exhaustive screen. 0.75 kept every certificate of the
+    # exhaustive screen on a planted corpus, where 0.5 let through 4 in 10 spans of unmemorized text
+    # (bench/RESULTS.md, "Screen modes").
+    certificate_min_match: float = 0.75
+    # The windows: "exact" (one [context_tokens][span] row per span), "stream" (one causal pass over
     # chunks of chunk_tokens: each span sees at least context_tokens before it; stages/stream.py) or
     # "auto" (stream unless a chat template's suffix sits between context and span).
     window: str = "auto"
