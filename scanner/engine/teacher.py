@@ -25,20 +25,12 @@ from scanner.config import ExtractionConfig, ScreenConfig
 from scanner.engine import batched
 from scanner.engine.hf import HFEngine
 from scanner.engine.losses import topk_logprobs
+from scanner.engine.token_scores import TokenScores
 from scanner.errors import require
 
 # fp32 logits per head slice: 64 MiB on a CPU (341 positions of a 49k vocabulary), 1 GiB on a GPU,
 # where bigger matmuls pay; log-softmax and top-k take about twice that again while a slice is reduced.
 HEAD_ELEMENTS = {"cpu": 1 << 24, "cuda": 1 << 28}
-
-
-@dataclass(frozen=True)
-class TokenScores:
-    """One row's scored tokens."""
-
-    matches: torch.Tensor  # [n] bool: the token is the argmax
-    nll: torch.Tensor  # [n] float32
-    topk: torch.Tensor | None  # [n] float64: log-prob under top-k sampling; None where not asked
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import os
 import torch
 
 from scanner.config import EngineConfig, ModelConfig
-from scanner.engine.teacher import TokenScores
+from scanner.engine.token_scores import TokenScores
 from scanner.errors import InputError, MissingDependency
 from scanner.measures.extraction import topk_from_logprobs
 

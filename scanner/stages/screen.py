@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 from scanner.config import ScreenConfig
 from scanner.engine.hf import HFEngine
-from scanner.engine.teacher import TokenScores, teacher_scores
+from scanner.engine.teacher import teacher_scores
+from scanner.engine.token_scores import TokenScores
 from scanner.errors import require
 from scanner.measures.extraction import greedy_pz, log_pz
 from scanner.stages.spans import Span

@@ -25,7 +25,8 @@ import torch
 
 from scanner.config import ScreenConfig
 from scanner.engine.hf import HFEngine
-from scanner.engine.teacher import TokenScores, teacher_scores
+from scanner.engine.teacher import teacher_scores
+from scanner.engine.token_scores import TokenScores
 from scanner.errors import require
 
 
