@@ -12,8 +12,9 @@ the book in chunks of --chunk tokens after BOS, the model's full logits, argmax 
 (plain HF); and the same pass computed as the screen computes scores (the head in slices, each reduced
 at once: engine/teacher.py), the screen's own lower bound.
 Random weights match no token, so the two-phase screens run the window pass alone: this is the
-screen's cost on text the model has not memorized. Figures: seconds (the best of --repeats), corpus
-tokens/s, the ratio to the teacher-forced pass (1 = as fast as one plain pass), forwarded tokens per
+screen's cost on text the model has not memorized. Figures: seconds (the best of --repeats, all runs
+interleaved; on a CPU one torch thread and the process's CPU time, since other jobs stretch the wall
+clock and a second thread's spinning would count; wall time on a GPU), corpus tokens/s, the ratio to the teacher-forced pass (1 = as fast as one plain pass), forwarded tokens per
 corpus token (ScreenWork, unpadded). `--anchors` screens as a scan does, anchored spans included (on
 random weights no runs of matches form: the row measures the bookkeeping).
 """
@@ -64,14 +65,25 @@ def sliced_pass(engine: HFEngine, docs: list[list[int]], chunk: int) -> None:
     teacher_scores(engine, seqs, [len(s) - len(prefix) for s in seqs], [False] * len(seqs), ScreenConfig())
 
 
-def best_of(repeats: int, device: str, run) -> float:
-    best = float("inf")
+def timed(device: str, run) -> float:
+    """Seconds of `run()`: on a CPU the process's CPU time (all its threads), which other jobs on a shared
+    machine leave nearly untouched where they stretch the wall clock several-fold; on a GPU the wall
+    clock, synchronized."""
+    sync(device)
+    clock = time.process_time if device == "cpu" else time.perf_counter
+    start = clock()
+    run()
+    sync(device)
+    return clock() - start
+
+
+def best_of(repeats: int, device: str, runs: dict) -> dict:
+    """The least seconds of each of `runs` ({name: function}), the runs interleaved `repeats` times so a
+    slower stretch of the machine falls on all of them."""
+    best = dict.fromkeys(runs, float("inf"))
     for _ in range(repeats):
-        sync(device)
-        start = time.perf_counter()
-        run()
-        sync(device)
-        best = min(best, time.perf_counter() - start)
+        for name, run in runs.items():
+            best[name] = min(best[name], timed(device, run))
     return best
 
 
@@ -95,25 +107,24 @@ def bench_shape(shape: str, args) -> None:
     ids = torch.randint(3, SHAPES[shape]["vocab_size"], (args.book_tokens,),
                         generator=torch.Generator().manual_seed(0)).tolist()
     screen_spans(engine, ids, book_spans(ids, args.span)[:8], ScreenConfig())  # warm-up: kernels, allocator
-    tf = best_of(args.repeats, args.device, lambda: teacher_forced_pass(engine, [ids], args.chunk))
-    sliced = best_of(args.repeats, args.device, lambda: sliced_pass(engine, [ids], args.chunk))
-    for name, seconds in (("teacher-forced pass", tf), ("teacher-forced pass, sliced head", sliced)):
-        print(json.dumps({"bench": "screen", "shape": shape, "setting": name, "book_tokens": len(ids),
-                          "book_s": round(seconds, 3), "corpus_tokens_per_s": round(len(ids) / seconds, 1),
-                          "ratio_to_teacher_forced": round(tf / seconds, 3)}), flush=True)
+    works: dict[str, ScreenWork] = {}
+    runs = {"teacher-forced pass": lambda: teacher_forced_pass(engine, [ids], args.chunk),
+            "teacher-forced pass, sliced head": lambda: sliced_pass(engine, [ids], args.chunk)}
     for name in args.settings.split(","):
         config = ScreenConfig(**{"context_tokens": 32, "chunk_tokens": args.chunk, **SETTINGS[name]})
-        works: list[ScreenWork] = []
-        seconds = best_of(args.repeats, args.device, lambda c=config, w=works: w.append(
-            screen_book(engine, ids, c, args, args.anchors)))
-        work = works[-1].to_dict()
-        print(json.dumps({"bench": "screen", "shape": shape, "setting": name, "anchors": args.anchors,
-                          "book_tokens": len(ids), "book_s": round(seconds, 3),
-                          "corpus_tokens_per_s": round(len(ids) / seconds, 1),
-                          "ratio_to_teacher_forced": round(tf / seconds, 3),
-                          "ratio_to_sliced_pass": round(sliced / seconds, 3),
-                          "forwarded_per_corpus_token": round(work["forwarded_tokens"] / len(ids), 3),
-                          "padded_per_corpus_token": round(work["padded_tokens"] / len(ids), 3)}), flush=True)
+        runs[name] = lambda n=name, c=config: works.__setitem__(n, screen_book(engine, ids, c, args, args.anchors))
+    seconds = best_of(args.repeats, args.device, runs)
+    tf, sliced = seconds["teacher-forced pass"], seconds["teacher-forced pass, sliced head"]
+    for name, took in seconds.items():
+        row = {"bench": "screen", "shape": shape, "setting": name, "book_tokens": len(ids), "seconds": round(took, 3),
+               "corpus_tokens_per_s": round(len(ids) / took, 1), "ratio_to_teacher_forced": round(tf / took, 3),
+               "ratio_to_sliced_pass": round(sliced / took, 3)}
+        if name in works:
+            work = works[name].to_dict()
+            row.update(anchors=args.anchors,
+                       forwarded_per_corpus_token=round(work["forwarded_tokens"] / len(ids), 3),
+                       padded_per_corpus_token=round(work["padded_tokens"] / len(ids), 3))
+        print(json.dumps(row), flush=True)
 
 
 def main() -> None:
@@ -128,7 +139,11 @@ def main() -> None:
     parser.add_argument("--settings", default="exact-0.5,default,bare", help=f"of {', '.join(SETTINGS)}")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--anchors", action="store_true", help="screen as a scan does, anchored spans included")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads on a CPU (1: its CPU seconds are work, not threads spinning)")
     args = parser.parse_args()
+    if args.device == "cpu":
+        torch.set_num_threads(args.threads)
     for shape in args.shapes.split(","):
         bench_shape(shape, args)
         if args.device.startswith("cuda"):
