@@ -422,6 +422,9 @@ class ScanConfig:
                 f"--max-candidates {self.max_candidates} must be >= 0")
         require(self.docs_per_shard >= 1, f"--docs-per-shard {self.docs_per_shard} must be >= 1")
         require(self.unit_size >= 1, f"--unit-size {self.unit_size} must be >= 1")
+        require(not (self.prompt.chat and self.screen.window == "stream"),
+                "--screen-window stream reads a span right after the document text before it, but --chat puts "
+                "the template's suffix between them; pass --screen-window exact or auto")
         parse_budget(self.search_budget)  # InputError naming the value and the accepted forms
 
     def to_dict(self) -> dict:

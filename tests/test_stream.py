@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from scanner.config import PromptConfig, ScreenConfig
+from scanner.config import CorpusConfig, ModelConfig, PromptConfig, ScanConfig, ScreenConfig
 from scanner.engine import teacher
 from scanner.engine.hf import HFEngine
 from scanner.errors import InputError
@@ -95,6 +95,9 @@ def test_window_mode_resolves_from_the_template(loaded, engine):
     assert window_info(engine, ScreenConfig())["chunk_tokens"] == engine.max_positions - 1  # capped: 255
     with pytest.raises(InputError, match="--screen-window 'sliding' is not one of"):
         ScreenConfig(window="sliding")
+    with pytest.raises(InputError, match="--chat puts the template's suffix between them"):  # refused before a load
+        ScanConfig(corpus=CorpusConfig(path="c.parquet"), model=ModelConfig(model="m"), prompt=PromptConfig(chat=True),
+                   screen=ScreenConfig(window="stream"))
 
 
 def test_logits_come_in_slices_and_forwards_in_bounded_batches(engine, long_doc, monkeypatch):
