@@ -34,6 +34,9 @@ from scanner.search.gcg import sample_candidates
 SHAPES = {
     "tiny": dict(hidden_size=64, num_hidden_layers=2, intermediate_size=256, num_attention_heads=4,
                  num_key_value_heads=4, vocab_size=512),
+    # a small body under SmolLM2's 49k vocabulary: the head is most of the work, as in the screen's reports
+    "28m": dict(hidden_size=256, num_hidden_layers=6, intermediate_size=1024, num_attention_heads=4,
+                num_key_value_heads=4, vocab_size=49152),
     "135m": dict(hidden_size=576, num_hidden_layers=30, intermediate_size=1536, num_attention_heads=9,
                  num_key_value_heads=3, vocab_size=49152),  # SmolLM2-135M
     "360m": dict(hidden_size=960, num_hidden_layers=32, intermediate_size=2560, num_attention_heads=15,

@@ -12,7 +12,8 @@
 #   gcg_step     bench/gcg_step.py: 1B and 8B shapes, ours vs plain HF vs the matmul floor, then 1, 2, 4, 8
 #                targets per forward on the 135M and 360M shapes;
 #   miniprompt   bench/miniprompt.py --size gpu: fast (margin) at 1 and 4 targets per forward vs paper;
-#   screen_8b    bench/screen_tokens.py: screening seconds per 20k-token book slice on the 8B shape.
+#   screen_8b    bench/screen_tokens.py: screening seconds per 20k-token book slice on the 8B shape, exact
+#                and streamed windows (two-phase) and the bare screen, against one teacher-forced pass.
 # The limits sum to 500 s (+5 s grace each to kill a step): the call ends within 9 minutes, as one device
 # command must (10 min). GPU_CHECK_BUDGET_S (530) caps the total: a step gets at most what is left.
 # GPU_CHECK_REHEARSAL=1: the same steps on the CPU with tiny shapes and short limits, to check the script's
@@ -114,7 +115,7 @@ step gcg_step "torch transformers" "$py" bench/gcg_step.py --shapes "$both" --de
 step miniprompt "torch transformers tokenizers" "$py" bench/miniprompt.py --size "$size" --device "$device" \
   --variants fast/margin,paper --widths 1,4 --no-controls "${tiny_args[@]}"
 step screen_8b "torch transformers" "$py" bench/screen_tokens.py --shapes "$large" --device "$device" \
-  --dtype "$dtype" --book-tokens "$((book * 2 / 3))"
+  --dtype "$dtype" --book-tokens "$((book * 2 / 3))" --settings exact-0.5,default,bare --repeats 1
 
 json() { local s=${1//\\/\\\\}; s=${s//\"/\\\"}; printf '"%s"' "$s"; }
 printf '\n%-11s %-34s %7s %7s  %s\n' step status seconds limit note

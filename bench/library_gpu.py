@@ -7,8 +7,8 @@ One model, one book-length slice of random token ids, three kinds of rows (JSON 
 - raw_pass: one teacher-forced pass over the slice in long chunks (argmax and NLL at every position,
   through HFEngine.logits): what any reading of these tokens costs at least. Corpus tokens per second.
 - screen: the scan's screen of the same tokens (stages/anchor.py over stages/screen.py, 32-token spans,
-  32 tokens of context with certificate rows, anchored spans), the exhaustive default and the two-phase
-  screen (--certificate-min-match 0.5): corpus tokens per second, model tokens per corpus token and
+  32 tokens of context, anchored spans), the exhaustive exact-window screen and today's default (streamed
+  windows, two-phase at --certificate-min-match 0.75): corpus tokens/s, forwarded tokens per corpus token and
   `raw_passes`, the raw pass's tokens/s over the screen's (how many raw passes one screen costs).
 - search: GCG steps of the library's loop (search/gcg.py run_gcg, run by search/driver.py, the default
   GCGConfig) on one span of the slice at the decision length (span - 1 free tokens): seconds per step.
@@ -29,10 +29,9 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 from gcg_step import SHAPES, build
-from screen_tokens import bench as screen_bench
-from screen_tokens import sync
+from screen_tokens import SETTINGS, screen_book, sync
 
-from scanner.config import SearchConfig
+from scanner.config import ScreenConfig, SearchConfig
 from scanner.engine.batched import TargetScorer
 from scanner.engine.hf import HFEngine
 from scanner.engine.loading import LoadedModel
@@ -117,12 +116,18 @@ def bench_search(engine: HFEngine, ids: list[int], args) -> dict:
 
 
 def screen_rows(engine: HFEngine, ids: list[int], args, raw: dict) -> list[dict]:
+    """The scan's screen of the slice, anchored spans included, at the exhaustive exact-window setting
+    (the release before's default) and at today's default (streamed windows, two-phase)."""
     rows = []
-    for name, min_match in (("default", 0.0), ("two-phase", 0.5)):
-        row = screen_bench(engine, ids, args, 32, min_match, anchors=True)
-        per_s = len(ids) / row["book_s"]
-        rows.append({"bench": "screen", "screen": name, **row, "corpus_tokens_per_s": per_s,
-                     "model_tokens_per_corpus_token": row["model_tokens"] / len(ids),
+    for name in ("exact-0", "default"):
+        config = ScreenConfig(**{"context_tokens": 32, **SETTINGS[name]})  # the scan's chunk (1024)
+        sync(args.device)
+        start = time.perf_counter()
+        work = screen_book(engine, ids, config, args, anchors=True).to_dict()
+        sync(args.device)
+        per_s = len(ids) / (time.perf_counter() - start)
+        rows.append({"bench": "screen", "screen": name, "book_tokens": len(ids), "corpus_tokens_per_s": per_s,
+                     "forwarded_per_corpus_token": work["forwarded_tokens"] / len(ids),
                      "raw_passes": raw["corpus_tokens_per_s"] / per_s})
     return rows
 

@@ -294,15 +294,27 @@ class SpanConfig:
         return max(1, self.span_tokens - 4) if self.anchor_min_run is None else self.anchor_min_run
 
 
+SCREEN_WINDOWS = ("auto", "exact", "stream")
+
+
 @dataclass(frozen=True, kw_only=True)
 class ScreenConfig:
     context_tokens: int = 32  # preceding document tokens in the window and the longest certificate
     discoverable_prefix: int | None = None  # k; None = half the span
-    max_rows: int = 256  # rows per forward on the CPU; on CUDA the engine's chunking applies
-    # Certificate rows are ~95 % of the screen's tokens (j = 1..context rows per span). Above 0 they are
-    # built only for spans whose window row reaches this greedy-match rate: a span the model does not
-    # continue from its full context rarely follows from less of it. 0 keeps the exhaustive screen.
-    certificate_min_match: float = 0.0
+    max_rows: int = 256  # rows per forward
+    batch_tokens: int = 16384  # tokens per forward, padding included (a long row still goes alone)
+    # Rows beyond the window, the span row (discoverable memorization) and the certificate rows (up to
+    # context_tokens per span, ~95 % of an exhaustive screen's tokens), are built only for spans whose
+    # window reaches this greedy-match rate: a span the model does not continue from its full context
+    # rarely follows from less of it. 0 keeps the exhaustive screen. 0.75 kept every certificate of the
+    # exhaustive screen on a planted corpus, where 0.5 let through 4 in 10 spans of unmemorized text
+    # (bench/RESULTS.md, "Screen modes").
+    certificate_min_match: float = 0.75
+    # The windows: "exact" (one [context_tokens][span] row per span), "stream" (one causal pass over
+    # chunks of chunk_tokens: each span sees at least context_tokens before it; stages/stream.py) or
+    # "auto" (stream unless a chat template's suffix sits between context and span).
+    window: str = "auto"
+    chunk_tokens: int = 1024  # document tokens per streamed chunk (within the model's positions)
     extraction: ExtractionConfig = field(default_factory=ExtractionConfig)  # p_z from the window row
 
     def __post_init__(self) -> None:
@@ -310,8 +322,12 @@ class ScreenConfig:
         require(self.discoverable_prefix is None or self.discoverable_prefix >= 1,
                 f"discoverable_prefix {self.discoverable_prefix} must be >= 1")
         require(self.max_rows >= 1, f"max_rows {self.max_rows} must be >= 1")
+        require(self.batch_tokens >= 1, f"batch_tokens {self.batch_tokens} must be >= 1")
         require(0 <= self.certificate_min_match <= 1,
                 f"--certificate-min-match {self.certificate_min_match} must be in [0, 1]")
+        require(self.window in SCREEN_WINDOWS,
+                f"--screen-window {self.window!r} is not one of {', '.join(SCREEN_WINDOWS)}")
+        require(self.chunk_tokens >= 2, f"--chunk-tokens {self.chunk_tokens} must be >= 2")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -422,6 +438,9 @@ class ScanConfig:
         require(self.unit_size >= 1, f"--unit-size {self.unit_size} must be >= 1")
         require(self.work_text_tokens >= 1, f"--work-text-tokens {self.work_text_tokens} must be >= 1 (the "
                 "shortest run of the work's tokens that makes a prompt work_text; default 4)")
+        require(not (self.prompt.chat and self.screen.window == "stream"),
+                "--screen-window stream reads a span right after the document text before it, but --chat puts "
+                "the template's suffix between them; pass --screen-window exact or auto")
         parse_budget(self.search_budget)  # InputError naming the value and the accepted forms
 
     def to_dict(self) -> dict:

@@ -78,23 +78,24 @@ def test_topk_logprobs_equal_a_hand_computation():
     assert topk_logprobs(logits, gold, 5, 1.0)[4] == -math.inf  # rank 6 of 50 is outside the top 5
 
 
-@pytest.fixture(scope="module")
-def screened(engine):
-    """A canary and a salad span of one document, screened with 12 tokens of context."""
+@pytest.fixture(scope="module", params=["exact", "stream"])
+def screened(engine, request):
+    """A canary and a salad span of one document, screened with 12 tokens of context: exactly those
+    (exact windows) or the whole document before the span (streamed, the document within one chunk)."""
     rng = random.Random(11)
     doc = f"{salad(rng, 14)}\n{CANARIES[0]}\n{salad(rng, 14)}"
     ids, offsets = tokenize_document(doc, engine.tokenizer)
     start = next(i for i, (a, _) in enumerate(offsets) if a >= doc.index(CANARIES[0]))
     spans = [Span(doc_id="d", span_id=f"s{s}", token_start=s, token_end=s + 12, char_start=0, char_end=0, text="",
                   target_ids=ids[s:s + 12]) for s in (start + 1, len(ids) - 12)]
-    config = ScreenConfig(context_tokens=12, extraction=ExtractionConfig(top_k=40, temperature=1.0))
-    return ids, spans, screen_spans(engine, ids, spans, config)
+    config = ScreenConfig(context_tokens=12, window=request.param, extraction=ExtractionConfig(top_k=40, temperature=1.0))
+    return ids, spans, screen_spans(engine, ids, spans, config), request.param
 
 
 def test_screen_pz_equals_softmax_and_topk_by_hand(engine, screened):
-    ids, spans, results = screened
+    ids, spans, results, window = screened
     for span, result in zip(spans, results, strict=True):
-        context = ids[max(0, span.token_start - 12):span.token_start]
+        context = ids[max(0, span.token_start - 12) if window == "exact" else 0:span.token_start]
         seq = torch.tensor([[*engine.template.prefix_ids, *context, *engine.template.suffix_ids, *span.target_ids]])
         logits = engine.logits(seq, keep=13)[0, :-1].double().tolist()
         probs = [by_hand(row, token, 40, 1.0) for row, token in zip(logits, span.target_ids, strict=True)]

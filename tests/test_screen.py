@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from scanner.config import ScreenConfig
-from scanner.stages.screen import ScreenWork, screen_spans
+from scanner.stages.screen import ScreenWork, rounds, screen_spans
 from scanner.stages.spans import Span, tokenize_document
 from scanner.studies.tiny import CANARIES, salad
 
@@ -48,7 +48,7 @@ def test_memorized_span_stands_out_and_gets_a_certificate(engine, document):
 def test_padded_batch_equals_unpadded_forwards(engine, document):
     doc, ids, offsets, start, end = document
     spans = [span_at(doc, ids, offsets, s, s + 8) for s in (2, 9, start)]  # different context lengths
-    got = screen_spans(engine, ids, spans, ScreenConfig(context_tokens=6, max_rows=5))
+    got = screen_spans(engine, ids, spans, ScreenConfig(context_tokens=6, max_rows=5, window="exact"))
     for span, result in zip(spans, got, strict=True):
         context = ids[max(0, span.token_start - 6):span.token_start]
         seq = torch.tensor([[*engine.template.prefix_ids, *context, *span.target_ids]])
@@ -62,21 +62,44 @@ def test_two_phase_screen_keeps_every_likely_certificate_and_skips_the_rest(engi
     doc, ids, offsets, start, end = document
     length = end - start
     spans = [span_at(doc, ids, offsets, s, s + length) for s in range(start - 6, len(ids) - length, 3)]  # one starts at the canary
-    full = screen_spans(engine, ids, spans, ScreenConfig(context_tokens=16))
-    engine.forwards, before = 0, engine.forwards
-    fast = screen_spans(engine, ids, spans, ScreenConfig(context_tokens=16, certificate_min_match=0.5))
-    rows_fast, engine.forwards = engine.forwards, before
+    full_work, fast_work = ScreenWork(), ScreenWork()
+    full = screen_spans(engine, ids, spans, ScreenConfig(context_tokens=16, certificate_min_match=0.0), full_work)
+    fast = screen_spans(engine, ids, spans, ScreenConfig(context_tokens=16, certificate_min_match=0.5), fast_work)
     assert any(f.certificate_tokens is not None for f in full), "the canary must give a certificate"
     for f, q in zip(full, fast, strict=True):
-        assert (q.greedy_match_rate, q.discoverable) == (f.greedy_match_rate, f.discoverable)
+        assert q.greedy_match_rate == f.greedy_match_rate and q.window_matches == f.window_matches
         assert q.mean_nll == pytest.approx(f.mean_nll, abs=1e-5)
         kept = f.greedy_match_rate >= 0.5
         assert q.certificate_tokens == (f.certificate_tokens if kept else None)
+        assert q.discoverable == (f.discoverable if kept else None)  # None: the span row did not run
     likely = sum(f.greedy_match_rate >= 0.5 for f in full)
     assert likely < len(spans)  # the salad spans were skipped, so the test measures a saving
-    exhaustive_rows = sum(2 + min(16, s.token_start) for s in spans)
-    assert rows_fast == 2 * len(spans) + sum(min(16, s.token_start) for s, f in zip(spans, full, strict=True)
-                                             if f.greedy_match_rate >= 0.5) < exhaustive_rows
+    assert fast_work.rows < full_work.rows and fast_work.tokens < full_work.tokens
+
+
+def shortest_certificate(engine, ids, span, context):
+    """The exhaustive screen's certificate by brute force: every j from 1 up, one forward each."""
+    for j in range(1, min(context, span.token_start) + 1):
+        seq = torch.tensor([[*engine.template.prefix_ids, *ids[span.token_start - j:span.token_start],
+                             *span.target_ids]])
+        logits = engine.logits(seq, keep=len(span.target_ids) + 1)[0, :-1]
+        if (logits.argmax(-1) == torch.tensor(span.target_ids)).all():
+            return j
+    return None
+
+
+def test_certificate_rounds_find_the_exhaustive_shortest_context(engine, document):
+    """Rounds of doubling lengths stop a span at its first success, after every shorter j was tried:
+    the shortest j, whether or not a longer context elicits whenever a shorter one does."""
+    assert rounds(32) == [(1, 2), (3, 4), (5, 8), (9, 16), (17, 32)] and rounds(0) == [] and rounds(1) == [(1, 1)]
+    doc, ids, offsets, start, end = document
+    spans = [span_at(doc, ids, offsets, s, s + 8) for s in range(start - 2, end - 8)]  # inside and around the canary
+    got = screen_spans(engine, ids, spans, ScreenConfig(context_tokens=12, window="exact", certificate_min_match=0.0))
+    want = [shortest_certificate(engine, ids, s, 12) for s in spans]
+    assert [g.certificate_tokens for g in got] == want
+    assert any(w is not None for w in want) and any(w is None for w in want)
+    assert [g.certificate_start for g in got] == [None if w is None else s.token_start - w
+                                                  for s, w in zip(spans, want, strict=True)]
 
 
 def test_certificate_min_match_is_validated():
@@ -85,15 +108,25 @@ def test_certificate_min_match_is_validated():
 
 
 def test_the_screen_counts_what_it_forwarded_row_by_row(engine, document):
-    """Every span forwards a window row (template, context, span), a span row (template, span) and a
-    certificate row per context length 1..context: the tokens a cost model multiplies the corpus by."""
+    """Exact windows, exhaustive: every span forwards a window row (template, context, span), a span row
+    (template, span) and certificate rows of context lengths 1..context in rounds, up to the round of
+    its certificate: the tokens a cost model multiplies the corpus by."""
     doc, ids, offsets, start, end = document
     spans = [span_at(doc, ids, offsets, s, s + 8) for s in (2, 9, start)]
     work = ScreenWork()
-    screen_spans(engine, ids, spans, ScreenConfig(context_tokens=6, max_rows=5), work)
+    got = screen_spans(engine, ids, spans, ScreenConfig(context_tokens=6, max_rows=5, window="exact",
+                                                      certificate_min_match=0.0), work)
     fixed = len(engine.template.prefix_ids) + len(engine.template.suffix_ids) + 8
+
+    def tried(span, result):  # certificate lengths forwarded: all rounds, or through the one that found it
+        last = min(6, span.token_start)
+        if result.certificate_tokens is not None:
+            last = min(last, next(hi for lo, hi in rounds(6) if lo <= result.certificate_tokens <= hi))
+        return list(range(1, last + 1))
+
+    lengths = [tried(s, r) for s, r in zip(spans, got, strict=True)]
     contexts = [min(6, s.token_start) for s in spans]
-    assert work.rows == sum(2 + c for c in contexts)
-    assert work.tokens == sum(2 * fixed + c + sum(fixed + j for j in range(1, c + 1)) for c in contexts)
+    assert work.rows == sum(2 + len(js) for js in lengths)
+    assert work.tokens == sum(2 * fixed + c + sum(fixed + j for j in js) for c, js in zip(contexts, lengths, strict=True))
     assert work.head_positions == 8 * work.rows
-    assert work.padded_tokens >= work.tokens  # HF's batches of 5 rows, left-padded to their longest
+    assert work.padded_tokens >= work.tokens  # HF's batches of 5 rows, right-padded to their longest

@@ -22,6 +22,9 @@ import pytest
 
 from scanner.cli.demo import demo_corpus
 from scanner.config import Budget
+from scanner.stages.screen import rounds
+from scanner.stages.spans import tokenize_document
+from scanner.stages.stream import DocumentStream
 from scanner.storage.status import _left_by_budget
 from scanner.storage.store import Store
 from scanner.studies.tiny import salad
@@ -236,19 +239,42 @@ def test_a_scan_before_its_passages_and_a_complete_one(runs):
     assert done["progress"]["passages"]["built"] is True
 
 
+def streamed_chunks(run: Path, rows: list[dict], engine) -> list[tuple[int, int]]:
+    """(tokens, scored positions) of every chunk the streamed windows of `rows` take: per document, the
+    chunks of 255 positions (the tiny model's, less BOS) overlapping by context + span (16 + 12)."""
+    texts = dict(zip(*pq.read_table(run.parent / "corpus.parquet", columns=["id", "text"]).to_pydict().values(),
+                     strict=True))
+    prefix, out = len(engine.template.prefix_ids), []
+    for doc in {r["doc_id"] for r in rows}:
+        stream = DocumentStream(tokenize_document(texts[doc], engine.tokenizer)[0], overlap=28, chunk=255)
+        for k in stream.missing([(r["token_start"], r["token_end"]) for r in rows if r["doc_id"] == doc]):
+            first, lo, hi = stream.reads(k)
+            out.append((prefix + hi - first, hi - lo))
+    return out
+
+
 def test_a_finished_scan_records_what_its_screen_forwarded(runs, engine):
-    """Every screened span forwards a window row (template, context, span), a span row and a
-    certificate row per context length 1..16 (SCAN's --context-tokens; the screen's default
-    certificate_min_match 0 builds them all): the re-encoding factor of the corpus follows from it."""
+    """The default screen: each document streamed in chunks (its windows and anchored spans read them),
+    then, for the spans whose window reaches --certificate-min-match (their discoverable flag is set), a
+    span row (template, span) and certificate rows of context lengths 1..16 (SCAN's --context-tokens)
+    in rounds, up to the round that found the certificate: the re-encoding factor of the corpus follows."""
     run = runs["complete"]
     screen = status(run)["cost"]["screen"]
     fixed = len(engine.template.prefix_ids) + len(engine.template.suffix_ids)
-    spans = [(min(16, r["token_start"]), r["target_tokens"]) for r in Store(run, "screen").rows()
-             if r["greedy_match_rate"] is not None]
-    assert screen["screen_rows"] == sum(2 + c for c, _ in spans)
-    assert screen["forwarded_tokens"] == sum(2 * (fixed + t) + c + sum(fixed + t + j for j in range(1, c + 1))
-                                             for c, t in spans)
-    assert screen["head_positions"] == sum((2 + c) * t for c, t in spans)
+    rows = [r for r in Store(run, "screen").rows() if r["greedy_match_rate"] is not None]
+    chunks = streamed_chunks(run, rows, engine)
+
+    def tried(row) -> list[int]:  # certificate lengths forwarded for a followed span
+        last, found = min(16, row["token_start"]), row["certificate_tokens"]
+        return list(range(1, last + 1 if found is None else min(last, next(
+            hi for lo, hi in rounds(16) if lo <= found <= hi)) + 1))
+
+    followed = [(r["target_tokens"], tried(r)) for r in rows if r["discoverable"] is not None]
+    assert 0 < len(followed) < len(rows)  # the canary's spans went on, the salad's did not
+    assert screen["screen_rows"] == len(chunks) + sum(1 + len(js) for _, js in followed)
+    assert screen["forwarded_tokens"] == sum(n for n, _ in chunks) + sum(
+        fixed + t + sum(fixed + t + j for j in js) for t, js in followed)
+    assert screen["head_positions"] == sum(p for _, p in chunks) + sum((1 + len(js)) * t for t, js in followed)
     assert screen["padded_tokens"] >= screen["forwarded_tokens"] >= screen["corpus_tokens"] > 0
     assert screen["reencoding"] == pytest.approx(screen["forwarded_tokens"] / screen["corpus_tokens"])
     assert screen["candidate_share"] == pytest.approx(screen["candidates"] / screen["spans"])

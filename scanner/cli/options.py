@@ -31,6 +31,7 @@ from scanner.config import (
     EXECUTORS,
     LOSSES,
     SCHEDULES,
+    SCREEN_WINDOWS,
     CalibrationConfig,
     CorpusConfig,
     EngineConfig,
@@ -235,8 +236,16 @@ def scan_options(f):
                help="Preceding document tokens screened with each span (and the longest certificate)."),
         option(SPANS, "--certificate-min-match", type=float,
                default=default_of(ScreenConfig, "certificate_min_match"), show_default=True,
-               help="Screen: certificate rows only for spans whose window reaches this greedy-match rate "
-                    "(0: every span; 0.5 cuts the screen's tokens ~20x on unmemorized text)."),
+               help="Screen: span and certificate rows only for spans whose window reaches this "
+                    "greedy-match rate (0: every span, the exhaustive screen)."),
+        option(SPANS, "--screen-window", type=click.Choice(SCREEN_WINDOWS),
+               default=default_of(ScreenConfig, "window"), show_default=True,
+               help="Screen: window statistics from one row per span with exactly --context-tokens before it "
+                    "(exact), or from one causal pass over long chunks of each document, each span seeing at "
+                    "least --context-tokens before it (stream); auto: stream unless a chat template's suffix "
+                    "sits between context and span."),
+        option(SPANS, "--chunk-tokens", type=int, default=default_of(ScreenConfig, "chunk_tokens"),
+               show_default=True, help="Screen: document tokens per streamed chunk (the model's positions cap it)."),
         option(SPANS, "--min-match-rate", type=float, default=default_of(ScanConfig, "min_match_rate"),
                show_default=True,
                help="Screen: spans below this greedy-match rate and without a certificate are not searched."),
@@ -299,6 +308,7 @@ def scan_config(o: dict, corpus: str):
         spans=SpanConfig(span_tokens=o["span_tokens"], stride=o["stride"], allow_gaps=o["allow_gaps"],
                          anchors=o["anchors"], anchor_min_run=o["anchor_min_run"], anchor_max_gap=o["anchor_max_gap"]),
         screen=ScreenConfig(context_tokens=o["context_tokens"], certificate_min_match=o["certificate_min_match"],
+                            window=o["screen_window"], chunk_tokens=o["chunk_tokens"],
                             extraction=ExtractionConfig(top_k=o["pz_top_k"], temperature=o["pz_temperature"],
                                                         n=o["pz_n"], p=o["pz_p"])),
         min_match_rate=o["min_match_rate"],

@@ -4,10 +4,11 @@ search's teacher-forced check gives the final word).
 - `generate`: greedy continuations of many token-id prompts in one `LLM.generate` call (temperature 0,
   max_tokens = the target's length, no detokenization); `generate_scored` also asks for the top-2
   log-probs of every step, whose difference is the generated token's logit margin (verification).
-- `prompt_scores`: teacher-forced scores of many windows from `prompt_logprobs=1`: per position the
-  target token's log-prob (its NLL) and rank (rank 1: the greedy choice); for the rows that ask for it
-  (the screen's window rows), `prompt_logprobs=k` also gives the k best log-probs, from which the
-  token's log-probability under top-k sampling follows (scanner/measures/extraction.py).
+- `prompt_scores`: teacher-forced scores of many rows (the last `tail` tokens of each: a window's span,
+  a streamed chunk's scored positions) from `prompt_logprobs=1`: per position the target token's
+  log-prob (its NLL) and rank (rank 1: the greedy choice); for the rows that ask for it (the screen's
+  windows), `prompt_logprobs=k` also gives the k best log-probs, from which the token's log-probability
+  under top-k sampling follows (scanner/measures/extraction.py).
 
 It sees token ids only (`skip_tokenizer_init`): prompt strings are typed in and re-tokenized by the
 HF tokenizer the search uses, so both engines read the same ids. The `LLM` is built in `setup()`, not
@@ -20,11 +21,11 @@ import atexit
 import logging
 import math
 import os
-from dataclasses import dataclass
 
 import torch
 
 from scanner.config import EngineConfig, ModelConfig
+from scanner.engine.token_scores import TokenScores
 from scanner.errors import InputError, MissingDependency
 from scanner.measures.extraction import topk_from_logprobs
 
@@ -48,11 +49,21 @@ def import_vllm():
     return vllm
 
 
-@dataclass(frozen=True)
-class PromptScores:
-    matches: torch.Tensor  # [R, T] bool: the target token is the greedy choice at each scored position
-    nll: torch.Tensor  # [R, T] float32: its negative log-likelihood
-    topk: torch.Tensor | None = None  # [R, T] its log-prob under top-k sampling; NaN where not asked
+def _row_scores(seq: list[int], tail: int, logprobs: list, asked: bool, top_k: int,
+                temperature: float) -> TokenScores:
+    """One sequence's last `tail` tokens from vLLM's prompt log-probs: rank 1 is the greedy choice; the
+    top-k log-prob (NaN when vLLM returned too few log-probs, None when not asked) from the k best."""
+    matches = torch.zeros(tail, dtype=torch.bool)
+    nll = torch.zeros(tail, dtype=torch.float32)
+    topk = torch.full((tail,), math.nan, dtype=torch.float64) if asked else None
+    for col, (token, entry) in enumerate(zip(seq[len(seq) - tail:], logprobs[len(seq) - tail:], strict=True)):
+        logprob = entry[token]
+        matches[col] = logprob.rank == 1
+        nll[col] = -logprob.logprob
+        if asked and top_k <= MAX_LOGPROBS:
+            best = [lp.logprob for lp in entry.values() if lp.rank <= top_k]
+            topk[col] = topk_from_logprobs(logprob.logprob, best, logprob.rank <= top_k, temperature)
+    return TokenScores(matches, nll, topk)
 
 
 class VLLMEngine:
@@ -157,9 +168,9 @@ class VLLMEngine:
                                  logprobs=2) for n in new_tokens]
         return [_scored(out.outputs[0]) for out in self._run(prompts, params)]
 
-    def prompt_scores(self, seqs: list[list[int]], tail: int, topk_rows: list[bool] | None = None,
-                      top_k: int = 40, temperature: float = 1.0) -> PromptScores:
-        """Greedy matches and NLL of the last `tail` tokens of every sequence, in one call; for the rows
+    def prompt_scores(self, seqs: list[list[int]], tails: list[int], topk_rows: list[bool] | None = None,
+                      top_k: int = 40, temperature: float = 1.0) -> list[TokenScores]:
+        """Greedy matches and NLL of the last tails[i] tokens of every sequence, in one call; for the rows
         marked in `topk_rows`, also their log-probs under top-k sampling at `temperature`."""
         from vllm import SamplingParams
 
@@ -167,23 +178,11 @@ class VLLMEngine:
         if top_k > MAX_LOGPROBS and any(asked):
             log.warning("--pz-top-k %d is above the %d log-probs the vLLM screener returns: p_z under "
                         "top-k is left null; screen with --screen-engine hf to compute it", top_k, MAX_LOGPROBS)
-            asked = [False] * len(seqs)
         # One generated token is the least vLLM runs; prompt log-probs skip the prefix cache by design.
-        params = [SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=top_k if a else 1, detokenize=False)
-                  for a in asked]
-        matches = torch.zeros(len(seqs), tail, dtype=torch.bool)
-        nll = torch.zeros(len(seqs), tail, dtype=torch.float32)
-        topk = torch.full((len(seqs), tail), math.nan, dtype=torch.float64)
-        for row, (seq, out) in enumerate(zip(seqs, self._run(seqs, params), strict=True)):
-            positions = out.prompt_logprobs[len(seq) - tail:]
-            for col, (token, entry) in enumerate(zip(seq[len(seq) - tail:], positions, strict=True)):
-                logprob = entry[token]
-                matches[row, col] = logprob.rank == 1
-                nll[row, col] = -logprob.logprob
-                if asked[row]:
-                    best = [lp.logprob for lp in entry.values() if lp.rank <= top_k]
-                    topk[row, col] = topk_from_logprobs(logprob.logprob, best, logprob.rank <= top_k, temperature)
-        return PromptScores(matches=matches, nll=nll, topk=topk)
+        params = [SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=top_k if a and top_k <= MAX_LOGPROBS
+                                 else 1, detokenize=False) for a in asked]
+        return [_row_scores(seq, tail, out.prompt_logprobs, a, top_k, temperature)
+                for seq, tail, a, out in zip(seqs, tails, asked, self._run(seqs, params), strict=True)]
 
     def close(self) -> None:
         """Stop vLLM's engine processes now rather than at interpreter exit."""

@@ -33,6 +33,7 @@ from scanner.stages.calibrate import calibrate_rows
 from scanner.stages.read import Document
 from scanner.stages.screen import ScreenWork
 from scanner.stages.spans import Span, make_spans, tokenize_document
+from scanner.stages.stream import resolve_window, window_info
 from scanner.storage.rundir import Shard, config_hash, run_identity
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,8 @@ def _log_searched(row: dict) -> None:
 def calibrate(engine: HFEngine, rows: dict, docs: list[Document], config: ScanConfig) -> dict:
     """The searched rows with compression ratios and, memorized ones, the calibrated verdict (by span_id)."""
     return calibrate_rows(engine, rows, docs, config.calibration, model=config.model, prompt=config.prompt,
-                          context_tokens=config.screen.context_tokens)
+                          context_tokens=config.screen.context_tokens,
+                          exact_window=resolve_window(engine, config.screen) == "exact")
 
 
 _TOKENIZE = object()  # screen_document's default: tokenize the document itself
@@ -170,6 +172,7 @@ def provenance(config: ScanConfig, engine: HFEngine) -> dict[bytes, bytes]:
               "bos": engine.template.bos_policy, "device": engine.device, "dtype": engine.dtype,
               "verify_engine": json.dumps(engine.verify_info(), sort_keys=True),
               "screen_engine": json.dumps(engine.screen_info(), sort_keys=True),
+              "screen_window": json.dumps(window_info(engine, config.screen), sort_keys=True),
               "targets_per_forward": batched.width(engine, config.engines.targets_per_forward)}
     return {k.encode(): str(v).encode() for k, v in values.items()}
 

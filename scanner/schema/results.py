@@ -93,16 +93,21 @@ def _verdict_fields() -> list[pa.Field]:
 def _screen_fields() -> list[pa.Field]:
     return [
         column("greedy_match_rate", pa.float64(), "Teacher-forced screen: the share of target positions "
-               "where the model's argmax is the target token, given the preceding document context. "
-               "Null when the screen did not run.", nullable=True, roles=(ROLE_RANK,)),
+               "where the model's argmax is the target token, given the preceding document context (its "
+               "window: exactly --context-tokens tokens with --screen-window exact; at least that many, up "
+               "to --chunk-tokens, streamed; provenance screen_window says which). Null when the screen "
+               "did not run.", nullable=True, roles=(ROLE_RANK,)),
         column("mean_nll", pa.float64(), "Teacher-forced screen: mean negative log-likelihood (nats per "
-               "token) of the target given the preceding context. Null when the screen did not run.",
+               "token) of the target given the preceding context (its window, as for greedy_match_rate). "
+               "Null when the screen did not run.",
                nullable=True, roles=(ROLE_RANK,)),
-        column("discoverable", pa.bool_(), "Discoverable memorization (Carlini et al. 2023): the "
-               "preceding context greedily yields the whole span. Null when the span has no preceding "
-               "context or the screen did not run.", nullable=True),
+        column("discoverable", pa.bool_(), "Discoverable memorization (Carlini et al. 2023): the span's "
+               "first half alone (after the template) greedily yields the rest, teacher-forced. Null when "
+               "the span row did not run: the screen did not run, or the span's window fell below "
+               "--certificate-min-match.", nullable=True),
         column("certificate_tokens", pa.int32(), "Length of the shortest preceding document context "
-               "found that greedily elicits the span (an upper bound on |x*|); null when none does.",
+               "(at most --context-tokens) that greedily elicits the span, teacher-forced (an upper bound "
+               "on |x*|); null when none does or, below --certificate-min-match, none was tried.",
                nullable=True, roles=(ROLE_RANK,)),
         column("certificate_prompt", pa.string(), "That preceding context as a string; null when none.",
                nullable=True),
@@ -257,8 +262,9 @@ def _screen_pass_fields() -> list[pa.Field]:
                "span, at its end, so a passage a span long at any offset has a span that holds it whole. "
                "Null only in tables written without it.", nullable=True),
         pz("pz_greedy", pa.float64(), "p_z under greedy decoding: 1 when greedy generation from the "
-           "span's preceding context (the window row: template and up to --context-tokens document "
-           "tokens) reproduces the span, i.e. every teacher-forced argmax is the span token; else 0."),
+           "span's preceding context (its window: template and --context-tokens document tokens, or at "
+           "least that many when streamed) reproduces the span, i.e. every teacher-forced argmax is the "
+           "span token; else 0."),
         pz("pz_topk", pa.float64(), "p_z under top-k sampling (pz_top_k, pz_temperature): the probability "
            "that one sample from the same context is exactly the span, the product over its tokens of "
            "the softmax of logits / T over the k largest logits (0 when a token is outside them). "

@@ -21,6 +21,7 @@ from scanner.engine.hf import HFEngine
 from scanner.stages.read import Document
 from scanner.stages.screen import Screened, ScreenWork, screen_spans
 from scanner.stages.spans import Span, span_id
+from scanner.stages.stream import DocumentStream, chunk_tokens
 
 log = logging.getLogger(__name__)
 
@@ -85,13 +86,13 @@ def anchored_spans(doc: Document, ids: list[int], offsets: list[tuple[int, int]]
 
 
 def _screen(engine: HFEngine, ids: list[int], spans: list[Span], config: ScreenConfig,
-            work: ScreenWork | None) -> dict[str, tuple[Screened, float]]:
+            work: ScreenWork | None, stream: DocumentStream) -> dict[str, tuple[Screened, float]]:
     """Screened result and its share of the seconds, by span_id (one batched screen per span length)."""
     out = {}
     for length in sorted({len(s.target_ids) for s in spans}):
         group = [s for s in spans if len(s.target_ids) == length]
         start = time.perf_counter()
-        results = screen_spans(engine, ids, group, config, work)
+        results = screen_spans(engine, ids, group, config, work, stream)
         each = (time.perf_counter() - start) / len(group)
         out.update({s.span_id: (r, each) for s, r in zip(group, results, strict=True)})
     return out
@@ -103,13 +104,17 @@ def screen_with_anchors(engine: HFEngine, doc: Document, tokens: tuple[list[int]
     """The document's live spans screened, then its anchored spans screened: (span, result, seconds)
     for all of them in document order; what the screen forwarded is added to `work` when given."""
     ids, offsets = tokens
-    results = _screen(engine, ids, spans, screen_config, work)
+    # One document's streamed windows (stream mode), shared by its windows and its anchored spans: the
+    # anchors lie in text the windows' chunks already scored, so they cost no forward of their own.
+    stream = DocumentStream(ids, screen_config.context_tokens + spans_config.span_tokens,
+                            chunk_tokens(engine, screen_config))
+    results = _screen(engine, ids, spans, screen_config, work, stream)
     anchors: list[Span] = []
     if spans_config.anchors:
         anchors = anchored_spans(doc, ids, offsets, spans, [results[s.span_id][0] for s in spans], spans_config,
                                  tokenizer_id)
     if anchors:
-        results.update(_screen(engine, ids, anchors, screen_config, work))
+        results.update(_screen(engine, ids, anchors, screen_config, work, stream))
         log.debug("document %s: %d anchored spans beside %d windows", doc.doc_id, len(anchors), len(spans))
     ordered = sorted(spans + anchors, key=lambda s: (s.token_start, s.token_end))
     return [(s, *results[s.span_id]) for s in ordered]

@@ -150,9 +150,11 @@ def _searched(row: dict) -> dict:
 
 
 def calibrate_rows(engine: HFEngine, rows: dict, docs: list, config: CalibrationConfig, *, model: ModelConfig,
-                   prompt: PromptConfig, context_tokens: int) -> dict:
+                   prompt: PromptConfig, context_tokens: int, exact_window: bool = True) -> dict:
     """New rows (by span_id) of a shard's searched spans: compression ratios for each, the calibrated
-    verdict for each memorized one. A span whose calibration raises is a failed row (retried on resume)."""
+    verdict for each memorized one. A span whose calibration raises is a failed row (retried on resume).
+    `exact_window`: the screen's mean_nll saw exactly the context_tokens R is given; else (streamed
+    windows, a longer context) the model's NLL is computed again on R's context, so the two compare."""
     out = {k: _searched(r) for k, r in rows.items() if r["status"] in ("memorized", "not_memorized")}
     flagged = [r for r in out.values() if r["status"] == "memorized"]
     if not config.enabled:
@@ -163,10 +165,13 @@ def calibrate_rows(engine: HFEngine, rows: dict, docs: list, config: Calibration
         try:
             text = texts.get(_doc_key(row.get("doc_row"), row["doc_id"]))
             context = _context(text, row, engine.tokenizer, context_tokens, offsets) if ref else ""
+            model_nll = row["mean_nll"]
+            if ref and not exact_window:
+                model_nll = text_nll(engine, context, row["text"], row["target_ids"]) / len(row["target_ids"])
             out[row["span_id"]] = {**row, **calibrate_span(
                 engine, ref, config, text=row["text"], target_ids=row["target_ids"], prompt=row["prompt"],
                 prompt_tokens=row["prompt_tokens"], prefix=row["certificate_prompt"], context=context,
-                model_nll=row["mean_nll"], seed=span_seed(config.seed, row["span_id"]))}
+                model_nll=model_nll, seed=span_seed(config.seed, row["span_id"]))}
         except Exception as err:  # noqa: BLE001 - one span's fault must not lose the shard
             log.error("calibration of span %s failed", row["span_id"], exc_info=err)
             out[row["span_id"]] = {**row, "status": "failed", "reason": f"calibration: {type(err).__name__}: {err}"[:500]}

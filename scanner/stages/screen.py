@@ -1,17 +1,23 @@
-"""Screening stage: one teacher-forced pass over each span's window ranks spans before any search.
+"""Screening stage: teacher-forced passes over each span's window rank spans before any search.
 
-Per span, from rows of a single batched forward (left-padded, so every row's target sits at the end):
-- the window row [template][preceding context][span]: greedy-match rate and mean NLL of the span, its
+Per span of a document (scanner/engine/teacher.py computes the scores, in bounded memory):
+- its window: greedy-match rate and mean NLL of the span given the document text before it, its
   per-token greedy matches (where anchored spans go: stages/anchor.py) and p_z, the probability that
-  greedy or top-k sampling generates the span from that context (scanner/measures/extraction.py);
-- the span row [template][span]: discoverable memorization (Carlini et al. 2023), i.e. its first
-  k tokens greedily yield the rest;
-- certificate rows [template][last j context tokens][span] for j = 1..context: the shortest j whose
-  teacher-forced greedy output is the whole span is the natural-prefix certificate, a free bound
-  |x*| <= j that the search later verifies by generation from the document's own text.
+  greedy or top-k sampling generates the span from that context (scanner/measures/extraction.py). The
+  window is one row [template][context_tokens context][span] per span ("exact") or read off one causal
+  pass over long chunks of the document ("stream", stages/stream.py: each span then sees at least
+  context_tokens before it, ~1.1 forwarded tokens per corpus token instead of 2 or more);
+- then, for the spans whose window reaches certificate_min_match (all of them at 0, the exhaustive
+  screen), the span row [template][span]: discoverable memorization (Carlini et al. 2023), i.e. its
+  first k tokens greedily yield the rest (None where not run), and
+- the certificate rows [template][last j context tokens][span]: the shortest j whose teacher-forced
+  greedy output is the whole span is the natural-prefix certificate, a free bound |x*| <= j that the
+  search later verifies by generation from the document's own text. The rows go in rounds of doubling j
+  (1-2, 3-4, 5-8, ...) and a span leaves at its first round with a success: every j below the one found
+  was tried, so the result is the exhaustive screen's shortest j, monotone in j or not.
 
-With vLLM attached as the screener (--screen-engine vllm) the same rows go to it in one call, unpadded,
-and its prompt log-probs give the matches and NLL; HF's path pads and batches `max_rows` at a time.
+With vLLM attached as the screener (--screen-engine vllm) the same rows go to it unpadded, and its
+prompt log-probs give the matches and NLL.
 """
 
 from __future__ import annotations
@@ -20,15 +26,14 @@ import logging
 import math
 from dataclasses import dataclass
 
-import torch
-import torch.nn.functional as F
-
-from scanner.config import ExtractionConfig, ScreenConfig
+from scanner.config import ScreenConfig
 from scanner.engine.hf import HFEngine
-from scanner.engine.losses import topk_logprobs
+from scanner.engine.teacher import teacher_scores
+from scanner.engine.token_scores import TokenScores
 from scanner.errors import require
 from scanner.measures.extraction import greedy_pz, log_pz
 from scanner.stages.spans import Span
+from scanner.stages.stream import DocumentStream, chunk_tokens, resolve_window, stream_windows
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +43,16 @@ class ScreenWork:
     """What the screen's forwards processed, counted where its rows are built: the figures a cost model
     of the screen needs (forwarded / corpus tokens is the re-encoding factor), measured, not assumed."""
 
-    rows: int = 0  # sequences forwarded
+    rows: int = 0  # sequences forwarded (window rows or streamed chunks, span and certificate rows)
     tokens: int = 0  # their real tokens: template, context and span of every row
-    padded_tokens: int = 0  # with the left padding of HF's batches (equal to `tokens` under vLLM)
-    head_positions: int = 0  # positions whose logits the screen read: every row's span tokens
+    padded_tokens: int = 0  # with the padding of HF's batches (equal to `tokens` under vLLM)
+    head_positions: int = 0  # positions whose logits the screen read
 
-    def add(self, lengths: list[int], padded: int, span_tokens: int) -> None:
+    def add(self, lengths: list[int], padded: int, head_positions: int) -> None:
         self.rows += len(lengths)
         self.tokens += sum(lengths)
         self.padded_tokens += padded
-        self.head_positions += len(lengths) * span_tokens
+        self.head_positions += head_positions
 
     def to_dict(self) -> dict:
         return {"screen_rows": self.rows, "forwarded_tokens": self.tokens, "padded_tokens": self.padded_tokens,
@@ -58,145 +63,106 @@ class ScreenWork:
 class Screened:
     greedy_match_rate: float
     mean_nll: float
-    discoverable: bool
+    discoverable: bool | None  # None: the span row was not run (window below certificate_min_match)
     certificate_tokens: int | None  # context tokens of the shortest certificate
     certificate_start: int | None  # its first token index in the document
-    pz_greedy: float | None = None  # p_z of the span given the window row's context, greedy decoding
+    pz_greedy: float | None = None  # p_z of the span given the window's context, greedy decoding
     log_pz_topk: float | None = None  # natural log of p_z under top-k sampling; None: not computed
-    window_matches: tuple[bool, ...] = ()  # the window row's per-token greedy matches
+    window_matches: tuple[bool, ...] = ()  # the window's per-token greedy matches
 
 
-@dataclass(frozen=True)
-class _Row:
-    span: int  # index into the screened spans
-    kind: str  # window, span, certificate
-    context: tuple[int, ...]
-
-
-def _rows(spans: list[Span], doc_ids: list[int], context: int, which: set[int] | None = None,
-          windows: bool = True, certificates: bool = True) -> list[_Row]:
-    """Rows of the spans in `which` (None: all): window and span rows, then certificate rows shortest
-    first."""
-    rows = []
-    for i, span in enumerate(spans):
-        if which is not None and i not in which:
-            continue
-        before = tuple(doc_ids[max(0, span.token_start - context):span.token_start])
-        if windows:
-            rows += [_Row(i, "window", before), _Row(i, "span", ())]
-        if certificates:
-            rows += [_Row(i, "certificate", before[len(before) - j:]) for j in range(1, len(before) + 1)]
-    return rows
-
-
-def _sequences(engine: HFEngine, rows: list[_Row], targets: list[list[int]]) -> list[list[int]]:
-    t = engine.template
-    return [list(t.prefix_ids) + list(r.context) + list(t.suffix_ids) + targets[r.span] for r in rows]
-
-
-@dataclass(frozen=True)
-class _Scores:
-    matches: torch.Tensor  # [R, T] bool: the span token is the argmax
-    nll: torch.Tensor  # [R, T]
-    topk: torch.Tensor  # [R, T] log-prob under top-k sampling; NaN where not computed (non-window rows)
-
-    @staticmethod
-    def cat(parts: list[_Scores]) -> _Scores:
-        return _Scores(*(torch.cat([getattr(p, f) for p in parts]) for f in ("matches", "nll", "topk")))
-
-
-@torch.no_grad()
-def _forward(engine: HFEngine, rows: list[_Row], targets: list[list[int]], extraction: ExtractionConfig) -> _Scores:
-    """One padded forward over `rows` (all spans here have the same length T)."""
-    seqs = _sequences(engine, rows, targets)
-    width = max(len(s) for s in seqs)
-    pad = engine.tokenizer.pad_token_id if engine.tokenizer.pad_token_id is not None else 0
-    ids = torch.tensor([[pad] * (width - len(s)) + s for s in seqs], device=engine.device)
-    mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs], device=engine.device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    keep = len(targets[rows[0].span]) + 1
-    logits = engine.logits(ids, keep=keep, attention_mask=mask, position_ids=positions)[:, :-1].float()
-    gold = torch.tensor([targets[r.span] for r in rows], device=engine.device)
-    nll = F.cross_entropy(logits.transpose(1, 2), gold, reduction="none")
-    # p_z needs the window rows only: top-k over the vocabulary is skipped for the other ~95 %.
-    windows = torch.tensor([i for i, r in enumerate(rows) if r.kind == "window"], dtype=torch.long,
-                           device=engine.device)
-    topk = torch.full(gold.shape, math.nan, device=engine.device)
-    if len(windows):
-        topk[windows] = topk_logprobs(logits[windows], gold[windows], extraction.top_k, extraction.temperature)
-    return _Scores((logits.argmax(-1) == gold).cpu(), nll.cpu(), topk.cpu())
-
-
-def _summarize(rows: list[_Row], scores: _Scores, spans: list[Span], config: ScreenConfig) -> list[Screened]:
-    out: list[dict] = [{} for _ in spans]
-    for row, match, loss, topk in zip(rows, scores.matches, scores.nll, scores.topk, strict=True):
-        acc = out[row.span]
-        if row.kind == "window":
-            log_topk = log_pz(topk.double().tolist())
-            acc.update(greedy_match_rate=float(match.float().mean()), mean_nll=float(loss.mean()),
-                       pz_greedy=greedy_pz(match.tolist()), window_matches=tuple(match.tolist()),
-                       log_pz_topk=None if math.isnan(log_topk) else log_topk)
-        elif row.kind == "span":
-            k = config.discoverable_prefix or max(1, match.numel() // 2)
-            acc["discoverable"] = bool(match[k:].all()) if k < match.numel() else False
-        elif bool(match.all()) and "certificate_tokens" not in acc:  # rows come shortest first
-            acc["certificate_tokens"] = len(row.context)
-            acc["certificate_start"] = spans[row.span].token_start - len(row.context)
-    return [Screened(a["greedy_match_rate"], a["mean_nll"], a["discoverable"], a.get("certificate_tokens"),
-                     a.get("certificate_start"), pz_greedy=a["pz_greedy"], log_pz_topk=a["log_pz_topk"],
-                     window_matches=a["window_matches"]) for a in out]
-
-
-def _count(engine: HFEngine, rows: list[_Row], targets: list[list[int]], config: ScreenConfig,
-           work: ScreenWork) -> None:
-    """`rows`' tokens into `work`, padded as the HF path batches them (max_rows at a time)."""
-    fixed = len(engine.template.prefix_ids) + len(engine.template.suffix_ids)
-    span = len(targets[rows[0].span])
-    lengths = [fixed + len(r.context) + span for r in rows]
-    padded = sum(lengths)  # vLLM takes the rows unpadded
-    if engine.screener is None:
-        step = config.max_rows
-        padded = sum(len(part) * max(part) for part in (lengths[i:i + step] for i in range(0, len(lengths), step)))
-    work.add(lengths, padded, span)
-
-
-def _score(engine: HFEngine, rows: list[_Row], targets: list[list[int]], config: ScreenConfig,
-           work: ScreenWork | None = None) -> _Scores:
-    if not rows:
-        return _Scores(torch.zeros(0, 0, dtype=torch.bool), torch.zeros(0, 0), torch.zeros(0, 0))
+def _score(engine: HFEngine, seqs: list[list[int]], tails: list[int], topk: bool, config: ScreenConfig,
+           work: ScreenWork | None) -> list[TokenScores]:
+    scored = teacher_scores(engine, seqs, tails, [topk] * len(seqs), config)
     if work is not None:
-        _count(engine, rows, targets, config, work)
-    if engine.screener is not None:
-        engine.forwards += len(rows)
-        scores = engine.screener.prompt_scores(_sequences(engine, rows, targets), len(targets[rows[0].span]),
-                                               topk_rows=[r.kind == "window" for r in rows],
-                                               top_k=config.extraction.top_k,
-                                               temperature=config.extraction.temperature)
-        topk = scores.topk if scores.topk is not None else torch.full(scores.nll.shape, math.nan)
-        return _Scores(scores.matches, scores.nll, topk)
-    e = config.extraction
-    return _Scores.cat([_forward(engine, rows[i:i + config.max_rows], targets, e)
-                        for i in range(0, len(rows), config.max_rows)])
+        work.add([len(s) for s in seqs], scored.padded_tokens, sum(tails))
+    return scored.rows
+
+
+def _row(engine: HFEngine, context: list[int], target: list[int]) -> list[int]:
+    t = engine.template
+    return [*t.prefix_ids, *context, *t.suffix_ids, *target]
+
+
+def _context(doc_ids: list[int], span: Span, tokens: int) -> list[int]:
+    return doc_ids[max(0, span.token_start - tokens):span.token_start]
+
+
+def _windows(engine: HFEngine, doc_ids: list[int], spans: list[Span], config: ScreenConfig,
+             work: ScreenWork | None, stream: DocumentStream | None) -> list[TokenScores]:
+    if resolve_window(engine, config) == "exact":
+        seqs = [_row(engine, _context(doc_ids, s, config.context_tokens), s.target_ids) for s in spans]
+        return _score(engine, seqs, [len(s.target_ids) for s in spans], True, config, work)
+    length = len(spans[0].target_ids)
+    if stream is None or stream.ids is not doc_ids or stream.overlap < config.context_tokens + length:
+        stream = DocumentStream(doc_ids, config.context_tokens + length, chunk_tokens(engine, config))
+    got, forwarded = stream_windows(engine, stream, [(s.token_start, s.token_end) for s in spans], config)
+    if work is not None:
+        work.add(*forwarded)
+    return got
+
+
+def _discoverable(engine: HFEngine, spans: list[Span], which: list[int], config: ScreenConfig,
+                  work: ScreenWork | None) -> dict[int, bool]:
+    """Span rows of the spans in `which`: the first k tokens alone greedily yield the rest."""
+    scores = _score(engine, [_row(engine, [], spans[i].target_ids) for i in which],
+                    [len(spans[i].target_ids) for i in which], False, config, work)
+    out = {}
+    for i, got in zip(which, scores, strict=True):
+        k = config.discoverable_prefix or max(1, got.matches.numel() // 2)
+        out[i] = bool(got.matches[k:].all()) if k < got.matches.numel() else False
+    return out
+
+
+def rounds(context: int) -> list[tuple[int, int]]:
+    """Certificate lengths [lo, hi] tried together, doubling: (1, 2), (3, 4), (5, 8), ... up to context."""
+    out, lo = [], 1
+    while lo <= context:
+        hi = min(context, max(2, 2 * (lo - 1)))
+        out.append((lo, hi))
+        lo = hi + 1
+    return out
+
+
+def _certificates(engine: HFEngine, doc_ids: list[int], spans: list[Span], which: list[int],
+                  config: ScreenConfig, work: ScreenWork | None) -> dict[int, int]:
+    """The shortest j <= context_tokens whose last-j-context row elicits the span, of the spans in
+    `which` that have one; shorter lengths first, a span leaving at its first round with a success."""
+    found: dict[int, int] = {}
+    pending = [i for i in which if spans[i].token_start > 0]
+    for lo, hi in rounds(config.context_tokens):
+        rows = [(i, j) for i in pending for j in range(lo, min(hi, spans[i].token_start) + 1)]
+        if not rows:
+            break
+        seqs = [_row(engine, _context(doc_ids, spans[i], j), spans[i].target_ids) for i, j in rows]
+        scores = _score(engine, seqs, [len(spans[i].target_ids) for i, _ in rows], False, config, work)
+        for (i, j), got in zip(rows, scores, strict=True):
+            if bool(got.matches.all()) and i not in found:  # rows of a span come shortest first
+                found[i] = j
+        pending = [i for i in pending if i not in found and spans[i].token_start > hi]
+    return found
+
+
+def _screened(span: Span, window: TokenScores, discoverable: bool | None, certificate: int | None) -> Screened:
+    matches = window.matches.tolist()
+    log_topk = math.nan if window.topk is None else log_pz(window.topk.tolist())
+    return Screened(float(window.matches.float().mean()), float(window.nll.mean()), discoverable, certificate,
+                    None if certificate is None else span.token_start - certificate, pz_greedy=greedy_pz(matches),
+                    log_pz_topk=None if math.isnan(log_topk) else log_topk, window_matches=tuple(matches))
 
 
 def screen_spans(engine: HFEngine, doc_ids: list[int], spans: list[Span], config: ScreenConfig,
-                 work: ScreenWork | None = None) -> list[Screened]:
+                 work: ScreenWork | None = None, stream: DocumentStream | None = None) -> list[Screened]:
     """Screen the non-skipped spans of one document (all of one target length) in batched forwards;
-    what they forwarded is added to `work` when given."""
+    what they forwarded is added to `work` when given. `stream`: the document's streamed scores so far
+    (stream mode), shared by the calls that screen one document's spans."""
     if not spans:
         return []
     lengths = {len(s.target_ids) for s in spans}
     require(len(lengths) == 1, f"screen_spans takes spans of one length, got {sorted(lengths)}")
-    targets = [s.target_ids for s in spans]
-    context = config.context_tokens
-    if config.certificate_min_match == 0:  # one pass over every row
-        rows = _rows(spans, doc_ids, context)
-        return _summarize(rows, _score(engine, rows, targets, config, work), spans, config)
-    rows = _rows(spans, doc_ids, context, certificates=False)
-    scores = _score(engine, rows, targets, config, work)
-    likely = {row.span for row, match in zip(rows, scores.matches, strict=True)
-              if row.kind == "window" and float(match.float().mean()) >= config.certificate_min_match}
-    more = _rows(spans, doc_ids, context, likely, windows=False)
-    if more:
-        rows, scores = rows + more, _Scores.cat([scores, _score(engine, more, targets, config, work)])
-    return _summarize(rows, scores, spans, config)
+    windows = _windows(engine, doc_ids, spans, config, work, stream)
+    follow = [i for i, w in enumerate(windows) if float(w.matches.float().mean()) >= config.certificate_min_match]
+    discoverable = _discoverable(engine, spans, follow, config, work)
+    certificates = _certificates(engine, doc_ids, spans, follow, config, work)
+    return [_screened(s, w, discoverable.get(i), certificates.get(i)) for i, (s, w) in enumerate(zip(spans, windows,
+                                                                                                      strict=True))]
