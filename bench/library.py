@@ -1,0 +1,210 @@
+"""The library benchmark: a scan of >= 200 documents and >= 1M tokens of real text, with known plants.
+
+    python bench/library.py --work DIR                    # the whole library (builds it into DIR once)
+    python bench/library.py --work DIR --fraction 0.25    # a quarter of its documents, same model
+    python bench/library.py --work DIR --quick            # a smoke size (24 documents, 30k tokens)
+
+Builds (or reuses, bench/library_model.py) the corpus of this machine's installed documentation and
+sources with passages planted at known duplication counts and rule-predictable text
+(bench/library_corpus.py), a tokenizer and a tiny Llama trained on it; writes the documents as .txt
+files and turns them into a Parquet corpus with `acr-scan ingest`; scans it with `acr-scan scan`,
+locally and with `--executor ray --num-actors 2`, each timed phase by phase with the peak memory of the
+driver and the workers (bench/library_scan.py); builds each run's report; measures recall of the
+plants, what else was flagged and how well each screen statistic predicts the searched verdict
+(bench/library_figures.py); searches some candidates again with the full budget to re-derive the
+early-rejection thresholds on held-out trajectories (bench/library_reject.py); and redoes the cost
+model from the local run (bench/scale_model.py --run). Writes one JSON record (--out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the bench's sibling modules
+
+import library_figures as figures  # noqa: E402
+import library_reject as reject  # noqa: E402
+import library_scan as commands  # noqa: E402
+from library_corpus import LibrarySpec  # noqa: E402
+from library_model import ModelSpec, build_library  # noqa: E402
+
+log = logging.getLogger("library")
+HERE = Path(__file__).resolve().parent
+SIZES = {
+    # The model sees 30 % of the documents whole and every plant and rule text with its surroundings
+    # (library_corpus.py train_share), 10 passes: the whole corpus at 3 passes left the 32-copy
+    # passages at 0.78 of their tokens right, in the same training time (3 min).
+    "full": (LibrarySpec(train_share=0.3), ModelSpec(epochs=10.0)),
+    "quick": (LibrarySpec(tokens=30_000, min_docs=24, doc_chars=(2000, 4000), counts=(1, 4, 16), per_count=1,
+                          heldout=2, toc_share=0.1, counting_share=0.1), ModelSpec(epochs=12.0)),
+}
+# The scan: 32-token spans and context, certificate rows only where the window is nearly right (the
+# exhaustive screen forwards 12x the corpus's tokens here), the CPU-sized GCG of the validity study,
+# 4 calibration prompts and 32 tokens of passage extension; the search budget grows with the documents.
+SCAN = ["--device", "cpu", "--threads", "1", "--span-tokens", "32", "--context-tokens", "32",
+        "--certificate-min-match", "0.9", "--min-match-rate", "0.5", "--steps", "60", "--candidates", "64",
+        "--top-k", "64", "--restarts", "0", "--calibration-prompts", "4", "--extend-tokens", "32",
+        "--docs-per-shard", "8", "--unit-size", "8"]
+STEPS_PER_DOC = 12
+RAY = ["--executor", "ray", "--num-actors", "2", "--cpus-per-actor", "1"]
+
+
+def subset(work: Path, names: list[str], fraction: float, seed: int, label: str) -> Path:
+    """WORK/<label>/docs: links to the chosen documents (a seeded share of them)."""
+    k = len(names) if fraction >= 1 else max(1, math.ceil(fraction * len(names)))
+    chosen = sorted(random.Random(seed + 5).sample(range(len(names)), k))
+    folder = work / label / "docs"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for i in chosen:
+        os.link(work / "library" / "docs" / names[i], folder / names[i])
+    return folder
+
+
+def scan(corpus: Path, model: Path, out: Path, options: list[str], logs: Path, env: dict) -> dict:
+    shutil.rmtree(out, ignore_errors=True)
+    started = time.time()
+    timed = commands.run(commands.cli("-v", "scan", str(corpus), "--model", str(model), "--out", str(out),
+                                      *options), logs / f"scan-{out.name}.log", env)
+    status = commands.status(out)
+    walls = figures.phase_walls(out, started, started + timed["wall_s"])
+    report = commands.report(out, out.parent / f"report-{out.name}.html", logs)
+    return {**timed, "phases_wall_s": walls, "status": {k: status.get(k) for k in ("phase", "status_counts", "rows")},
+            "progress": _lean(status.get("progress")), "cost": status.get("cost"), "report": report}
+
+
+def _lean(progress: dict | None) -> dict | None:
+    """status's progress without the per-part commit lists."""
+    if not progress:
+        return progress
+    return {k: ({a: b for a, b in v.items() if a != "commits"} if isinstance(v, dict) else v) for k, v in progress.items()}
+
+
+def measure(run: Path, truth: dict, trained: str) -> tuple[list[dict], dict]:
+    table = figures.rows(run)
+    return table, {"categories": figures.by_category(table, truth), "recall": figures.recall(table, truth),
+                   "flagged_elsewhere": figures.flagged_elsewhere(table, trained),
+                   "predictive_power": figures.predictive_power(table), "identical": figures.identical(table)}
+
+
+def compare_tables(a: Path, b: Path) -> dict:
+    """Two runs' tables row by row, wall-clock columns aside: equal, or how many rows differ and how many
+    of those only because one run searched a candidate the other left not_searched (a steps budget lets
+    a Ray run overshoot by up to one unit per actor, README "Running on a cluster")."""
+    import pyarrow.parquet as pq
+
+    from scanner.schema import WALL_CLOCK
+
+    def rows(run):
+        table = pq.read_table(run / "results").to_pylist()
+        return {r["span_id"]: {k: v for k, v in r.items() if k not in WALL_CLOCK} for r in table}
+
+    left, right = rows(a), rows(b)
+    differ = [k for k in left.keys() | right.keys() if left.get(k) != right.get(k)]
+    budget = [k for k in differ if k in left and k in right
+              and "not_searched" in (left[k]["status"], right[k]["status"])]
+    return {"equal": not differ, "rows": len(left), "differing_rows": len(differ),
+            "searched_in_one_run_only": len(budget)}
+
+
+def trajectories(run: Path, table: list[dict], options: list[str], model: Path, count: int, seed: int) -> dict:
+    from scanner.cli.main import scan_command, scan_config
+    from scanner.config import RejectRule
+
+    args = [str(run / "unused.parquet"), "--model", str(model), "--out", str(run), *options]
+    config = scan_config(scan_command.make_context("scan", list(args)).params, args[0])
+    chosen = reject.pick(table, count // 2, count - count // 2, seed)
+    start = time.perf_counter()
+    recorded = reject.record(config, chosen)
+    shipped = config.search.reject_rule() or RejectRule(after=5, min_right=0.6, stall=0)
+    result = reject.rederive(recorded, shipped, HERE / "early_reject_trajectories.json", seed)
+    return {"seconds": round(time.perf_counter() - start, 1), **result, "recorded": recorded}
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work", required=True, help="the library, its model and the runs go here (reused)")
+    parser.add_argument("--fraction", type=float, default=1.0, help="share of the documents scanned (0.25: a quarter)")
+    parser.add_argument("--quick", action="store_true", help="the smoke size")
+    parser.add_argument("--no-ray", action="store_true", help="leave out the Ray scan")
+    parser.add_argument("--trajectories", type=int, default=None,
+                        help="candidates searched again with the full budget (default: 32, 4 with --quick; 0 below "
+                        "the whole library)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None, help="the JSON record (default bench/library/<size>-f<fraction>.json)")
+    args = parser.parse_args(argv)
+    if not 0 < args.fraction <= 1:
+        parser.error(f"--fraction {args.fraction} must be in (0, 1]")
+    if args.trajectories is None:
+        args.trajectories = 0 if args.fraction < 1 else 4 if args.quick else 32
+    return args
+
+
+def build(args, size: str) -> tuple[Path, dict, dict, str]:
+    spec, model = SIZES[size]
+    work = Path(args.work).resolve() / size
+    built = build_library(work, replace(spec, seed=args.seed), model)
+    truth = json.loads((work / "library" / "truth.json").read_text())
+    trained = (work / "library" / "trained.txt").read_text()
+    return work, built, truth, trained
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    import torch
+
+    torch.set_num_threads(1)  # one thread beats two on two cores other jobs share (measured)
+    size, start = "quick" if args.quick else "full", time.perf_counter()
+    work, built, truth, trained = build(args, size)
+    label = f"f{args.fraction:.2f}"
+    folder, logs = subset(work, truth["names"], args.fraction, args.seed, label), work / label / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    corpus = work / label / "corpus.parquet"
+    ingested = commands.ingest(folder, corpus, logs)
+    docs = len(list(folder.iterdir()))
+    options = [*SCAN, "--seed", str(args.seed), "--search-budget", f"{STEPS_PER_DOC * docs}steps"]
+    model = work / "library" / "model"
+    ray_tmp = tempfile.mkdtemp(prefix="ray-lib-", dir="/tmp")  # Ray's sockets: a short path of its own
+    env = {"RAY_TMPDIR": ray_tmp, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    runs = {"local": scan(corpus, model, work / label / "run-local", options, logs, env)}
+    if not args.no_ray:
+        runs["ray"] = scan(corpus, model, work / label / "run-ray", [*options, *RAY], logs, env)
+    shutil.rmtree(ray_tmp, ignore_errors=True)
+    table, found = measure(work / label / "run-local", truth, trained)
+    record = {"size": size, "fraction": args.fraction, "documents": docs, "library": {k: v for k, v in built.items() if k != "key"},
+              "spec": built["key"], "ingest": ingested, "scan_options": options, "ray_options": RAY, "runs": runs,
+              **found}
+    if "ray" in runs:
+        record["ray_vs_local"] = compare_tables(work / label / "run-local", work / label / "run-ray")
+    if args.trajectories:
+        traj = trajectories(work / label / "run-local", table, options, model, args.trajectories, args.seed)
+        path = HERE / "library" / f"trajectories-{size}.json"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(traj.pop("recorded"), separators=(",", ":")) + "\n")
+        record["early_reject"] = {**traj, "file": str(path.relative_to(HERE.parent))}
+        record["predictive_power"]["searched_and_sampled"] = figures.sampled_power(table, json.loads(path.read_text()))
+    import scale_model
+
+    record["scale_model"] = scale_model.main(["--run", str(work / label / "run-local")])
+    record["wall_s"] = round(time.perf_counter() - start, 1)
+    out = Path(args.out) if args.out else HERE / "library" / f"{size}-{label}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(record, indent=1) + "\n")
+    print(json.dumps({k: record[k] for k in ("size", "fraction", "documents", "wall_s", "recall")}, indent=1))
+    return record
+
+
+if __name__ == "__main__":
+    main()
