@@ -24,6 +24,7 @@ import logging
 import math
 import os
 import random
+import resource
 import shutil
 import sys
 import tempfile
@@ -47,16 +48,18 @@ SIZES = {
     # passages at 0.78 of their tokens right, in the same training time (3 min).
     "full": (LibrarySpec(train_share=0.3), ModelSpec(epochs=10.0)),
     "quick": (LibrarySpec(tokens=30_000, min_docs=24, doc_chars=(2000, 4000), counts=(1, 4, 16), per_count=1,
-                          heldout=2, toc_share=0.1, counting_share=0.1), ModelSpec(epochs=12.0)),
+                          heldout=2, toc_share=0.1, counting_share=0.1), ModelSpec(epochs=30.0)),
 }
 # The scan: 32-token spans and context, certificate rows only where the window is nearly right (the
-# exhaustive screen forwards 12x the corpus's tokens here), the CPU-sized GCG of the validity study,
-# 4 calibration prompts and 32 tokens of passage extension; the search budget grows with the documents.
+# exhaustive screen forwarded 12x the corpus's tokens on a quarter of it, 4.1x so), the CPU-sized GCG
+# of the validity study, one calibration prompt (with 4, calibration was the costliest part of the
+# scan: 247 of 780 work seconds, every copy of the header calibrated) and passages merged but not
+# extended (32 tokens of extension took 98 s, 660 generations); the search budget grows with the documents.
 SCAN = ["--device", "cpu", "--threads", "1", "--span-tokens", "32", "--context-tokens", "32",
         "--certificate-min-match", "0.9", "--min-match-rate", "0.5", "--steps", "60", "--candidates", "64",
-        "--top-k", "64", "--restarts", "0", "--calibration-prompts", "4", "--extend-tokens", "32",
+        "--top-k", "64", "--restarts", "0", "--calibration-prompts", "1", "--extend-tokens", "0",
         "--docs-per-shard", "8", "--unit-size", "8"]
-STEPS_PER_DOC = 12
+STEPS_PER_DOC = 6
 RAY = ["--executor", "ray", "--num-actors", "2", "--cpus-per-actor", "1"]
 
 
@@ -72,7 +75,13 @@ def subset(work: Path, names: list[str], fraction: float, seed: int, label: str)
     return folder
 
 
-def scan(corpus: Path, model: Path, out: Path, options: list[str], logs: Path, env: dict) -> dict:
+def scan(corpus: Path, model: Path, out: Path, options: list[str], logs: Path, env: dict, reuse: bool) -> dict:
+    """A fresh scan into `out`, timed, and its report; with `reuse`, the record an earlier scan with the
+    same options left beside it (OUT.json), when there is one."""
+    saved = out.with_suffix(".json")
+    if reuse and saved.is_file() and json.loads(saved.read_text()).get("options") == options:
+        log.info("reusing the scan recorded in %s", saved)
+        return json.loads(saved.read_text())["record"]
     shutil.rmtree(out, ignore_errors=True)
     started = time.time()
     timed = commands.run(commands.cli("-v", "scan", str(corpus), "--model", str(model), "--out", str(out),
@@ -80,8 +89,11 @@ def scan(corpus: Path, model: Path, out: Path, options: list[str], logs: Path, e
     status = commands.status(out)
     walls = figures.phase_walls(out, started, started + timed["wall_s"])
     report = commands.report(out, out.parent / f"report-{out.name}.html", logs)
-    return {**timed, "phases_wall_s": walls, "status": {k: status.get(k) for k in ("phase", "status_counts", "rows")},
-            "progress": _lean(status.get("progress")), "cost": status.get("cost"), "report": report}
+    record = {**timed, "phases_wall_s": walls, "status": {k: status.get(k) for k in ("phase", "status_counts", "rows")},
+              "progress": _lean(status.get("progress")), "cost": status.get("cost"), "report": report,
+              "load_average": os.getloadavg()}
+    saved.write_text(json.dumps({"options": options, "record": record}))
+    return record
 
 
 def _lean(progress: dict | None) -> dict | None:
@@ -118,18 +130,45 @@ def compare_tables(a: Path, b: Path) -> dict:
             "searched_in_one_run_only": len(budget)}
 
 
-def trajectories(run: Path, table: list[dict], options: list[str], model: Path, count: int, seed: int) -> dict:
+def trajectories(run: Path, table: list[dict], options: list[str], model: Path, count: int, seed: int,
+                 reuse: bool) -> dict:
+    """`count` candidates of the run searched again with the full budget, and the rule re-derived on
+    them; with `reuse`, the trajectories an earlier run recorded for the same candidates (RUN.trajectories.json)."""
     from scanner.cli.main import scan_command, scan_config
     from scanner.config import RejectRule
 
     args = [str(run / "unused.parquet"), "--model", str(model), "--out", str(run), *options]
     config = scan_config(scan_command.make_context("scan", list(args)).params, args[0])
     chosen = reject.pick(table, count // 2, count - count // 2, seed)
+    saved, key = run.with_suffix(".trajectories.json"), [r["span_id"] for r in chosen]
     start = time.perf_counter()
-    recorded = reject.record(config, chosen)
+    if reuse and saved.is_file() and json.loads(saved.read_text())["spans"] == key:
+        recorded, seconds = json.loads(saved.read_text())["recorded"], json.loads(saved.read_text())["seconds"]
+    else:
+        recorded = reject.record(config, chosen)
+        seconds = round(time.perf_counter() - start, 1)
+        saved.write_text(json.dumps({"spans": key, "seconds": seconds, "recorded": recorded}))
     shipped = config.search.reject_rule() or RejectRule(after=5, min_right=0.6, stall=0)
     result = reject.rederive(recorded, shipped, HERE / "early_reject_trajectories.json", seed)
-    return {"seconds": round(time.perf_counter() - start, 1), **result, "recorded": recorded}
+    return {"seconds": seconds, **result, "recorded": recorded}
+
+
+def growth(quarter: dict, whole: dict) -> dict:
+    """Whole over quarter: documents, tokens, spans, candidates, and per run its wall time, each phase's
+    wall time and the peak RSS of the driver and of the largest worker."""
+    def figures_of(record: dict) -> dict:
+        screen = record["runs"]["local"]["cost"]["screen"]
+        out = {"documents": record["documents"], "corpus_tokens": screen["corpus_tokens"], "spans": screen["spans"],
+               "candidates": screen["candidates"]}
+        for name, run in record["runs"].items():
+            out[f"{name}_wall_s"] = run["wall_s"]
+            out.update({f"{name}_{phase}_wall_s": s for phase, s in run["phases_wall_s"].items()})
+            for group, peak in run["rss"].items():
+                out[f"{name}_{group}_peak_rss_mb"] = peak["peak_rss_mb_max"]
+        return out
+
+    q, w = figures_of(quarter), figures_of(whole)
+    return {k: {"quarter": q[k], "whole": w[k], "ratio": round(w[k] / q[k], 2) if q[k] else None} for k in w if k in q}
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -139,15 +178,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="the smoke size")
     parser.add_argument("--no-ray", action="store_true", help="leave out the Ray scan")
     parser.add_argument("--trajectories", type=int, default=None,
-                        help="candidates searched again with the full budget (default: 32, 4 with --quick; 0 below "
+                        help="candidates searched again with the full budget (default: 24, 4 with --quick; 0 below "
                         "the whole library)")
+    parser.add_argument("--reuse-runs", action="store_true",
+                        help="keep the scans (with their recorded timings) and trajectories an earlier run of this command left")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="the JSON record (default bench/library/<size>-f<fraction>.json)")
     args = parser.parse_args(argv)
     if not 0 < args.fraction <= 1:
         parser.error(f"--fraction {args.fraction} must be in (0, 1]")
     if args.trajectories is None:
-        args.trajectories = 0 if args.fraction < 1 else 4 if args.quick else 32
+        args.trajectories = 4 if args.quick else 24 if args.fraction <= 0.5 else 0
     return args
 
 
@@ -172,15 +213,15 @@ def main(argv: list[str] | None = None) -> dict:
     folder, logs = subset(work, truth["names"], args.fraction, args.seed, label), work / label / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     corpus = work / label / "corpus.parquet"
-    ingested = commands.ingest(folder, corpus, logs)
+    ingested = commands.ingest(folder, corpus, logs)  # the same files give the same bytes: reused scans resume
     docs = len(list(folder.iterdir()))
     options = [*SCAN, "--seed", str(args.seed), "--search-budget", f"{STEPS_PER_DOC * docs}steps"]
     model = work / "library" / "model"
     ray_tmp = tempfile.mkdtemp(prefix="ray-lib-", dir="/tmp")  # Ray's sockets: a short path of its own
     env = {"RAY_TMPDIR": ray_tmp, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    runs = {"local": scan(corpus, model, work / label / "run-local", options, logs, env)}
+    runs = {"local": scan(corpus, model, work / label / "run-local", options, logs, env, args.reuse_runs)}
     if not args.no_ray:
-        runs["ray"] = scan(corpus, model, work / label / "run-ray", [*options, *RAY], logs, env)
+        runs["ray"] = scan(corpus, model, work / label / "run-ray", [*options, *RAY], logs, env, args.reuse_runs)
     shutil.rmtree(ray_tmp, ignore_errors=True)
     table, found = measure(work / label / "run-local", truth, trained)
     record = {"size": size, "fraction": args.fraction, "documents": docs, "library": {k: v for k, v in built.items() if k != "key"},
@@ -189,16 +230,20 @@ def main(argv: list[str] | None = None) -> dict:
     if "ray" in runs:
         record["ray_vs_local"] = compare_tables(work / label / "run-local", work / label / "run-ray")
     if args.trajectories:
-        traj = trajectories(work / label / "run-local", table, options, model, args.trajectories, args.seed)
+        traj = trajectories(work / label / "run-local", table, options, model, args.trajectories, args.seed,
+                            args.reuse_runs)
         path = HERE / "library" / f"trajectories-{size}.json"
         path.parent.mkdir(exist_ok=True)
         path.write_text(json.dumps(traj.pop("recorded"), separators=(",", ":")) + "\n")
         record["early_reject"] = {**traj, "file": str(path.relative_to(HERE.parent))}
         record["predictive_power"]["searched_and_sampled"] = figures.sampled_power(table, json.loads(path.read_text()))
+    if args.fraction == 1 and (HERE / "library" / f"{size}-f0.25.json").is_file():
+        record["growth_from_quarter"] = growth(json.loads((HERE / "library" / f"{size}-f0.25.json").read_text()), record)
     import scale_model
 
     record["scale_model"] = scale_model.main(["--run", str(work / label / "run-local")])
     record["wall_s"] = round(time.perf_counter() - start, 1)
+    record["bench_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     out = Path(args.out) if args.out else HERE / "library" / f"{size}-{label}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n")

@@ -5,8 +5,9 @@ Each result row (a span) is placed by its character range in its document (doc_i
 whose first four digits index truth.json's documents): `plant xN` when 90 % or more of its characters
 lie in one occurrence of a passage planted N times, `heldout`, `header`, `toc`, `counting` alike, the
 same name with `~` when it only overlaps one (less than 90 %), `background` otherwise. A memorized
-background span is a false positive unless its text also occurs elsewhere in the training text (real
-text repeats: boilerplate code, a sentence two documentation pages share), which is counted apart.
+background span is a false positive when the training text does not hold it (a document the model
+was trained on only in excerpts); one it holds twice or more is real text repeated (boilerplate code, a
+licence header), memorization the scan should report; each is counted apart.
 """
 
 from __future__ import annotations
@@ -90,11 +91,11 @@ def recall(table: list[dict], truth: dict) -> dict:
 
 
 def _occurrence(row: dict, truth: dict) -> tuple:
+    """(document, start) of the planted copy the row overlaps most."""
     doc = int(row["doc_id"][:4])
-    for r in truth["regions"]:
-        if r["doc"] == doc and r["kind"] == "plant" and r["start"] <= row["char_start"] < r["end"]:
-            return (doc, r["start"])
-    return (doc, -1)
+    copies = [r for r in truth["regions"] if r["doc"] == doc and r["kind"] == "plant"]
+    best = max(copies, key=lambda r: min(r["end"], row["char_end"]) - max(r["start"], row["char_start"]))
+    return (doc, best["start"])
 
 
 def _count_of(key: tuple, truth: dict) -> int:
@@ -106,15 +107,23 @@ def _share(part: int, whole: int) -> float | None:
 
 
 def flagged_elsewhere(table: list[dict], trained: str) -> dict:
-    """Memorized spans outside every planted and rule region: how many, how many of them the training
-    text holds more than once (repeated real text) and how many once or never (false positives)."""
+    """Memorized spans outside every planted and rule region, by how often the training text holds
+    their text: twice or more (repeated real text: memorization a scan should find), once (seen once
+    per pass over the training text), never (a document the model was not trained on, or a span
+    across an excerpt's edge: false positives). Memorized spans of held-out passages are false too."""
     flagged = [r for r in table if r["memorized"] and r["category"] == "background"]
-    repeated = [r for r in flagged if trained.count(r["text"]) >= 2]
-    unique = [r for r in flagged if trained.count(r["text"]) < 2]
+    seen = {"repeated": [], "once": [], "never": []}
+    for row in flagged:
+        count = trained.count(row["text"])
+        seen["repeated" if count >= 2 else "once" if count == 1 else "never"].append(row)
     heldout = [r for r in table if r["memorized"] and r["category"].startswith("heldout")]
-    return {"memorized_background": len(flagged), "repeated_in_training": len(repeated),
-            "false_positives": len(unique), "calibrated_false_positives": sum(bool(r["calibrated_memorized"]) for r in unique),
-            "heldout_memorized": len(heldout), "examples": [r["text"][:80] for r in unique[:5]]}
+    out = {"memorized_background": len(flagged), "heldout_memorized": len(heldout)}
+    for name, group in seen.items():
+        out[f"{name}_in_training"] = len(group)
+        out[f"{name}_in_training_calibrated"] = sum(bool(r["calibrated_memorized"]) for r in group)
+    out["false_positives"] = len(seen["never"]) + len(heldout)
+    out["examples"] = {name: [r["text"][:80] for r in group[:3]] for name, group in seen.items() if group}
+    return out
 
 
 def auc(scores: list[float], labels: list[bool]) -> float | None:

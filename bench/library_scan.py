@@ -57,7 +57,7 @@ class Sampler(threading.Thread):
                     rss = proc.memory_info().rss
                 except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                     continue
-                group = self.groups.get(proc.pid) or _group(proc, self.pid)
+                group = _group(proc, self.pid)  # asked each time: a Ray worker names itself after it starts
                 if group:
                     self.groups[proc.pid] = group
                     self.peaks[proc.pid] = max(self.peaks.get(proc.pid, 0), rss)
