@@ -54,12 +54,16 @@ SIZES = {
 # exhaustive screen forwarded 12x the corpus's tokens on a quarter of it, 4.1x so), the CPU-sized GCG
 # of the validity study, one calibration prompt (with 4, calibration was the costliest part of the
 # scan: 247 of 780 work seconds, every copy of the header calibrated) and passages merged but not
-# extended (32 tokens of extension took 98 s, 660 generations); the search budget grows with the documents.
+# extended (32 tokens of extension took 98 s, 660 generations).
 SCAN = ["--device", "cpu", "--threads", "1", "--span-tokens", "32", "--context-tokens", "32",
         "--certificate-min-match", "0.9", "--min-match-rate", "0.5", "--steps", "60", "--candidates", "64",
         "--top-k", "64", "--restarts", "0", "--calibration-prompts", "1", "--extend-tokens", "0",
         "--docs-per-shard", "8", "--unit-size", "8"]
-STEPS_PER_DOC = 6
+# Searched candidates a document, best evidence first: a steps budget (6 a document) let the first unit
+# (8 candidates whose certificate generation refuted, 450 steps) spend all of a quarter's, and a Ray run
+# overshoot it 5x (units of header spans commit at 0 steps while that unit runs); a count is the same
+# for both executors, so their tables compare equal.
+CANDIDATES_PER_DOC = 1
 RAY = ["--executor", "ray", "--num-actors", "2", "--cpus-per-actor", "1"]
 
 
@@ -139,7 +143,7 @@ def trajectories(run: Path, table: list[dict], options: list[str], model: Path, 
 
     args = [str(run / "unused.parquet"), "--model", str(model), "--out", str(run), *options]
     config = scan_config(scan_command.make_context("scan", list(args)).params, args[0])
-    chosen = reject.pick(table, count // 2, count - count // 2, seed)
+    chosen = reject.pick(table, count, seed)
     saved, key = run.with_suffix(".trajectories.json"), [r["span_id"] for r in chosen]
     start = time.perf_counter()
     if reuse and saved.is_file() and json.loads(saved.read_text())["spans"] == key:
@@ -151,6 +155,23 @@ def trajectories(run: Path, table: list[dict], options: list[str], model: Path, 
     shipped = config.search.reject_rule() or RejectRule(after=5, min_right=0.6, stall=0)
     result = reject.rederive(recorded, shipped, HERE / "early_reject_trajectories.json", seed)
     return {"seconds": seconds, **result, "recorded": recorded}
+
+
+def cost_model(run: Path, gpus: int = 8, hours: float = 24.0, efficiency: float = 0.85) -> dict:
+    """bench/scale_model.py --run RUN as it stands (this machine's seconds, the run's documents), and for
+    1,000 books x 120k tokens at the constants' seconds (8B, H200) with this run's shares and steps, with
+    the share of candidates a search budget of what is left of `gpus` x `hours` after the screen reaches."""
+    import scale_model
+
+    h200 = ["--run", str(run), "--tokens-per-book", "120000", "--timing", "constants", "--gpus", f"1,{gpus},64"]
+    inputs, sources = scale_model.measured_inputs(run)
+    inputs = scale_model.constant_timing(run, replace(inputs, tokens_per_book=120_000), sources)
+    budget = gpus * hours * efficiency - inputs.screen_gpu_s() / 3600
+    capped = replace(inputs, budget_gpu_h=max(budget, 0.0))
+    return {"as_run": scale_model.main(["--run", str(run)]), "books_h200": scale_model.main(h200),
+            "budget": {"gpus": gpus, "hours": hours, "efficiency": efficiency, "search_gpu_h": round(budget, 1),
+                       "candidates": round(inputs.candidates), "searched_share": round(capped.searched_share(), 5),
+                       "full_search_gpu_h": round(inputs.full_search_gpu_s() / 3600, 1)}}
 
 
 def growth(quarter: dict, whole: dict) -> dict:
@@ -215,7 +236,7 @@ def main(argv: list[str] | None = None) -> dict:
     corpus = work / label / "corpus.parquet"
     ingested = commands.ingest(folder, corpus, logs)  # the same files give the same bytes: reused scans resume
     docs = len(list(folder.iterdir()))
-    options = [*SCAN, "--seed", str(args.seed), "--search-budget", f"{STEPS_PER_DOC * docs}steps"]
+    options = [*SCAN, "--seed", str(args.seed), "--max-candidates", str(CANDIDATES_PER_DOC * docs)]
     model = work / "library" / "model"
     ray_tmp = tempfile.mkdtemp(prefix="ray-lib-", dir="/tmp")  # Ray's sockets: a short path of its own
     env = {"RAY_TMPDIR": ray_tmp, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
@@ -239,9 +260,7 @@ def main(argv: list[str] | None = None) -> dict:
         record["predictive_power"]["searched_and_sampled"] = figures.sampled_power(table, json.loads(path.read_text()))
     if args.fraction == 1 and (HERE / "library" / f"{size}-f0.25.json").is_file():
         record["growth_from_quarter"] = growth(json.loads((HERE / "library" / f"{size}-f0.25.json").read_text()), record)
-    import scale_model
-
-    record["scale_model"] = scale_model.main(["--run", str(work / label / "run-local")])
+    record["scale_model"] = cost_model(work / label / "run-local")
     record["wall_s"] = round(time.perf_counter() - start, 1)
     record["bench_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     out = Path(args.out) if args.out else HERE / "library" / f"{size}-{label}.json"

@@ -23,7 +23,8 @@ from scanner.storage.store import Store
 
 COLUMNS = ["doc_id", "span_id", "char_start", "char_end", "text", "status", "acr", "acr_kind", "memorized",
            "calibrated_memorized", "predictable_reason", "steps", "greedy_match_rate", "mean_nll", "pz_greedy",
-           "log10_pz_topk", "certificate_tokens", "anchored", "rejected_early", "certificate_prompt", "target_ids"]
+           "log10_pz_topk", "certificate_tokens", "anchored", "rejected_early", "certificate_prompt", "target_ids",
+           "target_tokens"]
 SEARCHED = ("memorized", "not_memorized")
 CANDIDATE = ("memorized", "not_memorized", "not_searched", "failed")
 
@@ -68,8 +69,9 @@ def recall(table: list[dict], truth: dict) -> dict:
     """Per duplication count: planted spans (90 % inside a planted copy) memorized over all of them and
     over the candidates; copies and passages with at least one memorized span."""
     occurrences: dict[tuple, bool] = {}
+    scanned = {int(row["doc_id"][:4]) for row in table}
     for region in truth["regions"]:
-        if region["kind"] == "plant":
+        if region["kind"] == "plant" and region["doc"] in scanned:
             occurrences[(region["doc"], region["start"])] = False
     per: dict[int, Counter] = defaultdict(Counter)
     for row in table:

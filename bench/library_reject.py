@@ -8,7 +8,7 @@ own seed, as the scan searches it), recording per step the most target tokens an
 With no stall bound the rule only ever cuts a search short, so what it would have done is read off a
 full trajectory exactly (`simulate`, calling the rule's own `decide`). The trajectories are split in
 two (seeded, memorized and not apart); thresholds are fitted on one half the way the shipped ones
-were (`fit`) and judged on the other: recall of what the full budget finds memorized, and the factor
+were (`fit`: mid-gap, and at the tightest margin the half allows) and judged on the other: recall of what the full budget finds memorized, and the factor
 of GCG steps saved on the rest. The shipped rule and one refitted on the validity trajectories
 (bench/early_reject_trajectories.json) are judged on the same held-out half.
 """
@@ -26,20 +26,20 @@ from scanner.search.reject import HOPELESS, decide
 AFTERS = (3, 5, 10, 15, 20)
 
 
-def pick(table: list[dict], searched: int, unsearched: int, seed: int) -> list[dict]:
-    """Candidates to search again: up to `searched` the scan ran GCG on (memorized and not, half each
-    where there are), and `unsearched` of those its budget never reached, drawn with the seed."""
-    rng = random.Random(seed)
-    gcg = [r for r in table if r["status"] in ("memorized", "not_memorized") and r["acr_kind"] != "certificate_bound"
-           and (r["steps"] or 0) > 0]
-    memorized = [r for r in gcg if r["memorized"]]
-    others = [r for r in gcg if not r["memorized"]]
-    rng.shuffle(memorized)
-    rng.shuffle(others)
-    half = min(len(memorized), searched - min(len(others), searched // 2))
-    chosen = memorized[:half] + others[:searched - half]
-    rest = sorted((r for r in table if r["status"] == "not_searched"), key=lambda r: r["span_id"])
-    return chosen + rng.sample(rest, min(unsearched, len(rest)))
+def pick(table: list[dict], count: int, seed: int) -> list[dict]:
+    """`count` candidates to search again: those the scan ran GCG on (up to a third), then of those its
+    budget never reached the best-ranked (what a larger budget would search next) and a seeded draw of
+    the rest, half each."""
+    from scanner.measures.budget import rank
+
+    gcg = sorted((r for r in table if r["status"] in ("memorized", "not_memorized")
+                  and r["acr_kind"] != "certificate_bound" and (r["steps"] or 0) > 0), key=lambda r: r["span_id"])
+    chosen = random.Random(seed).sample(gcg, min(len(gcg), count // 3))
+    waiting = rank([r for r in table if r["status"] == "not_searched"])
+    following = waiting[: (count - len(chosen)) // 2]
+    rest = waiting[len(following):]
+    drawn = random.Random(seed + 1).sample(rest, min(len(rest), count - len(chosen) - len(following)))
+    return chosen + following + drawn
 
 
 def record(config, rows: list[dict]) -> list[dict]:
@@ -135,14 +135,24 @@ def _widest_gap(lost: list[float], upper: float) -> float:
     return round((low + high) / 2, 3)
 
 
-def fit(trajectories: list[dict]) -> RejectRule:
-    """For each step count, the threshold mid-way in the widest gap below the lowest share a succeeding
-    attempt the rule could stop had by then; the step count that then saves the most steps on these
-    trajectories while keeping every memorized one (the fewest steps first on a tie)."""
+def _tightest(lost: list[float], upper: float) -> float:
+    """Mid-way between `upper` and the highest not-memorized share below it: every not-memorized
+    attempt under it is cut, at the smallest margin these trajectories allow."""
+    return round((upper + max((x for x in lost if x < upper), default=0.0)) / 2, 3)
+
+
+FITS = {"widest_gap": _widest_gap, "tightest": _tightest}
+
+
+def fit(trajectories: list[dict], how: str = "widest_gap") -> RejectRule:
+    """For each step count, a threshold below the lowest share a succeeding attempt the rule could stop
+    had by then (`how`: mid-way in the widest gap of the not-memorized shares below it, or mid-way to
+    the highest of them); the step count that then saves the most steps on these trajectories while
+    keeping every memorized one (the fewest steps first on a tie)."""
     best, best_steps = None, None
     for after in AFTERS:
         won, lost = _shares(trajectories, after)
-        rule = RejectRule(after=after, min_right=_widest_gap(lost, min(won, default=1.0)), stall=0)
+        rule = RejectRule(after=after, min_right=FITS[how](lost, min(won, default=1.0)), stall=0)
         result = judge(trajectories, rule)
         if result["memorized_kept"] == result["memorized_full"] and (best is None or result["steps_after"] < best_steps):
             best, best_steps = rule, result["steps_after"]
@@ -168,11 +178,15 @@ def validity_trajectories(path: Path) -> list[dict]:
 
 
 def rederive(trajectories: list[dict], shipped: RejectRule, validity: Path, seed: int) -> dict:
+    """The shipped rule, rules fitted on one half (both ways) and on the validity trajectories, judged
+    on the held-out half (and the shipped one on all)."""
     fit_half, held = split(trajectories, seed)
-    refit = fit(fit_half)
     out = {"trajectories": len(trajectories), "fit_half": len(fit_half), "held_out": len(held),
-           "shipped_on_all": judge(trajectories, shipped), "shipped_on_held_out": judge(held, shipped),
-           "refit_on_fit_half": judge(fit_half, refit), "refit_on_held_out": judge(held, refit)}
+           "shipped_on_all": judge(trajectories, shipped), "shipped_on_held_out": judge(held, shipped)}
+    for how in FITS:
+        rule = fit(fit_half, how)
+        out[f"refit_{how}_on_fit_half"] = judge(fit_half, rule)
+        out[f"refit_{how}_on_held_out"] = judge(held, rule)
     if validity.is_file():
         from_validity = fit(validity_trajectories(validity))
         out["validity_refit_on_held_out"] = judge(held, from_validity)

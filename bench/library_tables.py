@@ -110,7 +110,8 @@ def main(paths: list[str]) -> None:
             print(part(record), end="\n\n")
         print(json.dumps({k: record.get(k) for k in ("flagged_elsewhere", "identical", "ray_vs_local", "wall_s",
                                                        "bench_peak_rss_mb")}, indent=1))
-        print(record.get("scale_model", ""))
+        model = record.get("scale_model") or {}
+        print(model.get("as_run", ""), model.get("books_h200", ""), json.dumps(model.get("budget")), sep="\n\n")
 
 
 if __name__ == "__main__":
