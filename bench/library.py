@@ -157,21 +157,40 @@ def trajectories(run: Path, table: list[dict], options: list[str], model: Path, 
     return {"seconds": seconds, **result, "recorded": recorded}
 
 
-def cost_model(run: Path, gpus: int = 8, hours: float = 24.0, efficiency: float = 0.85) -> dict:
+def cost_model(run: Path, rejection: dict | None, gpus: int = 8, hours: float = 24.0, efficiency: float = 0.85) -> dict:
     """bench/scale_model.py --run RUN as it stands (this machine's seconds, the run's documents), and for
     1,000 books x 120k tokens at the constants' seconds (8B, H200) with this run's shares and steps, with
-    the share of candidates a search budget of what is left of `gpus` x `hours` after the screen reaches."""
+    the share of candidates a search budget of what is left of `gpus` x `hours` after the screen reaches.
+    `rejection`: the shipped rule judged on this model's trajectories; when the run searched no
+    not-memorized candidate (its steps then stay the constant's), its factor replaces the assumed one."""
     import scale_model
 
     h200 = ["--run", str(run), "--tokens-per-book", "120000", "--timing", "constants", "--gpus", f"1,{gpus},64"]
     inputs, sources = scale_model.measured_inputs(run)
     inputs = scale_model.constant_timing(run, replace(inputs, tokens_per_book=120_000), sources)
+    sources["tokens_per_book"] = "given: the issue's books of 120k tokens"
+    if rejection and rejection.get("factor") and sources["steps_not_memorized"] == scale_model.SOURCES["steps_not_memorized"]:
+        inputs = replace(inputs, rejection_factor=rejection["factor"])
+        sources["rejection_factor"] = f"measured: the shipped rule on this model's full-budget trajectories ({rejection['where']})"
     budget = gpus * hours * efficiency - inputs.screen_gpu_s() / 3600
     capped = replace(inputs, budget_gpu_h=max(budget, 0.0))
-    return {"as_run": scale_model.main(["--run", str(run)]), "books_h200": scale_model.main(h200),
+    table = (scale_model.inputs_table(inputs, sources) + "\n\n" + scale_model.run_table(inputs, efficiency, (1, gpus, 64)))
+    return {"as_run": scale_model.main(["--run", str(run)]), "books_h200_command": scale_model.main(h200),
+            "books_h200": table,
             "budget": {"gpus": gpus, "hours": hours, "efficiency": efficiency, "search_gpu_h": round(budget, 1),
                        "candidates": round(inputs.candidates), "searched_share": round(capped.searched_share(), 5),
                        "full_search_gpu_h": round(inputs.full_search_gpu_s() / 3600, 1)}}
+
+
+def rejection(record: dict, size: str) -> dict | None:
+    """The shipped rule judged on all of this model's trajectories: this run's, else the quarter's."""
+    quarter = HERE / "library" / f"{size}-f0.25.json"
+    source = record if "early_reject" in record else json.loads(quarter.read_text()) if quarter.is_file() else {}
+    judged = (source.get("early_reject") or {}).get("shipped_on_all")
+    if not judged:
+        return None
+    return {"factor": judged["factor"], "where": f"{judged['not_memorized']} not memorized, "
+            f"{judged['memorized_full']} memorized, fraction {source['fraction']:g}"}
 
 
 def growth(quarter: dict, whole: dict) -> dict:
@@ -260,7 +279,7 @@ def main(argv: list[str] | None = None) -> dict:
         record["predictive_power"]["searched_and_sampled"] = figures.sampled_power(table, json.loads(path.read_text()))
     if args.fraction == 1 and (HERE / "library" / f"{size}-f0.25.json").is_file():
         record["growth_from_quarter"] = growth(json.loads((HERE / "library" / f"{size}-f0.25.json").read_text()), record)
-    record["scale_model"] = cost_model(work / label / "run-local")
+    record["scale_model"] = cost_model(work / label / "run-local", rejection(record, size))
     record["wall_s"] = round(time.perf_counter() - start, 1)
     record["bench_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     out = Path(args.out) if args.out else HERE / "library" / f"{size}-{label}.json"
