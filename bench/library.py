@@ -32,7 +32,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the bench's sibling modules
+# This checkout's scanner (not an installed one) and the bench's sibling modules, run as `python bench/library.py`.
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 
 import library_figures as figures  # noqa: E402
 import library_reject as reject  # noqa: E402
@@ -195,7 +196,7 @@ def rejection(record: dict, size: str) -> dict | None:
 
 def growth(quarter: dict, whole: dict) -> dict:
     """Whole over quarter: documents, tokens, spans, candidates, and per run its wall time, each phase's
-    wall time and the peak RSS of the driver and of the largest worker."""
+    wall time, the peak RSS and CPU seconds of the driver and of the workers, the load average at its end."""
     def figures_of(record: dict) -> dict:
         screen = record["runs"]["local"]["cost"]["screen"]
         out = {"documents": record["documents"], "corpus_tokens": screen["corpus_tokens"], "spans": screen["spans"],
@@ -205,6 +206,9 @@ def growth(quarter: dict, whole: dict) -> dict:
             out.update({f"{name}_{phase}_wall_s": s for phase, s in run["phases_wall_s"].items()})
             for group, peak in run["rss"].items():
                 out[f"{name}_{group}_peak_rss_mb"] = peak["peak_rss_mb_max"]
+                if "cpu_s" in peak:
+                    out[f"{name}_{group}_cpu_s"] = peak["cpu_s"]
+            out[f"{name}_load_average_1min"] = round(run.get("load_average", [0])[0], 1)
         return out
 
     q, w = figures_of(quarter), figures_of(whole)

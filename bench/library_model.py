@@ -95,7 +95,7 @@ def build_library(work: Path, spec: LibrarySpec, model: ModelSpec) -> dict:
         lib = build(spec, saved["chars"])  # the same files still give the same text?
         if lib.truth()["sha256"] == saved["sha256"]:
             log.info("reusing the library and model in %s", root)
-            return {**saved, "collect_s": round(time.perf_counter() - start, 1), "reused": True}
+            return {**saved, "reuse_check_s": round(time.perf_counter() - start, 1), "reused": True}
     start = time.perf_counter()
     lib, tokenizer, tokens, chars = corpus_to_size(spec, model, saved and saved.get("chars"))
     collect_s = round(time.perf_counter() - start, 1)

@@ -5,7 +5,8 @@ Memory: a sampler thread walks the subprocess's process tree every `interval` se
 each process's largest RSS, grouped as the driver (the acr-scan process), Ray workers (the actors:
 processes named `ray::...`) and Ray's own services (raylet, GCS, dashboard agents); when the command ends,
 wait4 gives the kernel's peak of the largest process of its tree that was reaped (the driver's own peak
-when it is the largest: a sample can miss a short peak, the kernel cannot).
+when it is the largest: a sample can miss a short peak, the kernel cannot). CPU seconds (user + system)
+are kept per process the same way: unlike wall time, they hardly depend on what else the machine runs.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class Sampler(threading.Thread):
 
     def __init__(self, pid: int, interval: float = 0.5) -> None:
         super().__init__(daemon=True)
-        self.pid, self.interval, self.peaks, self.groups = pid, interval, {}, {}
+        self.pid, self.interval, self.peaks, self.groups, self.cpu = pid, interval, {}, {}, {}
         self.stopped = threading.Event()
 
     def run(self) -> None:
@@ -54,13 +55,14 @@ class Sampler(threading.Thread):
                 return
             for proc in procs:
                 try:
-                    rss = proc.memory_info().rss
+                    rss, times = proc.memory_info().rss, proc.cpu_times()
                 except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                     continue
                 group = _group(proc, self.pid)  # asked each time: a Ray worker names itself after it starts
                 if group:
                     self.groups[proc.pid] = group
                     self.peaks[proc.pid] = max(self.peaks.get(proc.pid, 0), rss)
+                    self.cpu[proc.pid] = times.user + times.system  # the last sample: up to `interval` short
             self.stopped.wait(self.interval)
 
     def summary(self) -> dict:
@@ -69,7 +71,8 @@ class Sampler(threading.Thread):
             peaks = [self.peaks[p] for p, g in self.groups.items() if g == group]
             if peaks:
                 out[group] = {"processes": len(peaks), "peak_rss_mb_max": round(max(peaks) / 2**20, 1),
-                              "peak_rss_mb_sum": round(sum(peaks) / 2**20, 1)}
+                              "peak_rss_mb_sum": round(sum(peaks) / 2**20, 1),
+                              "cpu_s": round(sum(self.cpu[p] for p, g in self.groups.items() if g == group), 1)}
         return out
 
 
@@ -89,7 +92,8 @@ def run(args: list[str], log: Path, env: dict | None = None) -> dict:
     if code != 0:
         raise RuntimeError(f"{' '.join(args[2:5])} ... exited {code}; see {log}")
     return {"wall_s": round(seconds, 2), "rss": sampler.summary(),
-            "kernel_maxrss_mb": round(usage.ru_maxrss / 1024, 1)}
+            "kernel_maxrss_mb": round(usage.ru_maxrss / 1024, 1),
+            "kernel_cpu_s": round(usage.ru_utime + usage.ru_stime, 1)}
 
 
 def ingest(folder: Path, out: Path, logs: Path) -> dict:

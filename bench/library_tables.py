@@ -30,10 +30,16 @@ def phases(record: dict) -> str:
     for name, run in record["runs"].items():
         walls = run["phases_wall_s"]
         rows.append([f"{name} (f {record['fraction']:g})", *(f"{walls.get(p, 0):.1f}" for p in PHASES),
-                     f"{run['wall_s']:.1f}", _mb(run["rss"], "driver"), _mb(run["rss"], "ray_workers"),
-                     _mb(run["rss"], "ray_services"), f"{run['kernel_maxrss_mb']:,.0f}"])
-    return _table(["scan", *(f"{p} s" for p in PHASES), "total s", "driver peak MB", "Ray workers peak MB",
-                   "Ray services peak MB", "kernel peak MB"], rows)
+                     f"{run['wall_s']:.1f}", _cpu(run["rss"]), _mb(run["rss"], "driver"), _mb(run["rss"], "ray_workers"),
+                     _mb(run["rss"], "ray_services"), f"{run['kernel_maxrss_mb']:,.0f}",
+                     f"{run.get('load_average', [0])[0]:.1f}"])
+    return _table(["scan", *(f"{p} s" for p in PHASES), "total s", "CPU s (driver / workers)", "driver peak MB",
+                   "Ray workers peak MB", "Ray services peak MB", "kernel peak MB", "load (1 min)"], rows)
+
+
+def _cpu(rss: dict) -> str:
+    cells = [f"{rss[g]['cpu_s']:.0f}" for g in ("driver", "ray_workers") if g in rss and "cpu_s" in rss[g]]
+    return " / ".join(cells) or "-"
 
 
 def shares(record: dict) -> str:
