@@ -245,6 +245,30 @@ def build(args, size: str) -> tuple[Path, dict, dict, str]:
     return work, built, truth, trained
 
 
+def scans(corpus: Path, model: Path, folder: Path, options: list[str], logs: Path, args) -> dict:
+    """The local scan, then (unless --no-ray) the Ray one, into FOLDER/run-local and FOLDER/run-ray."""
+    ray_tmp = tempfile.mkdtemp(prefix="ray-lib-", dir="/tmp")  # Ray's sockets: a short path of its own
+    env = {"RAY_TMPDIR": ray_tmp, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    try:
+        runs = {"local": scan(corpus, model, folder / "run-local", options, logs, env, args.reuse_runs)}
+        if not args.no_ray:
+            runs["ray"] = scan(corpus, model, folder / "run-ray", [*options, *RAY], logs, env, args.reuse_runs)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    return runs
+
+
+def add_trajectories(record: dict, traj: dict, table: list[dict], size: str) -> None:
+    """The re-derivation into the record, the trajectories into bench/library/trajectories-SIZE.json, and
+    the ROC AUC over the searched candidates and the re-searched ones."""
+    path = HERE / "library" / f"trajectories-{size}.json"
+    path.parent.mkdir(exist_ok=True)
+    recorded = traj.pop("recorded")
+    path.write_text(json.dumps(recorded, separators=(",", ":")) + "\n")
+    record["early_reject"] = {**traj, "file": str(path.relative_to(HERE.parent))}
+    record["predictive_power"]["searched_and_sampled"] = figures.sampled_power(table, recorded)
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -261,12 +285,7 @@ def main(argv: list[str] | None = None) -> dict:
     docs = len(list(folder.iterdir()))
     options = [*SCAN, "--seed", str(args.seed), "--max-candidates", str(CANDIDATES_PER_DOC * docs)]
     model = work / "library" / "model"
-    ray_tmp = tempfile.mkdtemp(prefix="ray-lib-", dir="/tmp")  # Ray's sockets: a short path of its own
-    env = {"RAY_TMPDIR": ray_tmp, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    runs = {"local": scan(corpus, model, work / label / "run-local", options, logs, env, args.reuse_runs)}
-    if not args.no_ray:
-        runs["ray"] = scan(corpus, model, work / label / "run-ray", [*options, *RAY], logs, env, args.reuse_runs)
-    shutil.rmtree(ray_tmp, ignore_errors=True)
+    runs = scans(corpus, model, work / label, options, logs, args)
     table, found = measure(work / label / "run-local", truth, trained)
     record = {"size": size, "fraction": args.fraction, "documents": docs, "library": {k: v for k, v in built.items() if k != "key"},
               "spec": built["key"], "ingest": ingested, "scan_options": options, "ray_options": RAY, "runs": runs,
@@ -274,13 +293,8 @@ def main(argv: list[str] | None = None) -> dict:
     if "ray" in runs:
         record["ray_vs_local"] = compare_tables(work / label / "run-local", work / label / "run-ray")
     if args.trajectories:
-        traj = trajectories(work / label / "run-local", table, options, model, args.trajectories, args.seed,
-                            args.reuse_runs)
-        path = HERE / "library" / f"trajectories-{size}.json"
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(json.dumps(traj.pop("recorded"), separators=(",", ":")) + "\n")
-        record["early_reject"] = {**traj, "file": str(path.relative_to(HERE.parent))}
-        record["predictive_power"]["searched_and_sampled"] = figures.sampled_power(table, json.loads(path.read_text()))
+        add_trajectories(record, trajectories(work / label / "run-local", table, options, model, args.trajectories,
+                                              args.seed, args.reuse_runs), table, size)
     if args.fraction == 1 and (HERE / "library" / f"{size}-f0.25.json").is_file():
         record["growth_from_quarter"] = growth(json.loads((HERE / "library" / f"{size}-f0.25.json").read_text()), record)
     record["scale_model"] = cost_model(work / label / "run-local", rejection(record, size))
