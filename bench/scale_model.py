@@ -14,7 +14,9 @@ Pure arithmetic; every input says where its figure comes from (bench/RESULTS.md)
 tokens, 8B, 8 H200s, goal 24 h): the scan as it was, and with this issue's levers.
 `python bench/scale_model.py --run RUN` takes every input that run measured from its `cost`
 (`acr-scan status RUN`, scanner/storage/cost.py) instead of the constants below, prints each input with
-where it comes from (measured in RUN, or the constant's source), and the same kind of table.
+where it comes from (measured in RUN, or the constant's source), and the same kind of table;
+`--tokens-per-book N` sizes the collection's documents, `--timing constants` keeps the constants'
+seconds (8B on an H200) for a run measured on other hardware, taking only its shares and steps.
 """
 
 from __future__ import annotations
@@ -231,6 +233,28 @@ def _from_cost(cost: dict, documents: int, stride: int | None) -> dict:
     return found
 
 
+def constant_timing(run: str | Path, inputs: CostInputs, sources: dict[str, str]) -> CostInputs:
+    """`inputs` with the seconds of the constants (8B on one H200) instead of the run's: a run on other
+    hardware or another model measures shares and steps that carry over, not its seconds. The screen
+    goes back to the token formula, with the share of spans given certificate rows that reproduces the
+    tokens the run forwarded per span."""
+    from scanner.storage.cost import run_cost
+    from scanner.storage.rundir import RunDir
+
+    screen = run_cost(RunDir(run)).get("screen") or {}
+    per_span = screen["forwarded_tokens"] / screen["spans"] if screen.get("forwarded_tokens") and screen.get("spans") else None
+    base = (inputs.context + inputs.span) + inputs.span
+    rows = inputs.context * (inputs.context + 1) // 2 + inputs.context * inputs.span
+    share = max(0.0, (per_span - base) / rows) if per_span is not None else GPU_FIGURES.certificate_share
+    for name in ("step_s", "forward_tokens_per_s"):
+        sources[name] = SOURCES[name] + " (--timing constants)"
+    sources["screen_s_per_span"] = "none: the token formula (--timing constants)"
+    sources["certificate_share"] = (f"from the tokens forwarded per span in {Path(run).name} ({per_span:,.1f})"
+                                    if per_span is not None else SOURCES["certificate_share"])
+    return replace(inputs, step_s=GPU_FIGURES.step_s, forward_tokens_per_s=GPU_FIGURES.forward_tokens_per_s,
+                   screen_s_per_span=None, certificate_share=share)
+
+
 def inputs_table(inputs: CostInputs, sources: dict[str, str]) -> str:
     lines = ["| input | value | source |", "|---|---|---|"]
     for f in fields(CostInputs):
@@ -255,6 +279,10 @@ def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--run", help="a run directory: its cost replaces every constant it measured")
     parser.add_argument("--books", type=int, default=GPU_FIGURES.books, help="documents of the collection")
+    parser.add_argument("--tokens-per-book", type=int, default=None,
+                        help="tokens of each document of the collection (default: the run's mean)")
+    parser.add_argument("--timing", choices=("run", "constants"), default="run",
+                        help="seconds per step and per screened token: the run's, or the constants' (8B, H200)")
     parser.add_argument("--efficiency", type=float, default=0.85, help="parallel efficiency (bench/scale.py)")
     parser.add_argument("--gpus", default="1,8,64", help="cluster sizes, comma-separated")
     args = parser.parse_args(argv)
@@ -263,6 +291,11 @@ def main(argv: list[str] | None = None) -> str:
     inputs, sources = measured_inputs(args.run)
     inputs = replace(inputs, books=args.books)
     sources["books"] = "given (--books)" if args.books != GPU_FIGURES.books else sources["books"]
+    if args.tokens_per_book is not None:
+        inputs = replace(inputs, tokens_per_book=args.tokens_per_book)
+        sources["tokens_per_book"] = "given (--tokens-per-book)"
+    if args.timing == "constants":
+        inputs = constant_timing(args.run, inputs, sources)
     gpus = tuple(int(n) for n in args.gpus.split(","))
     return (inputs_table(inputs, sources) + "\n\n" + f"parallel efficiency {args.efficiency:g} (assumed; "
             "bench/scale.py measures it)\n\n" + run_table(inputs, args.efficiency, gpus))
