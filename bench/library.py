@@ -135,6 +135,30 @@ def compare_tables(a: Path, b: Path) -> dict:
             "searched_in_one_run_only": len(budget)}
 
 
+PLAN_SAMPLE = "0.1"
+
+
+def plan_check(corpus: Path, model: Path, folder: Path, options: list[str], logs: Path, runs: dict,
+               reuse: bool) -> dict:
+    """`acr-scan plan` on a 10 % sample with the scan's options (its caps scaled to the sample), against
+    the scans of the whole library: the projected wall time (1 worker at efficiency 1: the local scan;
+    2 workers at the plan's default 0.85: the Ray scan) and each projected figure against the local
+    scan's measured one."""
+    out = folder / f"plan-s{PLAN_SAMPLE}"
+    saved = out.with_suffix(".json")
+    if reuse and saved.is_file() and json.loads(saved.read_text()).get("options") == options:
+        planned, timed = (json.loads(saved.read_text())[k] for k in ("plan", "timed"))
+    else:
+        shutil.rmtree(out, ignore_errors=True)
+        timed = commands.run(commands.cli("plan", str(corpus), "--model", str(model), "--out", str(out),
+                                          "--sample", PLAN_SAMPLE, "--workers", "1", "--efficiency", "1.0",
+                                          "--json", *options), logs / "plan.log")
+        planned = json.loads((logs / "plan.log").read_text().splitlines()[-1])
+        saved.write_text(json.dumps({"options": options, "plan": planned, "timed": timed}))
+    return figures.plan_against(planned, timed, runs)
+
+
+
 def trajectories(run: Path, table: list[dict], options: list[str], model: Path, count: int, seed: int,
                  reuse: bool) -> dict:
     """`count` candidates of the run searched again with the full budget, and the rule re-derived on
@@ -221,6 +245,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--fraction", type=float, default=1.0, help="share of the documents scanned (0.25: a quarter)")
     parser.add_argument("--quick", action="store_true", help="the smoke size")
     parser.add_argument("--no-ray", action="store_true", help="leave out the Ray scan")
+    parser.add_argument("--no-plan", action="store_true", help="leave out the plan from a 10 %% sample")
     parser.add_argument("--trajectories", type=int, default=None,
                         help="candidates searched again with the full budget (default: 24, 4 with --quick; 0 below "
                         "the whole library)")
@@ -292,6 +317,8 @@ def main(argv: list[str] | None = None) -> dict:
               **found}
     if "ray" in runs:
         record["ray_vs_local"] = compare_tables(work / label / "run-local", work / label / "run-ray")
+    if args.fraction == 1 and not args.no_plan:
+        record["plan"] = plan_check(corpus, model, work / label, options, logs, runs, args.reuse_runs)
     if args.trajectories:
         add_trajectories(record, trajectories(work / label / "run-local", table, options, model, args.trajectories,
                                               args.seed, args.reuse_runs), table, size)

@@ -214,3 +214,45 @@ def phase_walls(run: Path, started: float, ended: float) -> dict:
             before = mark
     out["exit"] = round(ended - before, 2)
     return out
+
+
+def _within(predicted: dict, actual: float | None) -> dict:
+    value = predicted.get("value")
+    ratio = value / actual if value is not None and actual else None
+    return {"predicted": value, "low": predicted.get("low"), "high": predicted.get("high"), "actual": actual,
+            "ratio": None if ratio is None else round(ratio, 3),
+            "in_range": None if value is None or actual is None else predicted["low"] <= actual <= predicted["high"]}
+
+
+def _measured(cost: dict) -> dict:
+    """The whole scan's figures under the names of the plan's projection (status's cost)."""
+    screen, certify = cost.get("screen") or {}, cost.get("certify") or {}
+    search, tighten = cost.get("search") or {}, cost.get("tighten") or {}
+
+    def seconds(part: dict) -> float:
+        return part.get("unit_seconds", part.get("seconds")) or 0.0
+
+    out = {"corpus_tokens": screen.get("corpus_tokens"), "screen_s": screen.get("seconds"),
+           "candidates": screen.get("candidates"), "certified": certify.get("settled", 0),
+           "certify_s": certify.get("seconds", 0.0), "search_s": seconds(search) + seconds(tighten)}
+    out["worker_s"] = sum(out[k] or 0 for k in ("screen_s", "certify_s", "search_s"))
+    return out
+
+
+def plan_against(planned: dict, timed: dict, runs: dict) -> dict:
+    """The plan's projection beside the whole library's scans: wall time (local: 1 worker, efficiency 1 as
+    planned; Ray: the plan's worker seconds over 2 workers x 0.85, its default efficiency) and each figure
+    against the local scan's own; the plan's own cost (its wall time, a share of the local scan's)."""
+    p, local = planned["projection"], runs["local"]
+    measured = _measured(local["cost"])
+    out = {"sample": {k: planned["sample"][k] for k in ("documents", "of", "bytes", "tokens", "caps")},
+           "plan_wall_s": timed["wall_s"], "plan_share_of_local_wall": round(timed["wall_s"] / local["wall_s"], 3),
+           "wall_local": _within(p["wall_s"], local["wall_s"]),
+           "figures": {k: _within(p["figures"][k], measured[k]) for k in measured if k in p["figures"]}}
+    out["figures"]["search_s_under_caps"] = _within(p["search_s"], measured["search_s"])
+    out["figures"]["worker_s"] = _within(p["worker_s"], measured["worker_s"])
+    if "ray" in runs:
+        two = {k: (p["worker_s"][k] / (2 * 0.85) if p["worker_s"][k] is not None else None)
+               for k in ("value", "low", "high")}
+        out["wall_ray"] = _within(two, runs["ray"]["wall_s"])
+    return out

@@ -214,3 +214,27 @@ def test_scale_model_reads_a_runs_cost_and_says_where_each_input_comes_from(plan
     assert inputs.candidate_share == whole["screen"]["candidate_share"] and inputs.span == 12
     table = model.main(["--run", str(root / "full"), "--books", "10"])
     assert "| books | 10 | given (--books) |" in table and "GPUs wall h" in table
+
+
+def test_the_sample_runs_under_the_caps_scaled_to_its_share():
+    from scanner.config import CorpusConfig, ModelConfig, ScanConfig
+    from scanner.run.plan import sample_caps
+
+    def config(budget, most):
+        return ScanConfig(corpus=CorpusConfig(path="c.parquet"), model=ModelConfig(model="m"),
+                          search_budget=budget, max_candidates=most)
+
+    assert sample_caps(config("1000steps", 50), 0.1) == ("100steps", 5)
+    assert sample_caps(config("90m", 3), 0.5) == ("2700.000s", 2)  # a count rounds up: the sample searches
+    assert sample_caps(config(None, 0), 0.1) == (None, 0)  # --max-candidates 0: no search, in the sample too
+    assert sample_caps(config(None, None), 0.1) == (None, None)
+
+
+def test_a_capped_sample_keeps_its_search_and_extrapolates_what_searching_all_needs():
+    sample = [{**d, "not_searched": 3} for d in docs(10)]  # 1 searched, 3 left a document
+    p = pm.project(COST, sample, {"documents": 100, "bytes": 40_000}, workers=1, efficiency=1.0,
+                   budget=("steps", 1000), capped_sample=True)
+    assert p["search_s"]["value"] == pytest.approx(200)  # what the sample spent, scaled, not cut again
+    assert p["searched_share"]["value"] == pytest.approx(0.25)
+    assert p["budget"]["needed"]["value"] == pytest.approx(4000)  # 1000 steps x (1 + 3) / 1
+    assert p["budget"]["covers"]["value"] == pytest.approx(0.25)

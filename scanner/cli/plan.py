@@ -28,8 +28,7 @@ def plan_lines(plan: dict) -> list[str]:
     s, c, p = plan["sample"], plan["corpus"], plan["projection"]
     f = p["figures"]
     lines = [f"sample: {s['documents']} of {s['of']} documents (seed {s['seed']}), {s['bytes']:,} bytes, "
-             f"{s['tokens']:,} tokens -> {s['path']}, scanned into {s['run']} (every candidate searched: "
-             "--search-budget and --max-candidates cap the whole corpus and apply to the projection)",
+             f"{s['tokens']:,} tokens -> {s['path']}, scanned into {s['run']} ({s['caps']})",
              f"corpus: {c['documents']:,} documents, {c['bytes']:,} bytes ({c['source']})",
              f"projection of the whole scan, x{p['scale']['value']:,.2f} ({p['scale']['source']}); "
              f"range: {p['range']}; each figure {f['corpus_tokens']['source']} unless said:",

@@ -160,10 +160,13 @@ def _per_doc(docs: list[dict], names: list[str]) -> dict[str, list[float]]:
 
 
 def project(cost: dict, docs: list[dict], corpus: dict, *, workers: int, efficiency: float,
-            budget: tuple[str, float] | None = None, max_candidates: int | None = None, seed: int = 0) -> dict:
+            budget: tuple[str, float] | None = None, max_candidates: int | None = None, seed: int = 0,
+            capped_sample: bool = False) -> dict:
     """The projection of the whole corpus: `cost` of the sample's run, `docs` the per-document figures
     of the sample (bytes and the names of _totals), `corpus` {documents, bytes} of the whole corpus;
-    `budget` (kind, amount) and `max_candidates` cap the search as they would the whole scan."""
+    `budget` (kind, amount) and `max_candidates` cap the search as they would the whole scan;
+    `capped_sample`: the sample ran under them scaled to its share (scanner/run/plan.py), so what
+    searching every candidate needs is extrapolated from the ones it searched."""
     check_workers(workers, efficiency)
     sample_bytes = sum(d["bytes"] for d in docs)
     if not sample_bytes:
@@ -171,15 +174,11 @@ def project(cost: dict, docs: list[dict], corpus: dict, *, workers: int, efficie
     scale = corpus["bytes"] / sample_bytes
     where = f"measured in the sample ({len(docs)} documents, {sample_bytes:,} bytes) x corpus bytes / sample bytes"
     totals = _totals(cost)
+    totals["not_searched"] = sum(d.get("not_searched", 0) for d in docs)  # in the rows: the cost has what ran
     columns = _per_doc(docs, list(totals))
     spreads = bootstrap(columns, [d["bytes"] for d in docs], seed)
     out = {name: figure(None if v is None else v * scale, spreads[name], where) for name, v in totals.items()}
-    searched = sum((out[f"{o}.candidates"]["value"] or 0) for o in _outcomes(totals))
-    cap = 1.0 if not max_candidates or not searched else min(1.0, max_candidates / searched)
-    needed = out["search_steps"] if budget and budget[0] == "steps" else out["search_s"]
-    limit = budget_needed(needed, budget[0] if budget else "seconds", budget[1] if budget else None)
-    reached = min(cap, limit["covers"]["value"] if limit["covers"] else 1.0)
-    search_s = capped(out["search_s"], out["search_s"]["value"] * reached) if reached < 1 else out["search_s"]
+    limit, reached, search_s = _reach(out, _outcomes(totals), budget, max_candidates, capped_sample)
     worker = {"screen_s", "certify_s", "passage_s"}
     value = sum(out[k]["value"] or 0 for k in worker) + (search_s["value"] or 0)
     worker_s = figure(value, spreads["worker_s"], where + "; the search capped by --search-budget/--max-candidates"
@@ -190,6 +189,34 @@ def project(cost: dict, docs: list[dict], corpus: dict, *, workers: int, efficie
                                "projected candidates and their cost (1: every candidate)"},
             "search_s": search_s, "worker_s": worker_s, "wall_s": wall_s, "worker_h": worker_h, "budget": limit,
             "range": RANGE}
+
+
+def _reach(out: dict, outcomes: list[str], budget, max_candidates, capped_sample: bool) -> tuple[dict, float, dict]:
+    """(the budget's figures, the share of the candidates searched, the search's seconds) of the whole scan.
+    A sample run without the caps searched every candidate: the caps cut its cost here, best first. A
+    sample run under them (scaled) spent what the capped scan spends of its share already."""
+    searched = sum((out[f"{o}.candidates"]["value"] or 0) for o in outcomes)
+    unsearched = out["not_searched"]["value"] or 0
+    needed = out["search_steps"] if budget and budget[0] == "steps" else out["search_s"]
+    if capped_sample:
+        needed = _all_searched(needed, searched, unsearched)
+    limit = budget_needed(needed, budget[0] if budget else "seconds", budget[1] if budget else None)
+    if capped_sample:
+        return limit, searched / (searched + unsearched) if searched + unsearched else 1.0, out["search_s"]
+    cap = 1.0 if not max_candidates or not searched else min(1.0, max_candidates / searched)
+    reached = min(cap, limit["covers"]["value"] if limit["covers"] else 1.0)
+    search_s = capped(out["search_s"], out["search_s"]["value"] * reached) if reached < 1 else out["search_s"]
+    return limit, reached, search_s
+
+
+def _all_searched(spent: dict, searched: float, unsearched: float) -> dict:
+    """What searching the capped sample's unsearched candidates too would need: the searched ones' mean
+    each. They were ranked below the searched ones, which are decided sooner when memorized: a floor."""
+    if not searched or spent["value"] is None:
+        return spent
+    factor = (searched + unsearched) / searched
+    return {**{k: spent[k] * factor for k in ("value", "low", "high")},
+            "source": spent["source"] + f"; x{factor:.2f}: the searched candidates' mean for the unsearched too"}
 
 
 def _outcomes(totals: dict) -> list[str]:

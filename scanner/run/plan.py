@@ -2,13 +2,15 @@
 project the whole scan from what the sample's run measured (scanner/measures/plan.py). The sample's
 run is an ordinary run directory, PLAN_DIR/run, resumed like any scan; the sample is PLAN_DIR/sample.parquet.
 
---search-budget and --max-candidates cap the whole corpus's search, so the sample runs without them:
-it searches every candidate it finds, which measures what searching all of them would cost, and the
-caps are applied to the projection instead."""
+--search-budget and --max-candidates cap the whole corpus's search; the sample runs under them scaled to
+its share of the documents, so it searches what the capped scan would search of it: its best-ranked
+candidates, which cost other than the average (a memorized one is decided in a few steps, a refuted one
+takes the whole schedule). Without caps it searches every candidate it finds."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import defaultdict
 from pathlib import Path
 
@@ -29,10 +31,28 @@ CANDIDATE = ("memorized", "not_memorized", "not_searched", "failed")
 RESULT_COLUMNS = ["doc_row", "token_end", "screen_s", "status", "acr_kind", "search_s", "steps", "rejected_early"]
 
 
-def sample_config(config: ScanConfig, sample: Path) -> ScanConfig:
-    """The scan's config on the sample: its corpus, and no whole-corpus caps on the search."""
+def sample_caps(config: ScanConfig, share: float) -> tuple[str | None, int | None]:
+    """(--search-budget, --max-candidates) scaled to `share`, the sample's share of the documents."""
+    budget, most = parse_budget(config.search_budget), config.max_candidates
+    if budget is not None:
+        amount = budget.amount * share
+        budget = f"{max(1, round(amount))}steps" if budget.kind == "steps" else f"{max(amount, 1.0):.3f}s"
+    return budget, most if not most else max(1, math.ceil(most * share))
+
+
+def _caps_text(config: ScanConfig, share: float) -> str:
+    budget, most = sample_caps(config, share)
+    if budget is None and most is None:
+        return "every candidate searched"
+    return (f"searched under the caps scaled to its share {share:.3g}: --search-budget {budget}, "
+            f"--max-candidates {most}")
+
+
+def sample_config(config: ScanConfig, sample: Path, share: float) -> ScanConfig:
+    """The scan's config on the sample: its corpus, and the caps on the search scaled to its share."""
     corpus = dataclasses.replace(config.corpus, path=str(sample))
-    return dataclasses.replace(config, corpus=corpus, search_budget=None, max_candidates=None)
+    budget, most = sample_caps(config, share)
+    return dataclasses.replace(config, corpus=corpus, search_budget=budget, max_candidates=most)
 
 
 def plan_scan(config: ScanConfig, out: str, sample: str, *, workers: int, efficiency: float,
@@ -46,7 +66,8 @@ def plan_scan(config: ScanConfig, out: str, sample: str, *, workers: int, effici
     seed = config.search.seed
     path = write_sample(corpus, size, seed, out)
     run_dir = Path(out) / "run"
-    stats = run_scan(sample_config(config, path), str(run_dir), progress, executor, passages=passages)
+    share = size / corpus.num_rows if corpus.num_rows else 1.0
+    stats = run_scan(sample_config(config, path, share), str(run_dir), progress, executor, passages=passages)
     run = RunDir(run_dir)
     cost = run_cost(run)
     docs = document_figures(run, path, config.corpus.text_column)
@@ -54,9 +75,10 @@ def plan_scan(config: ScanConfig, out: str, sample: str, *, workers: int, effici
     whole = {"documents": corpus.num_rows, "bytes": corpus.text_bytes()}
     projection = project(cost, docs, whole, workers=workers, efficiency=efficiency, seed=seed,
                          budget=(budget.kind, budget.amount) if budget else None,
-                         max_candidates=config.max_candidates)
+                         max_candidates=config.max_candidates, capped_sample=bool(budget or config.max_candidates))
     sampled = {"documents": size, "of": corpus.num_rows, "seed": seed, "bytes": sum(d["bytes"] for d in docs),
-               "tokens": (cost.get("screen") or {}).get("corpus_tokens"), "path": str(path), "run": str(run_dir)}
+               "tokens": (cost.get("screen") or {}).get("corpus_tokens"), "path": str(path), "run": str(run_dir),
+               "caps": _caps_text(config, share)}
     return {"sample": sampled, "corpus": {**whole, "source": "counted in the whole corpus: UTF-8 bytes of the text "
                                           "column (read, not tokenized)"},
             "inputs": inputs(cost, sampled, workers, efficiency, budget, config.max_candidates),
@@ -99,7 +121,9 @@ def document_figures(run: RunDir, sample: Path, text_column: str) -> list[dict]:
         if row["acr_kind"] == "certificate_bound":
             doc["certified"] += 1
             doc["certify_s"] += row["search_s"] or 0.0
-        elif row["status"] != "not_searched":
+        elif row["status"] == "not_searched":
+            doc["not_searched"] += 1
+        else:
             name = outcome(row)
             doc[f"{name}.candidates"] += 1
             doc[f"{name}.steps"] += row["steps"] or 0
