@@ -153,7 +153,8 @@ def plan_check(corpus: Path, model: Path, folder: Path, options: list[str], logs
         timed = commands.run(commands.cli("plan", str(corpus), "--model", str(model), "--out", str(out),
                                           "--sample", PLAN_SAMPLE, "--workers", "1", "--efficiency", "1.0",
                                           "--json", *options), logs / "plan.log")
-        planned = json.loads((logs / "plan.log").read_text().splitlines()[-1])
+        text = (logs / "plan.log").read_text()  # the log lines (stderr), then the JSON object (stdout)
+        planned = json.loads(text[text.rindex("\n{\n") + 1:] if "\n{\n" in text else text)
         saved.write_text(json.dumps({"options": options, "plan": planned, "timed": timed}))
     return figures.plan_against(planned, timed, runs)
 

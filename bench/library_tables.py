@@ -108,11 +108,28 @@ def growth(record: dict) -> str:
                   [[k, v["quarter"], v["whole"], _fmt(v["ratio"])] for k, v in g.items()])
 
 
+def plan(record: dict) -> str:
+    """The plan from a sample beside the whole library's scans (bench/library_figures.py plan_against)."""
+    pl = record.get("plan")
+    if not pl:
+        return "(no plan recorded)"
+    cells = [("wall time, local", pl["wall_local"])]
+    if "wall_ray" in pl:
+        cells.append(("wall time, Ray (2 workers x 0.85)", pl["wall_ray"]))
+    cells += list(pl["figures"].items())
+    rows = [[name, _fmt(f["predicted"]), f"{_fmt(f['low'])} .. {_fmt(f['high'])}", _fmt(f["actual"]), _fmt(f["ratio"]),
+             _fmt(f["in_range"])] for name, f in cells]
+    s = pl["sample"]
+    head = (f"sample: {s['documents']} of {s['of']} documents, {s['tokens']:,} tokens ({s['caps']}); the plan took "
+            f"{pl['plan_wall_s']:.0f} s, {pl['plan_share_of_local_wall']:.2f} of the local scan's wall time\n\n")
+    return head + _table(["figure", "projected", "range", "measured", "projected / measured", "in range"], rows)
+
+
 def main(paths: list[str]) -> None:
     for path in paths:
         record = json.loads(Path(path).read_text())
         print(f"## {path}\n")
-        for part in (phases, shares, recall, categories, power, early_reject, growth):
+        for part in (phases, shares, recall, categories, power, early_reject, growth, plan):
             print(part(record), end="\n\n")
         print(json.dumps({k: record.get(k) for k in ("flagged_elsewhere", "identical", "ray_vs_local", "wall_s",
                                                        "bench_peak_rss_mb")}, indent=1))

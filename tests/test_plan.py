@@ -50,7 +50,7 @@ def planned(tiny_dir, tmp_path_factory):
     assert full.returncode == 0, full.stderr
     args = ["plan", str(corpus), "--model", str(tiny_dir), "--sample", "0.5", "--out", str(root / "plan"),
             "--workers", "4", *SCAN]
-    text = cli(*args, "--search-budget", "20steps")
+    text = cli(*args)  # no caps: the sample searches every candidate, as the whole scan below does
     assert text.returncode == 0, text.stderr
     as_json = cli(*args, "--json")  # the same sample, so its run is resumed, not redone
     assert as_json.returncode == 0, as_json.stderr
@@ -71,7 +71,7 @@ def test_every_input_and_figure_names_its_source(planned):
     _, text, plan, _ = planned
     assert "sample: 5 of 10 documents" in text and "range: bootstrap over the sampled documents" in text
     for label in ("corpus tokens", "screen worker-seconds", "candidates", "settled by certificates", "passages",
-                  "wall time", "worker-hours", "budget to search all (steps)", "--search-budget given: 20 steps"):
+                  "wall time", "worker-hours", "budget to search all (seconds)", "(every candidate searched)"):
         assert label in text, label
     inputs = text.split("inputs:\n")[1].splitlines()
     assert inputs and all(line.rstrip().endswith(")") and " (" in line for line in inputs)
@@ -238,3 +238,20 @@ def test_a_capped_sample_keeps_its_search_and_extrapolates_what_searching_all_ne
     assert p["searched_share"]["value"] == pytest.approx(0.25)
     assert p["budget"]["needed"]["value"] == pytest.approx(4000)  # 1000 steps x (1 + 3) / 1
     assert p["budget"]["covers"]["value"] == pytest.approx(0.25)
+
+
+def test_the_text_of_a_capped_plan_says_the_caps_and_what_the_budget_reaches():
+    from scanner.cli.plan import plan_lines
+
+    sample = [{**d, "not_searched": 3} for d in docs(10)]
+    projection = pm.project(COST, sample, {"documents": 100, "bytes": 40_000}, workers=1, efficiency=1.0,
+                            budget=("steps", 1000), capped_sample=True)
+    caps = "searched under the caps scaled to its share 0.1: --search-budget 100steps"
+    plan = {"sample": {"documents": 10, "of": 100, "seed": 0, "bytes": 4000, "tokens": 1000, "path": "s.parquet",
+                       "run": "run", "caps": caps},
+            "corpus": {"documents": 100, "bytes": 40_000, "source": "counted"},
+            "inputs": {"workers": {"value": 1, "source": "given (--workers)"}}, "projection": projection}
+    text = "\n".join(plan_lines(plan))
+    assert f"({caps})" in text
+    assert "--search-budget given: 1,000 steps, reaching 25% " in text
+    assert "searched: 25% of the candidates" in text

@@ -100,7 +100,11 @@ def test_ray_scan_equals_the_local_scan(local_ray, reference, tiny_dir, tmp_path
     assert kinds.count("searched_min") == 2 and "certificate_bound" in kinds, "both phases ran on the actors"
     assert stats["run"] == {"executor": "ray", "actors": 2, "actor_restarts": 0, "retries": 0, "failed_shards": {}}
     assert sorted(s["shard"] for s in seen) == list(range(stats["shards_total"]))
-    assert len({s["pid"] for s in seen}) == 2, "both actors took shards"
+    # The shards ran in the actors, not in the driver. Whether both actors took one is timing: an actor
+    # takes work once its model is loaded, and the first one ready may screen every shard before the
+    # other is (the streamed screen takes a second a shard here), which on a loaded machine happens.
+    pids = {s["pid"] for s in seen}
+    assert os.getpid() not in pids and 1 <= len(pids) <= 2, pids
     assert (tmp_path / "run" / "provenance.json").exists() and (tmp_path / "run" / "logs" / "shard-00000.log").exists()
     assert got.schema.metadata[b"tokenizer_hash"] == want.schema.metadata[b"tokenizer_hash"]
 

@@ -44,8 +44,8 @@ def _caps_text(config: ScanConfig, share: float) -> str:
     budget, most = sample_caps(config, share)
     if budget is None and most is None:
         return "every candidate searched"
-    return (f"searched under the caps scaled to its share {share:.3g}: --search-budget {budget}, "
-            f"--max-candidates {most}")
+    caps = [f"--search-budget {budget}"] * (budget is not None) + [f"--max-candidates {most}"] * (most is not None)
+    return f"searched under the caps scaled to its share {share:.3g}: {', '.join(caps)}"
 
 
 def sample_config(config: ScanConfig, sample: Path, share: float) -> ScanConfig:
