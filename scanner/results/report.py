@@ -283,10 +283,11 @@ def _flagged_html(table: pa.Table, passages: pa.Table | None, pages: str | None 
     pages per finding (report_pages.py), linked from each; None where none were written."""
     finds = report_pages.findings(table, passages)
     if passages is None:
-        return f"<h2>Top flagged spans</h2>\n{_spans_html(table, pages)}\n{_all_pages_html(finds, pages, TOP_SPANS)}"
+        return (f'<h2 id="passages">Top flagged spans</h2>\n{_spans_html(table, pages)}\n'
+                + _all_pages_html(finds, pages, TOP_SPANS))
     best = {f.page: f.span for f in finds}
     return (f"<h2>Where the memorized passages lie</h2>\n{report_passages.strips_html(passages, table)}\n"
-            f"<h2>Memorized passages</h2>\n{report_passages.passages_html(passages, best=best, pages=pages)}\n"
+            f'<h2 id="passages">Memorized passages</h2>\n{report_passages.passages_html(passages, best=best, pages=pages)}\n'
             + _all_pages_html(finds, pages, report_passages.TOP_PASSAGES))
 
 

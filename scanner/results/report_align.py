@@ -11,7 +11,7 @@ than inventing them.
 
 from __future__ import annotations
 
-from scanner.results.html_format import esc, num
+from scanner.results.html_format import count, esc, num
 
 AFTER_CHARS = 240  # of the book after the last reproduced token, to show where generation left it
 
@@ -23,12 +23,20 @@ def _text(f, start: int, end: int) -> str:
     return whole[start - where["char_start"]:end - where["char_start"]]
 
 
+def _shown(text: str) -> str:
+    """Escaped text; a stretch of whitespace alone is named (an empty-looking cell would read as nothing)."""
+    if text and not text.strip():
+        names = {" ": "space", "\n": "line break", "\t": "tab"}
+        return f'<span class="cut">({", ".join(names.get(c, repr(c)) for c in text[:8])})</span>'
+    return esc(text)
+
+
 def _row(book: str, model: str | None, note: str) -> str:
     if model is None:
         cell = '<td class="none">–</td>'
     else:
-        cell = f'<td class="text same">{esc(model)}</td>'
-    return f'<tr><td class="text">{esc(book)}</td>{cell}<td>{note}</td></tr>'
+        cell = f'<td class="text same">{_shown(model)}</td>'
+    return f'<tr><td class="text">{_shown(book)}</td>{cell}<td>{note}</td></tr>'
 
 
 def _continues(f) -> bool:
@@ -63,7 +71,7 @@ def _passage_rows(f) -> list[str]:
                     if _continues(f) else _row(rest, None, others))
     if f.reach > p["char_end"]:
         ext = _text(f, p["char_end"], f.reach)
-        rows.append(_row(ext, ext, f"<b>identical</b>: +{num(p['extended_tokens'])} tokens past the passage, "
+        rows.append(_row(ext, ext, f"<b>identical</b>: {count(p['extended_tokens'], 'more token')} past the passage, "
                                    f"generated from {_extension_source(f)}"))
     return rows
 
@@ -75,8 +83,12 @@ def _after_note(f) -> str:
                 "that would continue it")
     if p.get("extended_tokens") is None:
         return "not checked: extension was off in this run (--extend-tokens 0)"
-    return (f"<b>differs</b>: the first token generated here is not the book's (of {num(p['extend_budget'])} "
-            "tokens asked for). What the model wrote instead is not stored in the run.")
+    if not p["extended_tokens"]:
+        return (f"<b>differs</b>: generation from the passage's prompts (asked for {num(p['extend_budget'])} more "
+                "tokens) reproduced none of the book past this point. What the model wrote instead is not stored "
+                "in the run.")
+    return ("<b>differs</b>: the run of the book's tokens that generation reproduced ends here; the next token it "
+            "generated is not the book's. What the model wrote instead is not stored in the run.")
 
 
 def _after_row(f, context: dict | None) -> str:
@@ -90,7 +102,7 @@ def _after_row(f, context: dict | None) -> str:
         if not book:
             book = "(the end of the document)"
     model = '<td class="differs">(not stored)</td>' if differs else '<td class="none">–</td>'
-    return f'<tr><td class="text">{esc(book)}</td>{model}<td>{note}</td></tr>'
+    return f'<tr><td class="text">{_shown(book)}</td>{model}<td>{note}</td></tr>'
 
 
 def alignment_html(f, context: dict | None) -> str:

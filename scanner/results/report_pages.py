@@ -109,6 +109,9 @@ def _marks(f: Finding, text: str, offset: int) -> list[tuple[int, int, str]]:
     prompt = s.get("prompt")
     if prompt and s.get("prompt_source") == "work_text":
         at, length = longest_shared_run_at(prompt, text)
+        # the last place before the span: where a certificate (the text just before it) stands
+        before = text.rfind(text[at:at + length], 0, max(s["char_start"] - offset, 0))
+        at = before if before >= 0 else at
         if length >= min(MIN_MARKED_RUN, len(prompt)):
             marks.append((offset + at, offset + at + length, "given"))
     return marks
@@ -158,13 +161,14 @@ def _prompt_html(row: dict) -> str:
 def _lay_html(f: Finding, counts: dict, k: int | None) -> str:
     s, tokens = f.span, f.span.get("target_tokens")
     given = ("was given no prompt at all, only its fixed template," if s.get("prompt") == "" else
-             f"was given the prompt below ({count(s.get('prompt_tokens') or 0, 'token')}: word pieces)")
+             f"was given the prompt below ({count(s.get('prompt_tokens') or 0, 'token')}; a token is a word or "
+             "a piece of one)")
     wrote = (f"The model {given} and, always choosing its most likely next word piece (greedy decoding), wrote "
              f"{count(tokens or 0, 'token')} which match the book's text word for word over {num(tokens)} tokens.")
     longer = ""
     if f.passage is not None:
         ext = f.passage.get("extended_tokens")
-        grew = f" Continued generation reproduced {num(ext)} more tokens of the book past it." if ext else ""
+        grew = f" Continued generation reproduced {count(ext, 'more token')} of the book past it." if ext else ""
         longer = (f" The memorized passage around it is {num(f.passage['tokens'])} tokens long: "
                   f"{num(f.passage['spans'])} overlapping windows, each reproduced from its own prompt.{grew}")
     acr = f.passage["best_acr"] if f.passage is not None else s.get("acr")
@@ -239,12 +243,12 @@ def page_html(f: Finding, context: dict | None, counts: dict, report_name: str, 
     title = f"Memorized passage in {f.where['doc_id']}" + (f" · {model}" if model else "")
     body = (f'<p class="meta"><a href="../{esc(report_name)}">← the scan report</a> · page '
             f"<code>{esc(f.page)}</code></p><h1>A passage the model reproduces: {doc}</h1>"
-            f"<h2>In plain words</h2>{_lay_html(f, counts, k)}"
-            f"<h2>The book around it</h2>{_book_html(f, context)}"
-            f"<h2>What the model was given</h2>{_prompt_html(f.span)}"
-            f"<h2>What the model wrote, beside the book</h2>{report_align.alignment_html(f, context)}"
-            f"<h2>The figures</h2>{_figures_html(f)}"
-            f"<h2>What the run drew it from</h2>{denominators_html(counts)}")
+            f'<h2 id="words">In plain words</h2>{_lay_html(f, counts, k)}'
+            f'<h2 id="book">The book around it</h2>{_book_html(f, context)}'
+            f'<h2 id="prompt">What the model was given</h2>{_prompt_html(f.span)}'
+            f'<h2 id="output">What the model wrote, beside the book</h2>{report_align.alignment_html(f, context)}'
+            f'<h2 id="figures">The figures</h2>{_figures_html(f)}'
+            f'<h2 id="drawn">What the run drew it from</h2>{denominators_html(counts)}')
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body>\n{body}\n</body></html>\n")
