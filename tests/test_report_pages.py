@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import re
 from pathlib import Path
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -54,7 +55,7 @@ def run_tables() -> tuple[pa.Table, pa.Table]:
 
 
 def hrefs(page: str) -> list[str]:
-    return [html.unescape(h) for h in re.findall(r'href="([^"]+)"', page)]
+    return [unquote(html.unescape(h)) for h in re.findall(r'href="([^"]+)"', page)]
 
 
 @pytest.fixture
@@ -128,8 +129,9 @@ def test_surroundings_read_from_a_parquet_corpus_shard_by_shard(tmp_path):
 
 def test_pages_without_surroundings_say_so_and_runs_without_passages_get_span_pages(tmp_path):
     results, _ = run_tables()
-    out = write_report(results, {}, tmp_path / "r.html")
-    pages = sorted((tmp_path / "r-passages").iterdir())
+    out = write_report(results, {}, tmp_path / "r #1 é.html")  # '#' would cut a raw link into a fragment
+    assert '<a href="r%20%231%20%C3%A9-passages/span-' in out.read_text(encoding="utf-8")
+    pages = sorted((tmp_path / "r #1 é-passages").iterdir())
     assert [p.name for p in pages] == sorted(f"span-{r['span_id']}.html" for r in results.to_pylist()
                                              if r["status"] == "memorized")
     page = pages[0].read_text(encoding="utf-8")

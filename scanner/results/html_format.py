@@ -7,6 +7,7 @@ import hashlib
 import html
 import math
 import re
+from urllib.parse import quote
 
 
 def esc(value) -> str:
@@ -42,9 +43,15 @@ def page_name(finding_id: str) -> str:
     return "id-" + hashlib.sha256(str(finding_id).encode()).hexdigest()[:16]
 
 
+def href(*parts: str) -> str:
+    """A relative link to a file, each part percent-encoded: a report named 'a #1.html' must not turn its
+    pages' folder into a fragment."""
+    return esc("/".join(quote(part) for part in parts))
+
+
 def page_link(pages: str | None, name: str) -> str:
     """The link from a report section to its finding's page (report_pages.py); none without pages."""
     if pages is None:
         return ""
-    return (f'<p class="page-link"><a href="{esc(pages)}/{esc(name)}.html">This finding explained on a page of '
+    return (f'<p class="page-link"><a href="{href(pages, name + ".html")}">This finding explained on a page of '
             "its own, in the book's surrounding text →</a></p>")

@@ -25,8 +25,8 @@ from scanner.results.denominators import denominators
 from scanner.results.export import check_columns
 from scanner.results.html_format import count as _count
 from scanner.results.html_format import esc as _e
+from scanner.results.html_format import href, page_link, page_name, status_facts
 from scanner.results.html_format import num as _num
-from scanner.results.html_format import page_link, page_name, status_facts
 from scanner.results.report_words import denominators_html, margin_facts
 from scanner.schema import STATUSES
 from scanner.storage.atomic import atomic_write_bytes
@@ -271,7 +271,7 @@ def _all_pages_html(finds: list, pages: str | None, shown: int) -> str:
     """Every page linked, where the sections above show only the first `shown` findings."""
     if pages is None or len(finds) <= shown:
         return ""
-    items = "".join(f'<li><a href="{_e(pages)}/{_e(f.page)}.html">{_e(f.where["doc_id"])} · ACR '
+    items = "".join(f'<li><a href="{href(pages, f.page + ".html")}">{_e(f.where["doc_id"])} · ACR '
                     f'{_num(f.where.get("best_acr", f.span.get("acr")))}</a></li>' for f in finds)
     return (f'<details class="quiet"><summary>All {_count(len(finds), "page")}, one per finding, highest ACR '
             f'first</summary><ol class="ids">{items}</ol></details>')

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from scanner.measures.overlap import longest_shared_run_at
 from scanner.results import report_align
-from scanner.results.html_format import count, esc, num, page_name
+from scanner.results.html_format import count, esc, href, num, page_name
 from scanner.results.report_words import (
     acr_sentence,
     denominators_html,
@@ -241,7 +241,7 @@ def page_html(f: Finding, context: dict | None, counts: dict, report_name: str, 
     """One finding's whole page; `context`: stages/surroundings.py's window, or None."""
     doc = esc(f.where["doc_id"])
     title = f"Memorized passage in {f.where['doc_id']}" + (f" · {model}" if model else "")
-    body = (f'<p class="meta"><a href="../{esc(report_name)}">← the scan report</a> · page '
+    body = (f'<p class="meta"><a href="{href("..", report_name)}">← the scan report</a> · page '
             f"<code>{esc(f.page)}</code></p><h1>A passage the model reproduces: {doc}</h1>"
             f'<h2 id="words">In plain words</h2>{_lay_html(f, counts, k)}'
             f'<h2 id="book">The book around it</h2>{_book_html(f, context)}'
