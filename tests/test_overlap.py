@@ -10,6 +10,7 @@ from scanner.measures.overlap import (
     FREE,
     WORK_TEXT,
     longest_shared_run,
+    longest_shared_run_at,
     longest_shared_tokens,
     prompt_overlap,
     prompt_source,
@@ -27,6 +28,13 @@ def brute(a, b) -> int:
 @given(st.text("abc ", max_size=12), st.text("abc ", max_size=30))
 def test_longest_shared_run_is_the_longest_common_substring(needle, haystack):
     assert longest_shared_run(needle, haystack) == brute(needle, haystack)
+
+
+@given(st.text("abc ", max_size=12), st.text("abc ", max_size=30))
+def test_longest_shared_run_at_says_where_the_run_stands(needle, haystack):
+    at, length = longest_shared_run_at(needle, haystack)
+    assert length == brute(needle, haystack) and haystack[at:at + length] in needle
+    assert (at, length) != (0, 0) or not set(needle) & set(haystack)
 
 
 # Ids around the surrogate block (0xD800-0xDFFF), which a str cannot hold as such: they must stay distinct.

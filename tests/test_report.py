@@ -53,11 +53,12 @@ def table_of(rows: list[dict]) -> pa.Table:
 
 def crafted() -> pa.Table:
     """Doc "x": memorized at token order 1, 2, 4, 5, 6 (a run of 3); rows stored out of order on purpose.
-    Doc "y": one not memorized, one screened out. Doc "z": only skipped."""
+    Doc "y": one not memorized, one screened out. Doc "z": only skipped. Fragile: one memorized span of x,
+    one not memorized (not counted)."""
     pattern = {0: "not_memorized", 1: "memorized", 2: "memorized", 3: "not_memorized", 4: "memorized",
                5: "memorized", 6: "memorized", 7: "screened_out"}
     x = [make_row("x", i, status, acr=(2.0 + i if status == "memorized" else 0.5 if status != "screened_out"
-                                        else None)) for i, status in pattern.items()]
+                                        else None), fragile=i in (3, 4)) for i, status in pattern.items()]
     x = x[4:] + x[:4]  # shards of one document may land in any order
     return table_of(x + [make_row("y", 0, acr=0.9), make_row("y", 1, "screened_out"),
                          make_row("z", 0, "skipped", reason="too short", text="", target_tokens=0)])
@@ -127,7 +128,7 @@ def quiet_ids(page: str) -> list[str]:
 
 def test_page_shows_the_per_document_figures_of_documents_with_findings_only():
     page = render_report(crafted(), SUMMARY)
-    assert cells(page) == [["x", "8", "5", "62%", "3", "8", "0"]]
+    assert cells(page) == [["x", "8", "5", "62%", "3", "8", "0", "1"]]
     assert quiet_ids(page) == ["y", "z"]
     assert ("2 documents without a memorized span, a passage or a failed span: 96 tokens as far as their "
             "spans reach, 3 spans: 1 not memorized, 1 screened out, 1 skipped.") in page
@@ -210,7 +211,7 @@ def test_table_without_searched_spans_still_renders():
     rows = [make_row("a", 0, "screened_out"), make_row("a", 1, "skipped", reason="too short"),
             make_row("a", 2, "failed", reason="boom")]
     page = render_report(table_of(rows), SUMMARY)
-    assert "No searched spans" in page and cells(page) == [["a", "3", "0", "0%", "0", "–", "1"]]
+    assert "No searched spans" in page and cells(page) == [["a", "3", "0", "0%", "0", "–", "1", "0"]]
     assert "without findings" not in page
     assert "1 screened out, 1 skipped, 1 failed" in page
 
@@ -222,7 +223,10 @@ def test_missing_column_is_a_user_error():
 
 def test_write_report_is_atomic(tmp_path):
     out = write_report(crafted(), SUMMARY, tmp_path / "sub" / "report.html")
-    assert out.read_text(encoding="utf-8") == render_report(crafted(), SUMMARY)
+    assert out.read_text(encoding="utf-8") == render_report(crafted(), SUMMARY, pages="report-passages")
+    # a page per flagged span beside it (no passages table), and no temporary folder left
+    assert sorted(p.name for p in out.parent.iterdir()) == ["report-passages", "report.html"]
+    assert len(list((out.parent / "report-passages").iterdir())) == 5
     (tmp_path / "taken.html").mkdir()  # os.replace cannot put a file over a folder
     with pytest.raises(OSError):
         write_report(crafted(), SUMMARY, tmp_path / "taken.html")

@@ -161,3 +161,25 @@ def test_report_lists_passages_and_draws_a_strip_per_document(scanned, tmp_path)
     assert page.count('<section class="span">') == len(passages)
     for p in passages:
         assert f"passage {p['passage_id']}" in page  # its rectangle's title in the strip
+
+
+def test_report_writes_a_page_per_passage_in_the_books_surrounding_text(scanned, tmp_path):
+    import html
+    import re
+
+    _, out, texts = scanned
+    [p] = pq.read_table(out / "passages.parquet").to_pylist()
+    best = next(r for r in pq.read_table(out / "results").to_pylist() if r["span_id"] == p["best_span_id"])
+    report = tmp_path / "report.html"
+    done = cli("report", str(out), "--out", str(report), "--context-chars", "50")
+    assert done.returncode == 0, done.stderr
+    assert f'href="report-passages/{p["passage_id"]}.html"' in report.read_text(encoding="utf-8")
+    page = (tmp_path / "report-passages" / f"{p['passage_id']}.html").read_text(encoding="utf-8")
+    book = html.unescape(re.sub(r"<[^>]+>", "", re.search(r'<div class="book">(.*?)</div>', page, re.S).group(1)))
+    reach = p["extended_char_end"]
+    assert texts[0][p["char_start"] - 50:reach + 50] in book, "the passage, its extension and 50 characters each side"
+    assert f"(ACR) is {best['acr']:.4g}" in page and f"by {best['generation_margin']:.4g} logits" in page
+    assert best["prompt_source"] in page and "What the run drew it from" in page
+    moved = cli("report", str(out), "--out", str(tmp_path / "moved.html"), "--corpus", str(tmp_path / "gone.parquet"))
+    assert moved.returncode == 0 and "show no surrounding text" in moved.stderr
+    assert "surrounding text is not shown" in (tmp_path / "moved-passages" / f"{p['passage_id']}.html").read_text()

@@ -61,11 +61,13 @@ def scan_demo(where: Path, model_dir: Path, seed: int, echo: Callable[[str], Non
     """The main job in miniature: corpus -> run directory -> report and evidence export."""
     import shutil
 
-    from scanner.cli.output import calibration_line, run_summary, summary_line
+    from scanner.cli.output import calibration_line, run_summary, summary_line, work_text_tokens
+    from scanner.cli.pages import surroundings_of
     from scanner.config import CorpusConfig, ScanConfig, ScreenConfig, SpanConfig
     from scanner.results.export import export
     from scanner.results.report import write_report
     from scanner.run.driver import run_scan
+    from scanner.stages.surroundings import CONTEXT_CHARS
     from scanner.storage.passages import read_passages
     from scanner.storage.rundir import RunDir
 
@@ -80,12 +82,14 @@ def scan_demo(where: Path, model_dir: Path, seed: int, echo: Callable[[str], Non
     stats = run_scan(config, str(root / "run"))
     run = RunDir(root / "run")
     table = run.read_results()
-    write_report(table, run_summary(run), root / "report.html", read_passages(run))
+    passages = read_passages(run)
+    around = surroundings_of(run, table, passages, None, CONTEXT_CHARS)
+    write_report(table, run_summary(run), root / "report.html", passages, around, work_text_tokens(run))
     count = export(table, root / "flagged.jsonl")
     echo(summary_line(stats, str(root / "run")))
     echo(f"{count} memorized spans with their prompts: {root / 'flagged.jsonl'}")
     echo(calibration_line(table))
-    echo(f"report: {root / 'report.html'}")
+    echo(f"report: {root / 'report.html'} (a page per passage in {root / 'report-passages'})")
     return root
 
 

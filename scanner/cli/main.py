@@ -282,10 +282,14 @@ def readable_run(run_dir: str):
 
 @cli.command("report")
 @click.argument("run_dir")
-@click.option("--out", "out", required=True, help="The HTML file to write.")
-def report_command(run_dir, out) -> None:
+@click.option("--out", "out", required=True, help="The HTML file to write; a page per finding goes to OUT-STEM-passages/.")
+@click.option("--corpus", "corpus", default=None, help="Where the scanned corpus lies now (default: the scan's path).")
+@click.option("--context-chars", default=1200, show_default=True, help="Characters of the book each side of a passage.")
+def report_command(run_dir, out, corpus, context_chars) -> None:
     """One self-contained HTML page: summary, ACR histogram, a row per document with findings and a
-    summary of the rest, memorized passages."""
+    summary of the rest, memorized passages; and a page per passage in the book's surrounding text."""
+    from scanner.cli.output import work_text_tokens
+    from scanner.cli.pages import surroundings_of
     from scanner.results.report import write_report
     from scanner.storage.passages import passages_path, read_passages
 
@@ -294,7 +298,9 @@ def report_command(run_dir, out) -> None:
     if passages is None:
         click.echo(f"note: {run_dir} has no passages table yet; the report lists single spans (relaunch the "
                    "scan command to build it)", err=True)
-    write_report(run.read_results(), run_summary(run), out, passages)
+    table = run.read_results()
+    around = surroundings_of(run, table, passages, corpus, context_chars)
+    write_report(table, run_summary(run), out, passages, around, work_text_tokens(run))
     click.echo(f"report written to {out}")
 
 

@@ -36,6 +36,19 @@ def longest_shared_run(needle: str, haystack: str) -> int:
     return best
 
 
+def longest_shared_run_at(needle: str, haystack: str) -> tuple[int, int]:
+    """Where the longest run of `needle` stands in `haystack`: (start in haystack, length); (0, 0) when
+    none. The same search as longest_shared_run, keeping the place (the report marks it in the text)."""
+    best, at = 0, 0
+    for start in range(len(needle)):
+        while start + best < len(needle):
+            found = haystack.find(needle[start:start + best + 1])
+            if found < 0:
+                break
+            best, at = best + 1, found
+    return at, best
+
+
 def token_string(ids: Sequence[int]) -> str:
     """Token ids as one character each, so runs of ids are found by string search."""
     low, high = _SURROGATES

@@ -3,8 +3,11 @@ copy, so a value reads the same in every section. Every untrusted string goes th
 
 from __future__ import annotations
 
+import hashlib
 import html
 import math
+import re
+from urllib.parse import quote
 
 
 def esc(value) -> str:
@@ -30,3 +33,25 @@ def count(n: int, noun: str) -> str:
 def status_facts(counts: dict[str, int]) -> str:
     """'3 memorized, 1 screened out' from {status: rows}, zero counts left out."""
     return ", ".join(f"{num(n)} {esc(s.replace('_', ' '))}" for s, n in counts.items() if n)
+
+
+def page_name(finding_id: str) -> str:
+    """The file name (without .html) of a finding's page: ids acr-scan writes are hex already; one from a
+    table made by hand might hold '/' or '..', so it is named by its hash instead."""
+    if re.fullmatch(r"[A-Za-z0-9_-]{1,64}", finding_id or ""):
+        return finding_id
+    return "id-" + hashlib.sha256(str(finding_id).encode()).hexdigest()[:16]
+
+
+def href(*parts: str) -> str:
+    """A relative link to a file, each part percent-encoded: a report named 'a #1.html' must not turn its
+    pages' folder into a fragment."""
+    return esc("/".join(quote(part) for part in parts))
+
+
+def page_link(pages: str | None, name: str) -> str:
+    """The link from a report section to its finding's page (report_pages.py); none without pages."""
+    if pages is None:
+        return ""
+    return (f'<p class="page-link"><a href="{href(pages, name + ".html")}">This finding explained on a page of '
+            "its own, in the book's surrounding text →</a></p>")

@@ -20,13 +20,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from scanner.measures import calibration as calibrate
-from scanner.results import report_documents, report_passages
+from scanner.results import report_documents, report_pages, report_passages
 from scanner.results.denominators import denominators
 from scanner.results.export import check_columns
 from scanner.results.html_format import count as _count
 from scanner.results.html_format import esc as _e
+from scanner.results.html_format import href, page_link, page_name, status_facts
 from scanner.results.html_format import num as _num
-from scanner.results.html_format import status_facts
+from scanner.results.report_words import denominators_html, margin_facts
 from scanner.schema import STATUSES
 from scanner.storage.atomic import atomic_write_bytes
 
@@ -87,25 +88,8 @@ def _status_counts(table: pa.Table) -> dict[str, int]:
     return counts
 
 
-DENOMINATOR_LABELS = (
-    ("documents", "documents"), ("spans", "spans"), ("screened", "spans screened"),
-    ("candidates", "candidates (passed the screen)"), ("settled_by_certificate", "settled by certificate"),
-    ("searched", "searched"), ("attempts", "attempts (prompt lengths tried, failures included)"),
-    ("gcg_steps", "GCG steps"), ("not_searched", "not searched (budget)"), ("failed", "failed"),
-    ("memorized", "memorized"), ("copies", "copies of a span searched once (counted above too)"))
-
-
 def _denominators_html(table: pa.Table) -> str:
-    """The counts every hit was drawn from (results/denominators.py), with the hits by prompt source."""
-    counts = denominators(table)
-    prompts = counts["memorized_by_prompt"]
-    items = [(label, counts[key]) for key, label in DENOMINATOR_LABELS]
-    items += [("memorized, prompt free of the work's text", prompts["free"]),
-              ("memorized, prompt holding the work's text (certificates, runs of the work's tokens)",
-               prompts["work_text"])]
-    if prompts["unmeasured"]:
-        items.append(("memorized, prompt not measured", prompts["unmeasured"]))
-    return '<dl class="summary">' + "".join(f"<dt>{_e(k)}</dt><dd>{_num(v)}</dd>" for k, v in items) + "</dl>"
+    return denominators_html(denominators(table))
 
 
 def _summary_html(table: pa.Table, summary: dict) -> str:
@@ -183,7 +167,8 @@ def _histogram_html(table: pa.Table) -> str:
 
 def top_spans(table: pa.Table, limit: int = TOP_SPANS) -> list[dict]:
     """Memorized spans, highest ACR first (ties in table order), at most `limit`."""
-    optional = ("predictable", "predictable_reason", "prompt_source", "prompt_doc_run_tokens", "attempts")
+    optional = ("predictable", "predictable_reason", "prompt_source", "prompt_doc_run_tokens", "attempts",
+                "generation_margin", "generation_margin_at", "fragile_below", "fragile")
     shown = list(NEEDED) + [c for c in optional if c in table.column_names]
     flagged = table.filter(pc.equal(table["status"], "memorized")).select(shown)
     order = pc.sort_indices(flagged, sort_keys=[("acr", "descending")])  # nulls last by default
@@ -234,25 +219,26 @@ def _attempts_html(row: dict) -> str:
     return f"; {_num(len(attempts))} attempts ({_num(failed)} without success)"
 
 
-def _span_html(rank: int, row: dict) -> str:
+def _span_html(rank: int, row: dict, pages: str | None = None) -> str:
     engine = f", verified by {_e(row['verify_engine'])}" if row["verify_engine"] else ""
     margin = f", min margin {_num(row['min_margin'])}" if row["min_margin"] is not None else ""
+    margin += f"; {margin_facts(row)}"
     return (f'<section class="span"><h3>#{rank} · ACR {_num(row["acr"])} · {_e(row["doc_id"])}</h3>'
             f'<p class="meta">characters {_num(row["char_start"])}–{_num(row["char_end"])}, tokens '
             f'{_num(row["token_start"])}–{_num(row["token_end"])}; prompt {_num(row["prompt_tokens"])} '
             f'tokens for {_num(row["target_tokens"])} target tokens{engine}{margin}{_attempts_html(row)}; span '
             f'<code>{_e(row["span_id"])}</code></p>{_predictable_html(row)}'
             f'<h4>prompt{source_html(row.get("prompt_source"), row.get("prompt_doc_run_tokens"))}</h4>{_prompt_html(row)}'
-            f"<h4>text</h4><pre>{_e(row['text'])}</pre></section>")
+            f"<h4>text</h4><pre>{_e(row['text'])}</pre>{page_link(pages, page_name('span-' + row['span_id']))}</section>")
 
 
-def _spans_html(table: pa.Table) -> str:
+def _spans_html(table: pa.Table, pages: str | None = None) -> str:
     rows = top_spans(table)
     if not rows:
         return '<p class="meta">No span was flagged as memorized.</p>'
     total = pc.sum(pc.equal(table["status"], "memorized")).as_py() or 0
     note = f"{_num(len(rows))} of {_num(total)} memorized spans, highest ACR first."
-    return f'<p class="meta">{note}</p>' + "\n".join(_span_html(i, r) for i, r in enumerate(rows, 1))
+    return f'<p class="meta">{note}</p>' + "\n".join(_span_html(i, r, pages) for i, r in enumerate(rows, 1))
 
 
 CSS = """
@@ -281,18 +267,34 @@ code{font:12px ui-monospace,Menlo,Consolas,monospace}
 """
 
 
-def _flagged_html(table: pa.Table, passages: pa.Table | None) -> str:
+def _all_pages_html(finds: list, pages: str | None, shown: int) -> str:
+    """Every page linked, where the sections above show only the first `shown` findings."""
+    if pages is None or len(finds) <= shown:
+        return ""
+    items = "".join(f'<li><a href="{href(pages, f.page + ".html")}">{_e(f.where["doc_id"])} · ACR '
+                    f'{_num(f.where.get("best_acr", f.span.get("acr")))}</a></li>' for f in finds)
+    return (f'<details class="quiet"><summary>All {_count(len(finds), "page")}, one per finding, highest ACR '
+            f'first</summary><ol class="ids">{items}</ol></details>')
+
+
+def _flagged_html(table: pa.Table, passages: pa.Table | None, pages: str | None = None) -> str:
     """Memorized passages (each once, however many windows found it) where the run has them; the top
-    flagged spans for runs made before passages existed or not yet finished."""
+    flagged spans for runs made before passages existed or not yet finished. `pages`: the folder of the
+    pages per finding (report_pages.py), linked from each; None where none were written."""
+    finds = report_pages.findings(table, passages)
     if passages is None:
-        return f"<h2>Top flagged spans</h2>\n{_spans_html(table)}\n"
+        return (f'<h2 id="passages">Top flagged spans</h2>\n{_spans_html(table, pages)}\n'
+                + _all_pages_html(finds, pages, TOP_SPANS))
+    best = {f.page: f.span for f in finds}
     return (f"<h2>Where the memorized passages lie</h2>\n{report_passages.strips_html(passages, table)}\n"
-            f"<h2>Memorized passages</h2>\n{report_passages.passages_html(passages)}\n")
+            f'<h2 id="passages">Memorized passages</h2>\n{report_passages.passages_html(passages, best=best, pages=pages)}\n'
+            + _all_pages_html(finds, pages, report_passages.TOP_PASSAGES))
 
 
-def render_report(table: pa.Table, summary: dict, passages: pa.Table | None = None) -> str:
+def render_report(table: pa.Table, summary: dict, passages: pa.Table | None = None, pages: str | None = None) -> str:
     """The whole page. `summary` is shown as given (any keys; nested dicts and lists on one line);
-    `passages`: the run's passages table (passages.parquet), listed instead of single spans."""
+    `passages`: the run's passages table (passages.parquet), listed instead of single spans; `pages`: the
+    folder (relative to the report) of the pages per finding, linked from each."""
     check_columns(table, NEEDED)
     model = summary.get("model")
     title = f"ACR scan report · {model}" if model else "ACR scan report"
@@ -301,7 +303,7 @@ def render_report(table: pa.Table, summary: dict, passages: pa.Table | None = No
             f"<h2>Memorized or predictable</h2>\n{_calibration_html(table)}\n"
             f"<h2>ACR of searched spans</h2>\n{_histogram_html(table)}\n"
             f"<h2>Documents</h2>\n{report_documents.documents_html(table, passages)}\n"
-            + _flagged_html(table, passages))
+            + _flagged_html(table, passages, pages))
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>{_e(title)}</title><style>{CSS}{report_documents.CSS}{report_passages.CSS}</style>"
@@ -309,11 +311,21 @@ def render_report(table: pa.Table, summary: dict, passages: pa.Table | None = No
             "</body></html>\n")
 
 
-def write_report(table: pa.Table, summary: dict, out: str | Path, passages: pa.Table | None = None) -> Path:
-    """Render and write the page atomically (a failed write leaves no half page); returns the path."""
+def write_report(table: pa.Table, summary: dict, out: str | Path, passages: pa.Table | None = None,
+                 surroundings: dict[str, dict] | None = None, work_text_tokens: int | None = None) -> Path:
+    """Render and write the page and a page per finding beside it (`surroundings`: the book's text around
+    each, stages/surroundings.py, by page). The pages go to a temporary folder first, then the report,
+    atomically, then the folder takes the place of the old one: a failed write leaves no half report and
+    no stray folder. Returns the report's path."""
     out = Path(out)
-    page = render_report(table, summary, passages)
+    finds = report_pages.findings(table, passages)
+    folder = report_pages.pages_folder(out) if finds else None
+    page = render_report(table, summary, passages, folder)
     out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out, page.encode("utf-8"))
-    log.info("wrote report of %d rows to %s", table.num_rows, out)
+    counts = denominators(table)
+    pages = ((f.page, report_pages.page_html(f, (surroundings or {}).get(f.page), counts, out.name,
+                                             summary.get("model"), work_text_tokens)) for f in finds)
+    report_pages.write_pages(out.parent / report_pages.pages_folder(out), pages,
+                             lambda: atomic_write_bytes(out, page.encode("utf-8")))
+    log.info("wrote report of %d rows and %d pages to %s", table.num_rows, len(finds), out)
     return out

@@ -53,6 +53,7 @@ class DocStats:
     passages: int = 0  # rows of passages.parquet in this document
     tokens: int = 0  # as far as its spans reach (the largest token_end)
     best_match: float | None = None  # highest greedy-match rate over its screened spans
+    fragile: int = 0  # memorized spans whose generation margin is below the fragile threshold
 
     @property
     def share(self) -> float:
@@ -95,13 +96,15 @@ def _one_document(doc_id: str, rows: list[dict], passages: int) -> DocStats:
     return DocStats(doc_id=doc_id, spans=len(rows), memorized=sum(flags), longest_run=longest_run(flags),
                     top_acr=max(acrs, default=None), failed=sum(r["status"] == "failed" for r in rows),
                     calibrated=sum(bool(r["calibrated"]) for r in rows), passages=passages,
-                    tokens=max(r["token_end"] for r in rows), best_match=max(matches, default=None))
+                    tokens=max(r["token_end"] for r in rows), best_match=max(matches, default=None),
+                    fragile=sum(bool(r["fragile"]) and r["status"] == "memorized" for r in rows))
 
 
 def _by_document(table: pa.Table, passages: pa.Table | None) -> dict[tuple[str, str], DocStats]:
     cols = table.select(["token_start", "token_end", "status", "acr"]).to_pydict()
     cols["match"] = _column(table, "greedy_match_rate")
     cols["calibrated"] = _column(table, "calibrated_memorized")
+    cols["fragile"] = _column(table, "fragile")
     groups: dict[tuple[str, str], list[dict]] = {}
     for i, key in enumerate(document_keys(table)):
         groups.setdefault(key, []).append({name: values[i] for name, values in cols.items()})
@@ -132,13 +135,15 @@ def _findings_html(found: list[DocStats]) -> str:
     rows = "".join(f'<tr><td class="doc">{esc(d.doc_id)}</td><td class="num">{num(d.spans)}</td>'
                    f'<td class="num">{num(d.memorized)}</td>{_share_cell(d.share)}'
                    f'<td class="num">{num(d.longest_run)}</td><td class="num">{num(d.top_acr)}</td>'
-                   f'<td class="num">{num(d.failed)}</td></tr>' for d in shown)
+                   f'<td class="num">{num(d.failed)}</td><td class="num">{num(d.fragile)}</td></tr>' for d in shown)
     cut = f"; the first {num(len(shown))} shown" if len(shown) < len(found) else ""
     note = (f"{count(len(found), 'document')} with findings (a memorized span, a passage or a failed span), "
             f"most memorized spans first{cut}")
     return (f'<p class="meta">{note}.</p><table class="documents"><thead><tr><th>document</th>'
             '<th class="num">spans</th><th class="num">memorized</th><th class="num">memorized share</th>'
-            '<th class="num">longest run</th><th class="num">top ACR</th><th class="num">failed</th></tr>'
+            '<th class="num">longest run</th><th class="num">top ACR</th><th class="num">failed</th>'
+            '<th class="num" title="memorized spans whose generation margin is below the fragile threshold">'
+            'fragile</th></tr>'
             f"</thead><tbody>{rows}</tbody></table>")
 
 

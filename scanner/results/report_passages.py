@@ -10,6 +10,9 @@ import math
 
 import pyarrow as pa
 
+from scanner.results.html_format import page_link, page_name
+from scanner.results.report_words import margin_facts
+
 TOP_PASSAGES = 50
 MAX_STRIPS = 200
 STRIP_W, STRIP_H = 1000, 16
@@ -97,7 +100,7 @@ def _extension_html(row: dict) -> str:
             f'<pre>{_e(row["extension_text"])}</pre>')
 
 
-def _passage_html(rank: int, row: dict) -> str:
+def _passage_html(rank: int, row: dict, best: dict | None = None, pages: str | None = None) -> str:
     prompt = row["best_prompt"]
     prompt_html = ('<p class="meta">No prompt recorded.</p>' if prompt is None else
                    '<p class="meta">Empty prompt: the fixed template alone elicits it.</p>' if prompt == "" else
@@ -107,10 +110,11 @@ def _passage_html(rank: int, row: dict) -> str:
             f'<p class="meta">characters {_n(row["char_start"])}–{_n(row["char_end"])}, tokens '
             f'{_n(row["token_start"])}–{_n(row["token_end"])} ({_n(row["tokens"])} tokens); {_n(row["spans"])} '
             f'memorized spans merged; best prompt {_n(row["best_prompt_tokens"])} tokens, span '
-            f'<code>{_e(row["best_span_id"])}</code>; passage <code>{_e(row["passage_id"])}</code></p>'
+            f'<code>{_e(row["best_span_id"])}</code>; passage <code>{_e(row["passage_id"])}</code>; '
+            f"{margin_facts(best or {})}</p>"
             f"{_predictable_html(row)}<h4>best prompt{_source(row.get('best_prompt_source'))}</h4>{prompt_html}"
             f"<h4>passage</h4><pre>{_e(row['text'])}</pre>"
-            f"{_extension_html(row)}</section>")
+            f"{_extension_html(row)}{page_link(pages, page_name(row['passage_id']))}</section>")
 
 
 SOURCE_LABELS = {"free": "free of the work's text", "work_text": "holds the work's text"}
@@ -128,13 +132,17 @@ def _predictable_html(row: dict) -> str:
             "memorized spans survives calibration; their predictable_reason is in the results</p>")
 
 
-def passages_html(passages: pa.Table, limit: int = TOP_PASSAGES) -> str:
+def passages_html(passages: pa.Table, limit: int = TOP_PASSAGES, best: dict[str, dict] | None = None,
+                  pages: str | None = None) -> str:
+    """The passages, highest ACR first; `best`: each passage's best span row by page name (its margins),
+    `pages`: the folder of the pages per passage, linked from each."""
     rows = sorted(passages.to_pylist(), key=lambda r: (-(r["best_acr"] if r["best_acr"] is not None else -1),
                                                         -r["tokens"]))
     if not rows:
         return '<p class="meta">No memorized passage.</p>'
     note = f"{_n(min(limit, len(rows)))} of {_n(len(rows))} memorized passages, highest ACR first."
-    return f'<p class="meta">{note}</p>' + "\n".join(_passage_html(i, r) for i, r in enumerate(rows[:limit], 1))
+    return f'<p class="meta">{note}</p>' + "\n".join(
+        _passage_html(i, r, (best or {}).get(page_name(r["passage_id"])), pages) for i, r in enumerate(rows[:limit], 1))
 
 
 CSS = "svg.strip{display:block;width:100%;height:16px;border-radius:3px}.strip-row{margin:6px 0 10px}"
