@@ -59,9 +59,9 @@ def train(workdir: Path) -> dict:
 SEARCH = SearchConfig(decide_steps=60, shrink_steps=60, restarts=0)
 # nanoGCG's rule (probe B/16, R 8, at least one kept), then with a floor on the draft's best the target
 # scores, then a larger probe and share: which of them keeps the verdicts and the ACR.
-RULES = {"off": None, "p16-R8": DraftConfig(probe_size=16, reduction=8.0),
+RULES = {"off": None, "p16-R8": DraftConfig(probe_size=16, reduction=8.0, min_kept=1),
          "p16-R8-k16": DraftConfig(probe_size=16, reduction=8.0, min_kept=16),
-         "p32-R4-k32": DraftConfig(probe_size=32, reduction=4.0, min_kept=32)}
+         "p32-R4-k32": DraftConfig(probe_size=32, reduction=4.0, min_kept=32)}  # the last: DraftConfig()
 
 
 def searched(result, config: SearchConfig, cpu_s: float) -> dict:
@@ -114,6 +114,36 @@ def summary(rows: list[dict]) -> list[dict]:
     return out
 
 
+def ratios(rows: list[dict]) -> list[dict]:
+    """Per rule and group, the median over targets of off / rule (CPU seconds, wall seconds, target
+    candidate forwards per step): a ratio per target, measured side by side, is robust to load spikes."""
+    off = {r["text"]: r for r in rows if r["rule"] == "off"}
+    out = []
+    for rule in dict.fromkeys(r["rule"] for r in rows if r["rule"] != "off"):
+        for group in dict.fromkeys(_group(r) for r in rows):
+            part = [(off[r["text"]], r) for r in rows if r["rule"] == rule and _group(r) == group and r["steps"]]
+            if not part:
+                continue
+            out.append({"rule": rule, "group": group, "n": len(part),
+                        "cpu_ratio": _median([a["cpu_s"] / b["cpu_s"] for a, b in part]),
+                        "wall_ratio": _median([a["wall_s"] / b["wall_s"] for a, b in part]),
+                        "forwards_ratio": _median([a["target_scored_per_step"] / b["target_scored_per_step"]
+                                                   for a, b in part if a["target_scored_per_step"]]),
+                        "same_verdict": sum(a["memorized"] == b["memorized"] for a, b in part),
+                        "acr_within_one_token": sum(a["prompt_tokens"] is None and b["prompt_tokens"] is None or
+                                                    None not in (a["prompt_tokens"], b["prompt_tokens"]) and
+                                                    abs(a["prompt_tokens"] - b["prompt_tokens"]) <= 1 for a, b in part)})
+    return out
+
+
+def _median(values: list[float]) -> float | None:
+    values = sorted(values)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return round(values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2, 2)
+
+
 def _group(row: dict) -> str:
     return f"canary x{row['count']}" if row["group"] == "canary" else row["group"]
 
@@ -143,15 +173,17 @@ def main() -> None:
     targets = study_targets(corpus, engine, RANDOM_CONTROLS, 0)
     rules = {name: RULES[name] for name in args.rules.split(",")}
     rows = measure_all(engine, targets, rules)
-    record = {"command": "nice -n 10 python bench/probe_sampling.py --threads 1 --workdir <dir>",
+    shown = [f"--rules {args.rules}"] if args.rules != ",".join(RULES) else []
+    shown += [f"--out {args.out}"] if args.out else []
+    record = {"command": " ".join(["nice -n 10 python bench/probe_sampling.py --threads 1 --workdir <dir>", *shown]),
               "date": "2026-12-01", "machine": "x86_64, 2 cores (shared), CPU, torch threads 1",
               "torch": torch.__version__, "corpus": asdict(CORPUS), "vocab": VOCAB, "epochs": EPOCHS, **info,
               "search": asdict(SEARCH), "rules": {k: asdict(v) if v else None for k, v in rules.items()},
               "draft_load_s": round(engine.draft_load_s, 3), "wall_s": round(time.perf_counter() - start, 1),
-              "summary": summary(rows), "rows": rows}
+              "summary": summary(rows), "ratios": ratios(rows), "rows": rows}
     out = Path(args.out or Path(__file__).parent / "probe_sampling.json")
     out.write_text(json.dumps(record, indent=1) + "\n")
-    for line in record["summary"]:
+    for line in record["summary"] + record["ratios"]:
         print(json.dumps(line))
 
 

@@ -93,9 +93,11 @@ class DraftConfig:
     of the rule are measured in bench/probe_sampling.py (bench/RESULTS.md, "Probe sampling")."""
 
     model: str | None = None  # anything the engine loads (HF dir, hub id, .gguf) with the target's tokenizer
-    probe_size: int = 16  # candidates the target scores at random each step, to measure agreement
-    reduction: float = 8.0  # R: the filtered set is (1 - alpha) * B / R of the draft's best
-    min_kept: int = 1  # the filtered set is never smaller
+    # nanoGCG's rule is probe 16 (B / 16), R 8, at least 1 kept; on verbatim spans it lost 2 of 6 memorized
+    # canaries the target alone found (bench/RESULTS.md), where a probe of 32, R 4 and at least 32 kept did not.
+    probe_size: int = 32  # candidates the target scores at random each step, to measure agreement
+    reduction: float = 4.0  # R: the filtered set is (1 - alpha) * B / R of the draft's best
+    min_kept: int = 32  # the filtered set is never smaller: exact greedy reproduction is a needle
 
     def __post_init__(self) -> None:
         require(self.model is None or bool(self.model.strip()),
@@ -103,7 +105,7 @@ class DraftConfig:
         require(self.probe_size >= 2, f"--probe-size {self.probe_size} must be >= 2 (a rank correlation needs two)")
         require(self.reduction > 0 and math.isfinite(self.reduction),
                 f"--probe-reduction {self.reduction} must be a number > 0, e.g. 8")
-        require(self.min_kept >= 1, f"min_kept {self.min_kept} must be >= 1")
+        require(self.min_kept >= 1, f"--probe-min-kept {self.min_kept} must be >= 1")
 
     @property
     def enabled(self) -> bool:

@@ -116,6 +116,8 @@ def search_options(f):
         option(SEARCH, "--probe-reduction", type=float, default=default_of(DraftConfig, "reduction"),
                show_default=True,
                help="Probe sampling: the model also scores (1 - agreement) x candidates / this of the draft's best."),
+        option(SEARCH, "--probe-min-kept", type=int, default=default_of(DraftConfig, "min_kept"), show_default=True,
+               help="Probe sampling: the model scores at least this many of the draft's best."),
         option(SEARCH, "--bound-unmemorized", is_flag=True,
                help="fast: after 'not memorized', search longer prompts for a real ACR below tau."),
         option(REJECT, "--early-reject/--no-early-reject", default=None,
@@ -203,7 +205,8 @@ def search_config(o: dict) -> SearchConfig:
     gcg = {k: v for k, v in (("top_k", o["top_k"]), ("num_candidates", o["candidates"]), ("loss", o["loss"]))
            if v is not None}
     steps = {"paper_steps": o["steps"]} if o["schedule"] == "paper" else {"decide_steps": o["steps"]}
-    gcg["draft"] = DraftConfig(model=o["draft_model"], probe_size=o["probe_size"], reduction=o["probe_reduction"])
+    gcg["draft"] = DraftConfig(model=o["draft_model"], probe_size=o["probe_size"], reduction=o["probe_reduction"],
+                               min_kept=o["probe_min_kept"])
     fields = {"tau": o["tau"], "seed": o["seed"], "cap_factor": o["cap_factor"], "fragile_margin": o["fragile_margin"],
               "gcg": GCGConfig(**{**base.gcg.__dict__, **gcg})}
     fields.update({k: v for k, v in steps.items() if v is not None})
