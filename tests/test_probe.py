@@ -126,7 +126,7 @@ def test_a_draft_reaches_the_same_verdict_with_fewer_target_forwards(engine, tin
     config = replace(fast_config, verdict_only=True, try_empty=False)
     alone = measure(engine, CANARIES[1], config)
     drafted(tiny_dir)  # the model as its own draft: agreement is perfect
-    result = measure(engine, CANARIES[1], _drafted_config(config, tiny_dir))
+    result = measure(engine, CANARIES[1], _drafted_config(config, tiny_dir, probe_size=16, reduction=8.0, min_kept=1))
     assert alone.memorized and result.memorized and result.verified_generation
     assert result.draft_forwards > 0 and result.draft_s > 0
     scored = sum(a["scored"] for a in result.trace)
@@ -173,3 +173,24 @@ def test_a_changed_draft_is_a_changed_configuration_on_resume(tiny_dir):
     problem, _ = _config_problems(saved, scan("other-draft"), "f", 8)
     assert "search.gcg.draft.model" in problem and "other-draft" in problem
     assert "search.gcg.draft.model" in _config_problems(saved, scan(None), "f", 8)[0]
+
+
+def test_a_scan_with_a_draft_records_it_and_resumes(tiny_dir, tmp_path):
+    from scanner.cli.demo import demo_corpus
+
+    corpus, out = demo_corpus(tmp_path / "corpus.parquet"), tmp_path / "run"
+    scan = [sys.executable, "-m", "scanner", "scan", str(corpus), "--model", str(tiny_dir), "--out", str(out),
+            "--span-tokens", "12", "--stride", "2", "--context-tokens", "0", "--docs-per-shard", "3",
+            "--min-match-rate", "0.5", "--steps", "40", "--candidates", "64", "--top-k", "64", "--restarts", "0",
+            "--max-candidates", "2", "--search-budget", "5steps", "--no-anchors", "--extend-tokens", "0", "--calibration-prompts", "0",
+            "--probe-size", "8", "--probe-min-kept", "1", "--draft-model", str(tiny_dir)]
+    first = subprocess.run(scan, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr
+    provenance = json.loads((out / "provenance.json").read_text())
+    assert provenance["draft_model"] == str(tiny_dir) and float(provenance["draft_load_s"]) > 0
+    stats = [json.loads(p.read_text()) for p in (out / "search").rglob("*.json") if "stats" in p.parts]
+    assert stats and sum(s["cost"]["stages"]["deciding"].get("draft_forwards", 0) for s in stats) > 0
+    again = subprocess.run(scan, capture_output=True, text=True, timeout=600)  # the same draft: resumes
+    assert again.returncode == 0, again.stderr
+    changed = subprocess.run(scan[:-2], capture_output=True, text=True, timeout=600)
+    assert changed.returncode == 2 and "search.gcg.draft.model" in changed.stderr

@@ -74,8 +74,8 @@ def _add_stages(stages: dict, spent_by_stage: dict) -> None:
     for name, spent in spent_by_stage.items():
         total = stages.setdefault(name, {"candidates": 0, **dict.fromkeys(spent, 0)})
         total["candidates"] += bool(spent["forwards"])
-        for key, value in spent.items():
-            total[key] += value
+        for key, value in spent.items():  # a draft's figures are in the stages it ran in only
+            total[key] = total.get(key, 0) + value
 
 
 def _log_searched(row: dict) -> None:

@@ -5,6 +5,10 @@ negative, B distinct single/multi-swap candidates that re-tokenize to themselves
 forward, and a move to the lowest-loss candidate. Every candidate's teacher-forced exact match is read
 from the logits already computed; matches are confirmed by real greedy generation before success.
 
+With a draft model attached (config.DraftConfig, probe sampling), the candidates' forward is split: the
+draft scores all of them (`DraftScore`), the target a random probe and the draft's best (`probe_scores`),
+and the step moves to the best the target scored; matches are still read and verified from the target.
+
 The loop is a generator: it yields its model work (`Gradient`, `Score`) and receives the answers, so a
 driver (search/driver.py) can run one search alone or put the work of several targets in one forward.
 """
