@@ -89,8 +89,8 @@ class DraftConfig:
     candidate, the target scores a random probe of them, and the draft's best (1 - alpha) * B / reduction
     more, alpha = (1 + Spearman rho of the two losses on the probe) / 2; the step moves to the best the
     target scored. The target still gives the gradient and every verdict (generation), so a draft can
-    make a search slower or weaker, never a false "memorized". Off (model None) by default; the defaults
-    of the rule are measured in bench/probe_sampling.py (bench/RESULTS.md, "Probe sampling")."""
+    make a search slower or weaker, never a false "memorized". Off (model None) by default: on verbatim
+    spans it saved time on unmemorized ones only (bench/probe_sampling.py; bench/RESULTS.md, "Probe sampling")."""
 
     model: str | None = None  # anything the engine loads (HF dir, hub id, .gguf) with the target's tokenizer
     # nanoGCG's rule is probe 16 (B / 16), R 8, at least 1 kept; on verbatim spans it lost 2 of 6 memorized

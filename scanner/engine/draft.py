@@ -1,5 +1,5 @@
 """Probe sampling's draft model (config.DraftConfig): a smaller model of the target's tokenizer that
-scores every GCG candidate so the target scores only a few (search/probe.py).
+scores every GCG candidate so the target scores only a few (search/gcg.py probe_scores).
 
 The candidates are the target's token ids, fed to the draft as they are, so the two must share one
 tokenizer: the same vocabulary (every token at the same id) and the same special tokens. That is

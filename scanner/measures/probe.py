@@ -1,6 +1,6 @@
 """Probe sampling's rule (Zhao et al., NeurIPS 2024), pure: how well a draft model's ranking of GCG
 candidates agrees with the target's on a random probe, and how many of the draft's best the target
-then scores. The engine work is search/probe.py's."""
+then scores. The engine work is search/gcg.py's (probe_scores)."""
 
 from __future__ import annotations
 

@@ -62,7 +62,7 @@ class Score:
 
 @dataclass(frozen=True)
 class DraftScore:
-    """Score candidates on the draft model (scorer bound to engine.draft, search/probe.py): its rows are
+    """Score candidates on the draft model (scorer bound to engine.draft; probe_scores below): its rows are
     the draft's forwards, never counted as the target's."""
 
     scorer: TargetScorer
@@ -169,7 +169,7 @@ def probe_scores(scorer: TargetScorer, candidates: torch.Tensor, draft: DraftCon
 def score_step(scorer: TargetScorer, candidates: torch.Tensor, draft: DraftConfig, generator: torch.Generator,
                outcome: GCGOutcome) -> Generator[Request, Any, tuple[torch.Tensor, Scores]]:
     """The candidates the target scored and their scores: all of them, or with a draft attached to the
-    scorer (scorer.draft) a probe and the draft's best (search/probe.py); counted in `outcome`."""
+    scorer (scorer.draft) a probe and the draft's best (probe_scores); counted in `outcome`."""
     outcome.sampled += candidates.shape[0]
     if scorer.draft is None or not draft.enabled or candidates.shape[0] <= draft.probe_size:
         outcome.scored += candidates.shape[0]
