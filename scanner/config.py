@@ -84,6 +84,35 @@ class PromptConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DraftConfig:
+    """Probe sampling (Zhao et al., NeurIPS 2024): a draft model of the target's tokenizer scores every GCG
+    candidate, the target scores a random probe of them, and the draft's best (1 - alpha) * B / reduction
+    more, alpha = (1 + Spearman rho of the two losses on the probe) / 2; the step moves to the best the
+    target scored. The target still gives the gradient and every verdict (generation), so a draft can
+    make a search slower or weaker, never a false "memorized". Off (model None) by default: on verbatim
+    spans it saved time on unmemorized ones only (bench/probe_sampling.py; bench/RESULTS.md, "Probe sampling")."""
+
+    model: str | None = None  # anything the engine loads (HF dir, hub id, .gguf) with the target's tokenizer
+    # nanoGCG's rule is probe 16 (B / 16), R 8, at least 1 kept; on verbatim spans it lost 2 of 6 memorized
+    # canaries the target alone found (bench/RESULTS.md), where a probe of 32, R 4 and at least 32 kept did not.
+    probe_size: int = 32  # candidates the target scores at random each step, to measure agreement
+    reduction: float = 4.0  # R: the filtered set is (1 - alpha) * B / R of the draft's best
+    min_kept: int = 32  # the filtered set is never smaller: exact greedy reproduction is a needle
+
+    def __post_init__(self) -> None:
+        require(self.model is None or bool(self.model.strip()),
+                "--draft-model is empty; pass a model directory, a .gguf file or a hub id, or leave it out")
+        require(self.probe_size >= 2, f"--probe-size {self.probe_size} must be >= 2 (a rank correlation needs two)")
+        require(self.reduction > 0 and math.isfinite(self.reduction),
+                f"--probe-reduction {self.reduction} must be a number > 0, e.g. 8")
+        require(self.min_kept >= 1, f"--probe-min-kept {self.min_kept} must be >= 1")
+
+    @property
+    def enabled(self) -> bool:
+        return self.model is not None
+
+
+@dataclass(frozen=True, kw_only=True)
 class GCGConfig:
     """One GCG run at a fixed prompt length. `reference()` reproduces the authors' settings."""
 
@@ -93,6 +122,7 @@ class GCGConfig:
     loss: str = "margin"
     patience: int | None = 60
     chunk_size: int | None = None  # candidates per forward; None sizes it from free memory
+    draft: DraftConfig = field(default_factory=DraftConfig)  # probe sampling; off unless draft.model is set
 
     def __post_init__(self) -> None:
         require(self.top_k >= 1, f"top_k {self.top_k} must be >= 1")

@@ -98,12 +98,17 @@ def acr_command(texts, file, as_json, natural_prefix, **options) -> None:
     # Before the heavy imports (torch, transformers): a bad --file or --model fails in a moment.
     targets = read_targets(texts, file)
     check_model(model_config(options))
+    search = search_config(options)
+    if search.gcg.draft.enabled:
+        from scanner.engine.draft import check_draft
+
+        check_draft(model_config(options), search.gcg.draft.model)
     from scanner.run.measure import measure_many
 
     if natural_prefix is not None:
         for t in targets:
             t.setdefault("natural_prefix", natural_prefix)
-    configs = model_config(options), prompt_config(options), search_config(options)
+    configs = model_config(options), prompt_config(options), search
     emit_records(measure_many(*configs, targets, engines=engine_config(options),
                               calibration=calibration_config(options)), as_json)
 

@@ -34,6 +34,7 @@ from scanner.config import (
     SCREEN_WINDOWS,
     CalibrationConfig,
     CorpusConfig,
+    DraftConfig,
     EngineConfig,
     ExecutorConfig,
     ExtractionConfig,
@@ -108,6 +109,16 @@ def search_options(f):
         option(SEARCH, "--fragile-margin", type=float, default=default_of(SearchConfig, "fragile_margin"),
                show_default=True, help="A verified prompt whose generation margin (logits) is below this is "
                                        "marked fragile (column fragile)."),
+        option(SEARCH, "--draft-model", default=None,
+               help="Probe sampling: a smaller model of the same tokenizer (HF dir, hub id or .gguf) scores "
+                    "every GCG candidate, the model only a probe and the draft's best; verdicts stay the model's."),
+        option(SEARCH, "--probe-size", type=int, default=default_of(DraftConfig, "probe_size"), show_default=True,
+               help="Probe sampling: candidates the model scores at random each step to measure agreement."),
+        option(SEARCH, "--probe-reduction", type=float, default=default_of(DraftConfig, "reduction"),
+               show_default=True,
+               help="Probe sampling: the model also scores (1 - agreement) x candidates / this of the draft's best."),
+        option(SEARCH, "--probe-min-kept", type=int, default=default_of(DraftConfig, "min_kept"), show_default=True,
+               help="Probe sampling: the model scores at least this many of the draft's best."),
         option(SEARCH, "--bound-unmemorized", is_flag=True,
                help="fast: after 'not memorized', search longer prompts for a real ACR below tau."),
         option(REJECT, "--early-reject/--no-early-reject", default=None,
@@ -195,6 +206,8 @@ def search_config(o: dict) -> SearchConfig:
     gcg = {k: v for k, v in (("top_k", o["top_k"]), ("num_candidates", o["candidates"]), ("loss", o["loss"]))
            if v is not None}
     steps = {"paper_steps": o["steps"]} if o["schedule"] == "paper" else {"decide_steps": o["steps"]}
+    gcg["draft"] = DraftConfig(model=o["draft_model"], probe_size=o["probe_size"], reduction=o["probe_reduction"],
+                               min_kept=o["probe_min_kept"])
     fields = {"tau": o["tau"], "seed": o["seed"], "cap_factor": o["cap_factor"], "fragile_margin": o["fragile_margin"],
               "gcg": GCGConfig(**{**base.gcg.__dict__, **gcg})}
     fields.update({k: v for k, v in steps.items() if v is not None})

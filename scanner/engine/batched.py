@@ -40,6 +40,7 @@ class TargetScorer:
         self.target = torch.tensor(target_ids, device=dev)
         self.prefix = torch.tensor(engine.template.prefix_ids, dtype=torch.long, device=dev)
         self.suffix = torch.tensor(engine.template.suffix_ids, dtype=torch.long, device=dev)
+        self.draft: TargetScorer | None = None  # the same target on the draft model (probe sampling)
 
     @property
     def keep(self) -> int:

@@ -14,14 +14,17 @@ import logging
 
 from scanner.config import EngineConfig, ModelConfig, PromptConfig
 from scanner.engine.check import check_model
+from scanner.engine.draft import attach_draft
 from scanner.engine.hf import HFEngine
 from scanner.engine.loading import load_model, resolve_device, resolve_dtype
 
 log = logging.getLogger(__name__)
 
 
-def build_engines(model: ModelConfig, prompt: PromptConfig, engines: EngineConfig) -> HFEngine:
-    """The HF engine (gradients, candidate scores, margins) with vLLM attached where `engines` asks."""
+def build_engines(model: ModelConfig, prompt: PromptConfig, engines: EngineConfig,
+                  draft: str | None = None) -> HFEngine:
+    """The HF engine (gradients, candidate scores, margins) with vLLM attached where `engines` asks,
+    and `draft` (probe sampling's draft model, HF on the same device) attached when given."""
     check_model(model)  # a wrong or damaged local model fails here, named, before vLLM reads it
     engines = resolve_engines(engines, model)
     fast = None
@@ -34,6 +37,8 @@ def build_engines(model: ModelConfig, prompt: PromptConfig, engines: EngineConfi
     engine = HFEngine(load_model(model), prompt)
     engine.attach(fast, verify=engines.verify == "vllm", screen=engines.screen == "vllm")
     log.info("verify engine: %s; screen engine: %s", engines.verify, engines.screen)
+    if draft is not None:
+        attach_draft(engine, model, draft, prompt)
     return engine
 
 

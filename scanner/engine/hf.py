@@ -87,6 +87,10 @@ class HFEngine:
         self.verify_s = 0.0  # seconds in verify_many so far: a unit reads its share as a difference
         self.verifier: VLLMEngine | None = None  # greedy generation elsewhere (vLLM); None: HF generate
         self.screener: VLLMEngine | None = None  # teacher-forced screen elsewhere (vLLM); None: HF
+        # A draft model of the same tokenizer that screens GCG candidates (engine/draft.py); None: off.
+        self.draft: HFEngine | None = None
+        self.draft_name: str | None = None  # the --draft-model it was loaded from
+        self.draft_load_s = 0.0
 
     def attach(self, fast: VLLMEngine | None, verify: bool, screen: bool) -> None:
         """Hand verification and/or screening to a set-up vLLM engine of the same model."""

@@ -17,8 +17,9 @@ from scanner.search.miniprompt import measure_many as measure_targets
 log = logging.getLogger(__name__)
 
 
-def build_engine(model: ModelConfig, prompt: PromptConfig, engines: EngineConfig | None = None) -> HFEngine:
-    return build_engines(model, prompt, engines or EngineConfig())
+def build_engine(model: ModelConfig, prompt: PromptConfig, engines: EngineConfig | None = None,
+                 draft: str | None = None) -> HFEngine:
+    return build_engines(model, prompt, engines or EngineConfig(), draft)
 
 
 def validate_targets(engine: HFEngine, targets: list[dict], search: SearchConfig) -> None:
@@ -34,6 +35,8 @@ def record(engine: HFEngine, result, model: ModelConfig) -> dict:
     out = result.to_dict()
     out.update(model=model.model, revision=model.revision, device=engine.device, dtype=engine.dtype,
                package_version=__version__)
+    if engine.draft is not None:
+        out.update(draft_model=engine.draft_name, draft_load_s=round(engine.draft_load_s, 3))
     return out
 
 
@@ -48,7 +51,7 @@ def measure_many(model: ModelConfig, prompt: PromptConfig, search: SearchConfig,
 
     calibration = calibration or CalibrationConfig(seed=search.seed)
     engines = engines or EngineConfig()
-    engine = engine or build_engine(model, prompt, engines)
+    engine = engine or build_engine(model, prompt, engines, search.gcg.draft.model)
     validate_targets(engine, targets, search)
     jobs = [(Target(t["text"], t.get("natural_prefix")), search) for t in targets]
     finished: dict[int, AcrResult] = {}

@@ -75,8 +75,8 @@ def _add_stages(stages: dict, spent_by_stage: dict) -> None:
     for name, spent in spent_by_stage.items():
         total = stages.setdefault(name, {"candidates": 0, **dict.fromkeys(spent, 0)})
         total["candidates"] += bool(spent["forwards"])
-        for key, value in spent.items():
-            total[key] += value
+        for key, value in spent.items():  # a draft's figures are in the stages it ran in only
+            total[key] = total.get(key, 0) + value
 
 
 def _log_searched(row: dict) -> None:
@@ -174,13 +174,17 @@ def provenance(config: ScanConfig, engine: HFEngine) -> dict[bytes, bytes]:
               "screen_engine": json.dumps(engine.screen_info(), sort_keys=True),
               "screen_window": json.dumps(window_info(engine, config.screen), sort_keys=True),
               "targets_per_forward": batched.width(engine, config.engines.targets_per_forward)}
+    if engine.draft is not None:  # probe sampling: which draft, its tokenizer and what loading it cost
+        values.update(draft_model=engine.draft_name, draft_model_hash=model_hash(engine.draft_name),
+                      draft_tokenizer_hash=tokenizer_hash(engine.draft.tokenizer),
+                      draft_load_s=round(engine.draft_load_s, 3))
     return {k.encode(): str(v).encode() for k, v in values.items()}
 
 
 def open_engine(config: ScanConfig) -> tuple[HFEngine, dict[bytes, bytes]]:
     """The one place a scan builds its engines (driver or Ray actor), with their provenance: vLLM
     first with its share of the GPU, then the HF model (engine/build.py)."""
-    engine = build_engines(config.model, config.prompt, config.engines)
+    engine = build_engines(config.model, config.prompt, config.engines, config.search.gcg.draft.model)
     return engine, provenance(config, engine)
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from scanner.engine import batched
 from scanner.engine.hf import HFEngine
-from scanner.search.gcg import DECIDING, Gradient, Request, Score, Search, Stage
+from scanner.search.gcg import DECIDING, DraftScore, Gradient, Request, Score, Search, Stage
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,8 @@ class Finished:
     forwards: int  # sequences through the model on this search's behalf
     seconds: float
     stages: dict[str, dict] = field(default_factory=dict)  # {stage: {"forwards", "seconds"}}, summing to both
+    draft_forwards: int = 0  # sequences through the draft model (probe sampling), not in `forwards`
+    draft_seconds: float = 0.0  # its share of the draft's forwards, inside `seconds`
 
 
 @dataclass
@@ -44,6 +46,8 @@ class _Live:
     seconds: float = 0.0
     stage: str = DECIDING
     stages: dict[str, dict] = field(default_factory=dict)
+    draft_forwards: int = 0
+    draft_seconds: float = 0.0
 
     def charge(self, forwards: int, seconds: float) -> None:
         """Work done on this search's behalf, to its total and its current stage."""
@@ -53,8 +57,18 @@ class _Live:
         spent["forwards"] += forwards
         spent["seconds"] += seconds
 
+    def charge_draft(self, forwards: int, seconds: float) -> None:
+        """The draft model's work: its seconds are the search's too, its forwards are not the target's."""
+        self.charge(0, seconds)
+        self.draft_forwards += forwards
+        self.draft_seconds += seconds
+        spent = self.stages[self.stage]
+        spent["draft_forwards"] = spent.get("draft_forwards", 0) + forwards
+        spent["draft_seconds"] = spent.get("draft_seconds", 0.0) + seconds
+
     def finished(self, value: object, error: Exception | None) -> Finished:
-        return Finished(self.index, value, error, self.forwards, self.seconds, self.stages)
+        return Finished(self.index, value, error, self.forwards, self.seconds, self.stages, self.draft_forwards,
+                        self.draft_seconds)
 
 
 def run_one(engine: HFEngine, search: Search) -> Finished:
@@ -123,7 +137,7 @@ def _send(engine: HFEngine, job: _Live, answer: object) -> Request:
 def _answer(engine: HFEngine, live: list[_Live]) -> dict[int, object]:
     """Every live search's request answered: gradients together, then scores together."""
     answers: dict[int, object] = {}
-    for kind in (Gradient, Score):
+    for kind in (Gradient, DraftScore, Score):
         jobs = [job for job in live if isinstance(job.request, kind)]
         if not jobs:
             continue
@@ -136,7 +150,8 @@ def _answer(engine: HFEngine, live: list[_Live]) -> dict[int, object]:
         seconds = time.perf_counter() - start
         rows = sum(job.request.rows for job in jobs)
         for job, value in zip(jobs, values, strict=True):
-            job.charge(job.request.rows, seconds * job.request.rows / max(rows, 1))
+            charge = job.charge_draft if kind is DraftScore else job.charge
+            charge(job.request.rows, seconds * job.request.rows / max(rows, 1))
             answers[id(job)] = value
     return answers
 
@@ -146,4 +161,8 @@ def _run(engine: HFEngine, kind: type, requests: list[Request]) -> list[object]:
         return [requests[0].run()]
     if kind is Gradient:
         return batched.gradients(engine, [(r.scorer, r.prompt) for r in requests])
+    if kind is DraftScore:  # the draft model's forward, batched where its logits allow it
+        engine = requests[0].scorer.engine
+        if not batched.supported(engine):
+            return [r.run() for r in requests]
     return batched.scores(engine, [(r.scorer, r.candidates) for r in requests])

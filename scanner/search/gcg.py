@@ -5,6 +5,10 @@ negative, B distinct single/multi-swap candidates that re-tokenize to themselves
 forward, and a move to the lowest-loss candidate. Every candidate's teacher-forced exact match is read
 from the logits already computed; matches are confirmed by real greedy generation before success.
 
+With a draft model attached (config.DraftConfig, probe sampling), the candidates' forward is split: the
+draft scores all of them (`DraftScore`), the target a random probe and the draft's best (`probe_scores`),
+and the step moves to the best the target scored; matches are still read and verified from the target.
+
 The loop is a generator: it yields its model work (`Gradient`, `Score`) and receives the answers, so a
 driver (search/driver.py) can run one search alone or put the work of several targets in one forward.
 """
@@ -18,9 +22,10 @@ from typing import Any
 
 import torch
 
-from scanner.config import GCGConfig
+from scanner.config import DraftConfig, GCGConfig
 from scanner.engine.batched import Scores, TargetScorer
 from scanner.engine.hf import HFEngine, Verification
+from scanner.measures import probe as probe_math
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +60,23 @@ class Score:
         return self.scorer.score(self.candidates)
 
 
-Request = Gradient | Score
+@dataclass(frozen=True)
+class DraftScore:
+    """Score candidates on the draft model (scorer bound to engine.draft; probe_scores below): its rows are
+    the draft's forwards, never counted as the target's."""
+
+    scorer: TargetScorer
+    candidates: torch.Tensor  # [B, n] on the CPU
+
+    @property
+    def rows(self) -> int:
+        return self.candidates.shape[0]
+
+    def run(self) -> Scores:
+        return self.scorer.score(self.candidates)
+
+
+Request = Gradient | Score | DraftScore
 
 DECIDING, SHRINKING = "deciding", "shrinking"  # MiniPrompt's stages: finding a verdict, then tightening it
 
@@ -84,6 +105,9 @@ class GCGOutcome:
     top_rights: list[int] = field(default_factory=list)
     rejected: int = 0  # teacher-forced matches that real generation did not confirm
     stopped: str | None = None  # why the caller's stop rule ended it early (search/reject.py)
+    sampled: int = 0  # candidates drawn over all steps
+    scored: int = 0  # of them, scored by the target (all of them without a draft)
+    agreement: list[float] = field(default_factory=list)  # Spearman rho of draft and target per drafted step
 
 
 def sample_candidates(prompt: torch.Tensor, grad: torch.Tensor, config: GCGConfig,
@@ -119,6 +143,43 @@ def confirm(engine: HFEngine, candidates: torch.Tensor, scores: Scores, target_i
     return engine.verify_first([engine.decode(candidates[i].tolist()) for i in matches.tolist()], target_ids)
 
 
+def probe_scores(scorer: TargetScorer, candidates: torch.Tensor, draft: DraftConfig,
+                 generator: torch.Generator) -> Generator[Request, Any, tuple[torch.Tensor, Scores, float]]:
+    """Probe sampling: the draft scores all B candidates, the target a random probe of them; the
+    Spearman rho of the two on the probe sets how many of the draft's best (outside the probe) the
+    target scores too (measures/probe.py). Returns the target-scored candidates, their scores and rho."""
+    b = candidates.shape[0]
+    drafted = yield DraftScore(scorer.draft, candidates)
+    probe = torch.randperm(b, generator=generator)[:probe_math.probe_size(b, draft.probe_size)]
+    probed = yield Score(scorer, candidates[probe])
+    rho = probe_math.spearman(probed.loss.tolist(), drafted.loss[probe].tolist())
+    outside = torch.ones(b, dtype=torch.bool)
+    outside[probe] = False
+    ranked = drafted.loss.argsort(stable=True)
+    ranked = ranked[outside[ranked]]
+    best = ranked[:probe_math.filtered_size(b, rho, draft.reduction, draft.min_kept)]
+    if best.numel() == 0:
+        return candidates[probe], probed, rho
+    filtered = yield Score(scorer, candidates[best])
+    scores = Scores(loss=torch.cat([probed.loss, filtered.loss]), exact=torch.cat([probed.exact, filtered.exact]),
+                    right=torch.cat([probed.right, filtered.right]))
+    return candidates[torch.cat([probe, best])], scores, rho
+
+
+def score_step(scorer: TargetScorer, candidates: torch.Tensor, draft: DraftConfig, generator: torch.Generator,
+               outcome: GCGOutcome) -> Generator[Request, Any, tuple[torch.Tensor, Scores]]:
+    """The candidates the target scored and their scores: all of them, or with a draft attached to the
+    scorer (scorer.draft) a probe and the draft's best (probe_scores); counted in `outcome`."""
+    outcome.sampled += candidates.shape[0]
+    if scorer.draft is None or not draft.enabled or candidates.shape[0] <= draft.probe_size:
+        outcome.scored += candidates.shape[0]
+        return candidates, (yield Score(scorer, candidates))
+    kept, scores, rho = yield from probe_scores(scorer, candidates, draft, generator)
+    outcome.scored += kept.shape[0]
+    outcome.agreement.append(rho)
+    return kept, scores
+
+
 def run_gcg(scorer: TargetScorer, init: list[int], steps: int, config: GCGConfig,
             generator: torch.Generator, verify_limit: int,
             stop: Callable[[GCGOutcome], str | None] | None = None) -> Generator[Request, Any, GCGOutcome]:
@@ -142,7 +203,7 @@ def run_gcg(scorer: TargetScorer, init: list[int], steps: int, config: GCGConfig
         outcome.steps = step + 1
         if candidates.shape[0] == 0:
             continue
-        scores = yield Score(scorer, candidates)
+        candidates, scores = yield from score_step(scorer, candidates, config.draft, generator, outcome)
         outcome.success, rejected = confirm(engine, candidates, scores, target_ids, verify_limit)
         outcome.rejected += rejected
         best = int(scores.loss.argmin())

@@ -85,6 +85,9 @@ class AcrResult:
     # {stage: {"steps", "forwards", "seconds"}}: deciding is the attempts up to and including the first
     # verified success (all of them when none succeeded), shrinking the attempts after it (the driver's).
     stages: dict[str, dict] = field(default_factory=dict)
+    # Probe sampling (config.DraftConfig): the draft model's forwards and seconds (inside wall_s); 0 without.
+    draft_forwards: int = 0
+    draft_s: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -100,9 +103,11 @@ def stage_steps(trace: list[dict], decided: bool = False) -> dict[str, int]:
 def _finish(done) -> AcrResult:
     """The search's result with what the driver attributed to it (driver.Finished), in total and by stage."""
     steps = stage_steps(done.value.trace, done.value.decided_tokens is not None)
-    stages = {name: {"steps": steps[name], "forwards": done.stages.get(name, {}).get("forwards", 0),
+    stages = {name: {"steps": steps[name], **done.stages.get(name, {}),
+                     "forwards": done.stages.get(name, {}).get("forwards", 0),
                      "seconds": done.stages.get(name, {}).get("seconds", 0.0)} for name in (DECIDING, SHRINKING)}
-    return replace(done.value, wall_s=done.seconds, forwards=done.forwards, stages=stages)
+    return replace(done.value, wall_s=done.seconds, forwards=done.forwards, stages=stages,
+                   draft_forwards=done.draft_forwards, draft_s=done.draft_seconds)
 
 
 @dataclass
@@ -168,7 +173,9 @@ def _record(state: _State, attempt: Attempt, trial: int, warm: str, outcome: GCG
                         "max_steps": attempt.steps if warm not in ("none", "deletion") else 0, "steps": outcome.steps,
                         "best_loss": outcome.best_loss, "success": outcome.success is not None,
                         "rejected_early": outcome.stopped, "losses": [round(x, 5) for x in outcome.losses],
-                        "rights": outcome.rights, "top_rights": outcome.top_rights})
+                        "rights": outcome.rights, "top_rights": outcome.top_rights,
+                        "sampled": outcome.sampled, "scored": outcome.scored,
+                        "agreement": [round(x, 4) for x in outcome.agreement]})
     return outcome
 
 
@@ -261,6 +268,7 @@ def search(engine: HFEngine, target: Target, config: SearchConfig) -> Generator[
     cap = effective_cap(engine, len(target_ids), config)
     generator = torch.Generator().manual_seed(config.seed)
     scorer = TargetScorer(engine, target_ids, config.gcg.loss)
+    scorer.draft = draft_scorer(engine, target_ids, config)
     if target.decided_prompt:  # its verdict is in: everything here, its check included, tightens it
         yield Stage(SHRINKING)
     decided = _certificate(engine, target.decided_prompt, target_ids)
@@ -287,6 +295,18 @@ def search(engine: HFEngine, target: Target, config: SearchConfig) -> Generator[
             yield Stage(SHRINKING)
     return replace(_result(engine, text, target_ids, cap, config, state, certificate), bounded=bounded,
                    decided_tokens=len(decided.prompt_ids) if decided else None)
+
+
+def draft_scorer(engine: HFEngine, target_ids: list[int], config: SearchConfig) -> TargetScorer | None:
+    """The target on the draft model when the config asks for one; the engine must have loaded that draft
+    (engine/draft.py attach_draft): a search never runs silently without the draft it was configured with."""
+    wanted = config.gcg.draft.model
+    if wanted is None:
+        return None
+    if engine.draft is None or engine.draft_name != wanted:
+        raise ValueError(f"the search asks for the draft model {wanted!r} but the engine has "
+                         f"{engine.draft_name!r} attached; build the engines with draft={wanted!r}")
+    return TargetScorer(engine.draft, target_ids, config.gcg.loss)
 
 
 def _result(engine: HFEngine, text: str, target_ids: list[int], cap: int, config: SearchConfig,
