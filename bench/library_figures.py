@@ -204,7 +204,7 @@ def phase_walls(run: Path, started: float, ended: float) -> dict:
         return max(times, default=None)
 
     marks = {"screen": last("screen"), "certify": last("certify"), "search": last("search"),
-             "write": max((p.stat().st_mtime for p in (run / "done").glob("*")), default=None)}
+             "tighten": last("tighten"), "write": max((p.stat().st_mtime for p in (run / "done").glob("*")), default=None)}
     passages = run / PASSAGES_FILE
     marks["passages"] = passages.stat().st_mtime if passages.is_file() else None
     out, before = {}, started

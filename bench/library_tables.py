@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-PHASES = ("screen", "certify", "search", "write", "passages", "exit")
+PHASES = ("screen", "certify", "search", "tighten", "write", "passages", "exit")
 
 
 def _row(cells) -> str:
