@@ -56,21 +56,21 @@ def test_an_actor_killed_mid_run_loses_nothing_and_duplicates_nothing(local_ray,
 
 def test_a_shard_out_of_retries_is_reported_and_a_relaunch_completes_it(local_ray, reference, tiny_dir, tmp_path):
     corpus, want = reference
-    killed, loaded = [], set()
+    killed = []
 
-    def kill_the_other_actor(stats: dict) -> None:
-        # Only an actor that has finished a task (its model loaded): a death while loading is a setup
-        # death, which --max-retries 0 turns into an abort, not a failed shard. Screen shards are quick,
-        # so the other actor may still be loading when the first one reports.
-        loaded.add(stats["pid"])
-        busy = (own_actor_pids() & loaded) - {stats["pid"]}
-        if not killed and busy:
-            killed.append(busy.pop())
-            os.kill(killed[-1], signal.SIGKILL)
+    def kill_the_reporting_actor(stats: dict) -> None:
+        # The actor whose shard just finished: its model is loaded (a death while loading is a setup
+        # death, which --max-retries 0 turns into an abort, not a failed shard), and the driver hands it
+        # the next shard once this returns, which its death then fails. The other actor may still be
+        # loading, or may never report at all: screen shards take about a second, so the first actor
+        # ready can screen them all.
+        if not killed and stats["pid"] in own_actor_pids():
+            killed.append(stats["pid"])
+            os.kill(stats["pid"], signal.SIGKILL)
 
     out = str(tmp_path / "run")
     no_retry = ExecutorConfig(kind="ray", num_actors=2, max_retries=0)
-    stats = run_scan(config(corpus, tiny_dir), out, progress=kill_the_other_actor, executor=no_retry)
+    stats = run_scan(config(corpus, tiny_dir), out, progress=kill_the_reporting_actor, executor=no_retry)
     failed = stats["run"]["failed_shards"]
     assert killed and len(failed) >= 1 and all("ActorDied" in e or "Actor" in e for e in failed.values())
     # Phase 1 screens every other shard; the results wait for the failed one (phases.py)
