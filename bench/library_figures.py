@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from scanner.measures.probe import ranks
 from scanner.storage.passages import PASSAGES_FILE
 from scanner.storage.store import Store
 
@@ -134,17 +135,7 @@ def auc(scores: list[float], labels: list[bool]) -> float | None:
     negatives = len(labels) - positives
     if not positives or not negatives:
         return None
-    order = sorted(range(len(scores)), key=lambda i: scores[i])
-    ranks = [0.0] * len(scores)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and scores[order[j + 1]] == scores[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    rank_sum = sum(r for r, y in zip(ranks, labels, strict=True) if y)
+    rank_sum = sum(r for r, y in zip(ranks(scores), labels, strict=True) if y)
     return round((rank_sum - positives * (positives + 1) / 2) / (positives * negatives), 4)
 
 
