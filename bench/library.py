@@ -55,8 +55,10 @@ SIZES = {
 # exhaustive screen forwarded 12x the corpus's tokens on a quarter of it, 4.1x so), the CPU-sized GCG
 # of the validity study, one calibration prompt (with 4, calibration was the costliest part of the
 # scan: 247 of 780 work seconds, every copy of the header calibrated) and passages merged but not
-# extended (32 tokens of extension took 98 s, 660 generations).
-SCAN = ["--device", "cpu", "--threads", "1", "--span-tokens", "32", "--context-tokens", "32",
+# extended (32 tokens of extension took 98 s, 660 generations). Chunks of 128 tokens, the length of the
+# model's training rows (README: keep --chunk-tokens within the trained context): at the default chunk
+# (its 256 positions) the screen found 50 of the 64 32-copy plants, at 128 all 64 (bench/library_windows.py).
+SCAN = ["--device", "cpu", "--threads", "1", "--span-tokens", "32", "--context-tokens", "32", "--chunk-tokens", "128",
         "--certificate-min-match", "0.9", "--min-match-rate", "0.5", "--steps", "60", "--candidates", "64",
         "--top-k", "64", "--restarts", "0", "--calibration-prompts", "1", "--extend-tokens", "0",
         "--docs-per-shard", "8", "--unit-size", "8"]
@@ -139,12 +141,13 @@ PLAN_SAMPLE = "0.1"
 
 
 def plan_check(corpus: Path, model: Path, folder: Path, options: list[str], logs: Path, runs: dict,
-               reuse: bool) -> dict:
-    """`acr-scan plan` on a 10 % sample with the scan's options (its caps scaled to the sample), against
-    the scans of the whole library: the projected wall time (1 worker at efficiency 1: the local scan;
-    2 workers at the plan's default 0.85: the Ray scan) and each projected figure against the local
-    scan's measured one."""
-    out = folder / f"plan-s{PLAN_SAMPLE}"
+               reuse: bool, seed: int) -> dict:
+    """`acr-scan plan` on a 10 % sample drawn with `seed` (the scan's --seed, which also seeds the sample's
+    GCG) with the scan's other options (its caps scaled to the sample), against the scans of the whole
+    library: the projected wall time (1 worker at efficiency 1: the local scan; 2 workers at the plan's
+    default 0.85: the Ray scan) and each projected figure against the local scan's measured one."""
+    options = [*options[:options.index("--seed")], "--seed", str(seed), *options[options.index("--seed") + 2:]]
+    out = folder / (f"plan-s{PLAN_SAMPLE}" + (f"-seed{seed}" if seed else ""))
     saved = out.with_suffix(".json")
     if reuse and saved.is_file() and json.loads(saved.read_text()).get("options") == options:
         planned, timed = (json.loads(saved.read_text())[k] for k in ("plan", "timed"))
@@ -152,12 +155,11 @@ def plan_check(corpus: Path, model: Path, folder: Path, options: list[str], logs
         shutil.rmtree(out, ignore_errors=True)
         timed = commands.run(commands.cli("plan", str(corpus), "--model", str(model), "--out", str(out),
                                           "--sample", PLAN_SAMPLE, "--workers", "1", "--efficiency", "1.0",
-                                          "--json", *options), logs / "plan.log")
-        text = (logs / "plan.log").read_text()  # the log lines (stderr), then the JSON object (stdout)
+                                          "--json", *options), logs / f"{out.name}.log")
+        text = (logs / f"{out.name}.log").read_text()  # the log lines (stderr), then the JSON object (stdout)
         planned = json.loads(text[text.rindex("\n{\n") + 1:] if "\n{\n" in text else text)
         saved.write_text(json.dumps({"options": options, "plan": planned, "timed": timed}))
-    return figures.plan_against(planned, timed, runs)
-
+    return {**figures.plan_against(planned, timed, runs), "seed": seed}
 
 
 def trajectories(run: Path, table: list[dict], options: list[str], model: Path, count: int, seed: int,
@@ -253,6 +255,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--reuse-runs", action="store_true",
                         help="keep the scans (with their recorded timings) and trajectories an earlier run of this command left")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--plan-seeds", default="0,1",
+                        help="comma-separated seeds of the plan's samples (the first is recorded as `plan`, the rest as `plans`)")
     parser.add_argument("--out", default=None, help="the JSON record (default bench/library/<size>-f<fraction>.json)")
     args = parser.parse_args(argv)
     if not 0 < args.fraction <= 1:
@@ -319,7 +323,10 @@ def main(argv: list[str] | None = None) -> dict:
     if "ray" in runs:
         record["ray_vs_local"] = compare_tables(work / label / "run-local", work / label / "run-ray")
     if args.fraction == 1 and not args.no_plan:
-        record["plan"] = plan_check(corpus, model, work / label, options, logs, runs, args.reuse_runs)
+        seeds = [int(x) for x in args.plan_seeds.split(",")]
+        record["plan"], *others = [plan_check(corpus, model, work / label, options, logs, runs, args.reuse_runs, seed)
+                                   for seed in seeds]
+        record["plans"] = others
     if args.trajectories:
         add_trajectories(record, trajectories(work / label / "run-local", table, options, model, args.trajectories,
                                               args.seed, args.reuse_runs), table, size)

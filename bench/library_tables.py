@@ -109,10 +109,13 @@ def growth(record: dict) -> str:
 
 
 def plan(record: dict) -> str:
-    """The plan from a sample beside the whole library's scans (bench/library_figures.py plan_against)."""
-    pl = record.get("plan")
-    if not pl:
+    """The plans from samples beside the whole library's scans (bench/library_figures.py plan_against)."""
+    if not record.get("plan"):
         return "(no plan recorded)"
+    return "\n\n".join(_plan(pl) for pl in [record["plan"], *record.get("plans", [])])
+
+
+def _plan(pl: dict) -> str:
     cells = [("wall time, local", pl["wall_local"])]
     if "wall_ray" in pl:
         cells.append(("wall time, Ray (2 workers x 0.85)", pl["wall_ray"]))
@@ -120,7 +123,7 @@ def plan(record: dict) -> str:
     rows = [[name, _fmt(f["predicted"]), f"{_fmt(f['low'])} .. {_fmt(f['high'])}", _fmt(f["actual"]), _fmt(f["ratio"]),
              _fmt(f["in_range"])] for name, f in cells]
     s = pl["sample"]
-    head = (f"sample: {s['documents']} of {s['of']} documents, {s['tokens']:,} tokens ({s['caps']}); the plan took "
+    head = (f"sample (seed {pl.get('seed', 0)}): {s['documents']} of {s['of']} documents, {s['tokens']:,} tokens ({s['caps']}); the plan took "
             f"{pl['plan_wall_s']:.0f} s, {pl['plan_share_of_local_wall']:.2f} of the local scan's wall time\n\n")
     return head + _table(["figure", "projected", "range", "measured", "projected / measured", "in range"], rows)
 

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from scanner.config import ScreenConfig
+from scanner.engine.token_scores import TokenScores
 from scanner.stages.screen import ScreenWork, rounds, screen_spans
 from scanner.stages.spans import Span, tokenize_document
 from scanner.studies.tiny import CANARIES, salad
@@ -110,13 +111,14 @@ def test_certificate_min_match_is_validated():
 def test_the_screen_counts_what_it_forwarded_row_by_row(engine, document):
     """Exact windows, exhaustive: every span forwards a window row (template, context, span), a span row
     (template, span) and certificate rows of context lengths 1..context in rounds, up to the round of
-    its certificate: the tokens a cost model multiplies the corpus by."""
+    its certificate, each through the window's first miss, then whole where it matched there (brute
+    force says which): the tokens a cost model multiplies the corpus by."""
     doc, ids, offsets, start, end = document
     spans = [span_at(doc, ids, offsets, s, s + 8) for s in (2, 9, start)]
     work = ScreenWork()
     got = screen_spans(engine, ids, spans, ScreenConfig(context_tokens=6, max_rows=5, window="exact",
                                                       certificate_min_match=0.0), work)
-    fixed = len(engine.template.prefix_ids) + len(engine.template.suffix_ids) + 8
+    template = len(engine.template.prefix_ids) + len(engine.template.suffix_ids)
 
     def tried(span, result):  # certificate lengths forwarded: all rounds, or through the one that found it
         last = min(6, span.token_start)
@@ -124,9 +126,49 @@ def test_the_screen_counts_what_it_forwarded_row_by_row(engine, document):
             last = min(last, next(hi for lo, hi in rounds(6) if lo <= result.certificate_tokens <= hi))
         return list(range(1, last + 1))
 
-    lengths = [tried(s, r) for s, r in zip(spans, got, strict=True)]
+    def rows(span, result):  # (context, span tokens) of each certificate row forwarded
+        first = next((t for t, ok in enumerate(result.window_matches) if not ok), 8) + 1
+        out = []
+        for j in tried(span, result):
+            out.append((j, min(first, 8)))
+            if first < 8 and matched(span, j, first):
+                out.append((j, 8))
+        return out
+
+    def matched(span, j, cut):
+        seq = torch.tensor([[*engine.template.prefix_ids, *ids[span.token_start - j:span.token_start],
+                             *span.target_ids[:cut]]])
+        return bool((engine.logits(seq, keep=cut + 1)[0, :-1].argmax(-1) == torch.tensor(span.target_ids[:cut])).all())
+
+    certificate = [rows(s, r) for s, r in zip(spans, got, strict=True)]
     contexts = [min(6, s.token_start) for s in spans]
-    assert work.rows == sum(2 + len(js) for js in lengths)
-    assert work.tokens == sum(2 * fixed + c + sum(fixed + j for j in js) for c, js in zip(contexts, lengths, strict=True))
-    assert work.head_positions == 8 * work.rows
+    assert any(len(c) > len(tried(s, r)) for s, r, c in zip(spans, got, certificate, strict=True)), "none went on"
+    assert work.rows == sum(2 + len(c) for c in certificate)
+    assert work.tokens == sum(2 * (template + 8) + c + sum(template + j + n for j, n in rows_)
+                              for c, rows_ in zip(contexts, certificate, strict=True))
+    assert work.head_positions == sum(16 + sum(n for _, n in rows_) for rows_ in certificate)
     assert work.padded_tokens >= work.tokens  # HF's batches of 5 rows, right-padded to their longest
+
+
+def test_certificate_rows_cut_at_the_windows_first_miss_give_the_same_certificates_for_fewer_tokens(
+        engine, document, monkeypatch):
+    """A certificate row goes first through the span's first token its window missed, and on only where it
+    matched there: the certificates are the brute-force shortest still, for fewer forwarded tokens."""
+    import scanner.stages.screen as screen
+
+    def window(bits):
+        return TokenScores(matches=torch.tensor([b == "1" for b in bits]), nll=torch.zeros(len(bits)), topk=None)
+
+    assert screen.cuts(window("1101")) == [3, 4] and screen.cuts(window("0111")) == [1, 4]
+    assert screen.cuts(window("1111")) == [4] and screen.cuts(window("1110")) == [4]
+    doc, ids, offsets, start, end = document
+    spans = [span_at(doc, ids, offsets, s, s + 16) for s in range(max(1, start - 4), len(ids) - 16, 2)]
+    config = ScreenConfig(context_tokens=12, window="exact", certificate_min_match=0.0)
+    cut_work, whole_work = ScreenWork(), ScreenWork()
+    cut = screen_spans(engine, ids, spans, config, cut_work)
+    monkeypatch.setattr(screen, "cuts", lambda w: [w.matches.numel()])
+    whole = screen_spans(engine, ids, spans, config, whole_work)
+    want = [shortest_certificate(engine, ids, s, 12) for s in spans]
+    assert [g.certificate_tokens for g in cut] == [g.certificate_tokens for g in whole] == want
+    assert any(w is not None for w in want) and any(w is None for w in want)
+    assert cut_work.tokens < whole_work.tokens and cut_work.rows > whole_work.rows

@@ -14,7 +14,8 @@ Per span of a document (scanner/engine/teacher.py computes the scores, in bounde
   greedy output is the whole span is the natural-prefix certificate, a free bound |x*| <= j that the
   search later verifies by generation from the document's own text. The rows go in rounds of doubling j
   (1-2, 3-4, 5-8, ...) and a span leaves at its first round with a success: every j below the one found
-  was tried, so the result is the exhaustive screen's shortest j, monotone in j or not.
+  was tried, so the result is the exhaustive screen's shortest j, monotone in j or not. Each row is
+  forwarded through the window's first miss first, and whole only where it matched that far (cuts()).
 
 With vLLM attached as the screener (--screen-engine vllm) the same rows go to it unpadded, and its
 prompt log-probs give the matches and NLL.
@@ -124,8 +125,37 @@ def rounds(context: int) -> list[tuple[int, int]]:
     return out
 
 
+# A certificate row is forwarded first through its span's first token that the window missed, and on only
+# where that one matched: a shorter context seldom gets right what the window's longer one got wrong, so
+# most rows of a span without a certificate cost j + that position instead of j + the span (those rows
+# were 83 % of the default screen's certificate rows on bench/screen_modes.py's planted corpus). Causal attention makes a cut row's matches the whole
+# row's at the same positions (but for float rounding under another batch shape, as between batches).
+def cuts(window: TokenScores) -> list[int]:
+    """Span lengths a certificate row goes through in turn: to the window's first miss (none where it
+    got every token or missed only the last), then the whole span."""
+    matches = window.matches.tolist()
+    first = next((t for t, ok in enumerate(matches) if not ok), len(matches))
+    return [first + 1, len(matches)] if first + 1 < len(matches) else [len(matches)]
+
+
+def _elicits(engine: HFEngine, doc_ids: list[int], spans: list[Span], rows: list[tuple[int, int]],
+             windows: list[TokenScores], config: ScreenConfig, work: ScreenWork | None) -> set[int]:
+    """Indexes into `rows` ((span, j) pairs) whose last-j-context row's teacher-forced greedy output is the
+    whole span; a row leaves at the first cut of its span (cuts()) that it misses."""
+    plan = [cuts(windows[i]) for i, _ in rows]
+    alive = list(range(len(rows)))
+    for stage in range(2):
+        todo = [k for k in alive if stage < len(plan[k])]
+        seqs = [_row(engine, _context(doc_ids, spans[rows[k][0]], rows[k][1]),
+                     spans[rows[k][0]].target_ids[:plan[k][stage]]) for k in todo]
+        scores = _score(engine, seqs, [plan[k][stage] for k in todo], False, config, work)
+        missed = {k for k, got in zip(todo, scores, strict=True) if not bool(got.matches.all())}
+        alive = [k for k in alive if k not in missed]
+    return set(alive)
+
+
 def _certificates(engine: HFEngine, doc_ids: list[int], spans: list[Span], which: list[int],
-                  config: ScreenConfig, work: ScreenWork | None) -> dict[int, int]:
+                  windows: list[TokenScores], config: ScreenConfig, work: ScreenWork | None) -> dict[int, int]:
     """The shortest j <= context_tokens whose last-j-context row elicits the span, of the spans in
     `which` that have one; shorter lengths first, a span leaving at its first round with a success."""
     found: dict[int, int] = {}
@@ -134,10 +164,9 @@ def _certificates(engine: HFEngine, doc_ids: list[int], spans: list[Span], which
         rows = [(i, j) for i in pending for j in range(lo, min(hi, spans[i].token_start) + 1)]
         if not rows:
             break
-        seqs = [_row(engine, _context(doc_ids, spans[i], j), spans[i].target_ids) for i, j in rows]
-        scores = _score(engine, seqs, [len(spans[i].target_ids) for i, _ in rows], False, config, work)
-        for (i, j), got in zip(rows, scores, strict=True):
-            if bool(got.matches.all()) and i not in found:  # rows of a span come shortest first
+        for k in sorted(_elicits(engine, doc_ids, spans, rows, windows, config, work)):
+            i, j = rows[k]
+            if i not in found:  # rows of a span come shortest first
                 found[i] = j
         pending = [i for i in pending if i not in found and spans[i].token_start > hi]
     return found
@@ -163,6 +192,6 @@ def screen_spans(engine: HFEngine, doc_ids: list[int], spans: list[Span], config
     windows = _windows(engine, doc_ids, spans, config, work, stream)
     follow = [i for i, w in enumerate(windows) if float(w.matches.float().mean()) >= config.certificate_min_match]
     discoverable = _discoverable(engine, spans, follow, config, work)
-    certificates = _certificates(engine, doc_ids, spans, follow, config, work)
+    certificates = _certificates(engine, doc_ids, spans, follow, windows, config, work)
     return [_screened(s, w, discoverable.get(i), certificates.get(i)) for i, (s, w) in enumerate(zip(spans, windows,
                                                                                                       strict=True))]
