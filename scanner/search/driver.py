@@ -138,7 +138,7 @@ def _answer(engine: HFEngine, live: list[_Live]) -> dict[int, object]:
     """Every live search's request answered: gradients together, then scores together."""
     answers: dict[int, object] = {}
     for kind in (Gradient, DraftScore, Score):
-        jobs = [job for job in live if isinstance(job.request, kind)]
+        jobs = [job for job in live if type(job.request) is kind]  # exact: a DraftScore is a Score of another model
         if not jobs:
             continue
         start = time.perf_counter()

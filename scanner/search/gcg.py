@@ -61,19 +61,9 @@ class Score:
 
 
 @dataclass(frozen=True)
-class DraftScore:
+class DraftScore(Score):
     """Score candidates on the draft model (scorer bound to engine.draft; probe_scores below): its rows are
-    the draft's forwards, never counted as the target's."""
-
-    scorer: TargetScorer
-    candidates: torch.Tensor  # [B, n] on the CPU
-
-    @property
-    def rows(self) -> int:
-        return self.candidates.shape[0]
-
-    def run(self) -> Scores:
-        return self.scorer.score(self.candidates)
+    the draft's forwards, never counted as the target's (the driver dispatches on the exact type)."""
 
 
 Request = Gradient | Score | DraftScore

@@ -1,0 +1,113 @@
+"""The default screen of memorized text, its forwards replayed on larger shapes: what the screen costs on
+a model whose time is in its matrices, against one teacher-forced pass over the same tokens.
+
+    python bench/screen_replay.py --model-dir <dir> --shapes 28m,135m --device cpu   # trains PLANTED once
+    python bench/screen_replay.py --model-dir <dir> --shapes 1b,8b --device cuda --dtype bfloat16
+
+bench/screen_modes.py's planted corpus (word salad with scanner.studies.tiny.PASSAGES planted in it) is
+screened at ScreenConfig's defaults as a scan screens it (anchored spans included) by the tiny model
+trained to memorize the passages; every forward the screen asks for (engine/teacher.py's rows: the
+streamed chunks, span rows, certificate rows with their cuts) is recorded through the screener hook
+vLLM uses. A random-weight Llama of each shape (bench/gcg_step.py SHAPES) then forwards the same rows,
+timed, beside one plain teacher-forced pass over the same corpus tokens (full logits, argmax, NLL, in
+chunks of the tiny model's positions, as the recorded stream) and the sliced pass (the screen's own way,
+no top-k: its lower bound). Which rows go on is decided by the tiny model's memorization and the cost by
+the shape: assumed, not measured, is that a larger model memorizing these passages sends on the same
+rows. Seconds as in screen_tokens.py: CPU time of the process on one torch thread (best of --repeats,
+interleaved), wall time on a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+from gcg_step import SHAPES
+from screen_memory import random_engine, teacher_forced_pass
+from screen_modes import corpus, screen
+from screen_tokens import best_of, sliced_pass
+
+from scanner.config import ModelConfig, PromptConfig, ScreenConfig
+from scanner.engine.hf import HFEngine
+from scanner.engine.loading import load_model
+from scanner.engine.teacher import teacher_scores
+from scanner.stages.spans import tokenize_document
+from scanner.studies.tiny import PLANTED, build_tiny
+
+
+class Recorder:
+    """A screener (the hook engine/teacher.py hands rows to instead of HF) that keeps every call and
+    scores it with the plain HF engine, so the screen runs as it would without it."""
+
+    def __init__(self, engine: HFEngine, config: ScreenConfig) -> None:
+        self.engine, self.config, self.calls = engine, config, []
+
+    def prompt_scores(self, seqs, tails, topk_rows, top_k, temperature):
+        self.calls.append((seqs, tails, topk_rows))
+        return teacher_scores(self.engine, seqs, tails, topk_rows, self.config).rows
+
+
+def record(args) -> tuple[list, list[list[int]], int]:
+    """The recorded calls of the default screen, the documents' token ids and the stream's chunk."""
+    build_tiny(args.model_dir, PLANTED)
+    loaded = load_model(ModelConfig(model=args.model_dir, device="cpu"))
+    plain, hooked = HFEngine(loaded, PromptConfig()), HFEngine(loaded, PromptConfig())
+    config = ScreenConfig()
+    hooked.screener = Recorder(plain, config)
+    docs = corpus(plain.tokenizer, args.docs, args.passages, args.words, args.seed)
+    screen(hooked, docs, config)
+    ids = [tokenize_document(d.text, plain.tokenizer)[0] for d, _ in docs]
+    return hooked.screener.calls, ids, min(config.chunk_tokens, plain.max_positions - len(plain.template.prefix_ids))
+
+
+def replay(engine: HFEngine, calls: list, kinds: tuple[bool, ...]) -> None:
+    """The recorded calls of these kinds (True: window chunks with top-k; False: span and certificate rows)."""
+    config = ScreenConfig()
+    for seqs, tails, topk in calls:
+        if topk[0] in kinds:
+            teacher_scores(engine, seqs, tails, topk, config)
+
+
+def bench_shape(shape: str, calls: list, ids: list[list[int]], chunk: int, args) -> dict:
+    engine = random_engine(shape, args.device, getattr(torch, args.dtype), 4096)
+    replay(engine, calls[:2], (True, False))  # warm-up: kernels, allocator
+    tokens = sum(len(d) for d in ids)
+    seconds = best_of(args.repeats, args.device, {
+        "plain": lambda: teacher_forced_pass(engine, ids, chunk), "sliced": lambda: sliced_pass(engine, ids, chunk),
+        "screen": lambda: replay(engine, calls, (True, False)), "windows": lambda: replay(engine, calls, (True,)),
+        "rows": lambda: replay(engine, calls, (False,))})
+    return {"bench": "screen_replay", "shape": shape, "device": args.device, "dtype": args.dtype,
+            "corpus_tokens": tokens, **{f"{k}_s": round(v, 3) for k, v in seconds.items()},
+            "screen_tokens_per_s": round(tokens / seconds["screen"], 1),
+            "ratio_to_plain_pass": round(seconds["plain"] / seconds["screen"], 3),
+            "ratio_to_sliced_pass": round(seconds["sliced"] / seconds["screen"], 3),
+            "rows_share_of_screen": round(seconds["rows"] / (seconds["rows"] + seconds["windows"]), 3)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model-dir", required=True)
+    parser.add_argument("--shapes", default="tiny,28m", help=f"comma-separated, of {', '.join(SHAPES)}")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--docs", type=int, default=4)
+    parser.add_argument("--passages", type=int, default=4, help="planted passages per document")
+    parser.add_argument("--words", type=int, default=160, help="salad words between passages (at most)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    if args.device == "cpu":
+        torch.set_num_threads(1)  # CPU seconds are then work, not a second thread spinning
+    calls, ids, chunk = record(args)
+    forwarded = sum(len(s) for seqs, _, _ in calls for s in seqs)
+    rows = sum(len(s) for seqs, _, topk in calls if not topk[0] for s in seqs)
+    print(json.dumps({"bench": "screen_replay", "calls": len(calls), "chunk": chunk, "corpus_tokens": sum(map(len, ids)),
+                      "forwarded_per_corpus_token": round(forwarded / sum(map(len, ids)), 3),
+                      "rows_per_corpus_token": round(rows / sum(map(len, ids)), 3)}), flush=True)
+    for shape in args.shapes.split(","):
+        print(json.dumps(bench_shape(shape, calls, ids, chunk, args)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
