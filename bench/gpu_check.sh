@@ -16,8 +16,11 @@
 #                and streamed windows (two-phase) and the bare screen, against one teacher-forced pass.
 #   probe        bench/probe_gpu.py: one GCG step's candidate scoring on the 8B shape alone against a 1B
 #                draft scoring all candidates and the 8B a probe and the draft's best (probe sampling).
-# The limits sum to 540 s (+5 s grace each to kill a step): the call ends within 9.5 minutes, as one device
-# command must (10 min). GPU_CHECK_BUDGET_S (560) caps the total: a step gets at most what is left.
+#   replay       bench/screen_replay.py: the default screen's forwards on memorized text (a planted corpus
+#                the tiny model memorized, trained there on the CPU) replayed on the 1B shape, against one
+#                teacher-forced pass; last, as the step that may be cut.
+# The limits sum to 580 s (+5 s grace each to kill a step); GPU_CHECK_BUDGET_S (560) caps the total, a step
+# getting at most what is left, so the call ends within 9.5 minutes, as one device command must (10 min).
 # GPU_CHECK_REHEARSAL=1: the same steps on the CPU with tiny shapes and short limits, to check the script's
 # plumbing in a bare environment (the gpu tests then fail for want of CUDA, and the summary says so).
 # Usage (device tool): bash bench/gpu_check.sh   -> $OUT (or ./bench_out). PYTHON picks the interpreter.
@@ -33,12 +36,12 @@ mkdir -p "$out"
 if [[ "${GPU_CHECK_REHEARSAL:-0}" == 1 ]]; then
   mode=rehearsal device=cpu dtype=float32 small=tiny large=tiny both=tiny wide=tiny size=cpu book=2000 cands=64
   declare -A limit=([machine]=20 [library]=60 [gpu_tests]=120 [gcg_step]=90 [miniprompt]=30 [screen_8b]=30
-                    [probe]=30)
+                    [probe]=30 [replay]=60)
   tiny_args=(${ACR_TINY_DIR:+--workdir "$ACR_TINY_DIR"})  # a tiny model built before: no retraining
 else
   mode=gpu device=cuda dtype=bfloat16 small=1b large=8b both=1b,8b wide=135m,360m size=gpu book=30000 cands=512
   declare -A limit=([machine]=20 [library]=90 [gpu_tests]=75 [gcg_step]=120 [miniprompt]=140 [screen_8b]=55
-                    [probe]=40)
+                    [probe]=40 [replay]=40)
   tiny_args=()
 fi
 names=() statuses=() rcs=() took=() limits=() notes=()
@@ -122,6 +125,8 @@ step screen_8b "torch transformers" "$py" bench/screen_tokens.py --shapes "$larg
   --dtype "$dtype" --book-tokens "$((book * 2 / 3))" --settings exact-0.5,default,bare --repeats 1
 step probe "torch transformers" "$py" bench/probe_gpu.py --target "$large" --draft "$small" --device "$device" \
   --dtype "$dtype" --candidates "$cands" --steps 3
+step replay "torch transformers tokenizers" "$py" bench/screen_replay.py --model-dir "${TMPDIR:-/tmp}/acr-planted" \
+  --shapes "$small" --device "$device" --dtype "$dtype"
 
 json() { local s=${1//\\/\\\\}; s=${s//\"/\\\"}; printf '"%s"' "$s"; }
 printf '\n%-11s %-34s %7s %7s  %s\n' step status seconds limit note
