@@ -148,7 +148,7 @@ def plan_check(corpus: Path, model: Path, folder: Path, options: list[str], logs
     default 0.85: the Ray scan) and each projected figure against the local scan's measured one."""
     options = [*options[:options.index("--seed")], "--seed", str(seed), *options[options.index("--seed") + 2:]]
     out = folder / (f"plan-s{PLAN_SAMPLE}" + (f"-seed{seed}" if seed else ""))
-    saved = out.with_suffix(".json")
+    saved = folder / f"{out.name}.json"  # not with_suffix: the sample's "0.1" would read as a suffix
     if reuse and saved.is_file() and json.loads(saved.read_text()).get("options") == options:
         planned, timed = (json.loads(saved.read_text())[k] for k in ("plan", "timed"))
     else:
