@@ -142,7 +142,8 @@ def _elicits(engine: HFEngine, doc_ids: list[int], spans: list[Span], rows: list
              windows: list[TokenScores], config: ScreenConfig, work: ScreenWork | None) -> set[int]:
     """Indexes into `rows` ((span, j) pairs) whose last-j-context row's teacher-forced greedy output is the
     whole span; a row leaves at the first cut of its span (cuts()) that it misses."""
-    plan = [cuts(windows[i]) for i, _ in rows]
+    per_span = {i: cuts(windows[i]) for i in {i for i, _ in rows}}  # once a span: its window may sit on a GPU
+    plan = [per_span[i] for i, _ in rows]
     alive = list(range(len(rows)))
     for stage in range(2):
         todo = [k for k in alive if stage < len(plan[k])]
