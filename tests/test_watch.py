@@ -19,12 +19,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from scanner.cli.demo import demo_corpus
-from scanner.config import Budget
-from scanner.stages.screen import rounds
+from scanner.config import Budget, ScreenConfig
+from scanner.stages.screen import cuts, rounds
 from scanner.stages.spans import tokenize_document
-from scanner.stages.stream import DocumentStream
+from scanner.stages.stream import DocumentStream, stream_windows
 from scanner.storage.status import _left_by_budget
 from scanner.storage.store import Store
 from scanner.studies.tiny import salad
@@ -239,17 +240,40 @@ def test_a_scan_before_its_passages_and_a_complete_one(runs):
     assert done["progress"]["passages"]["built"] is True
 
 
-def streamed_chunks(run: Path, rows: list[dict], engine) -> list[tuple[int, int]]:
-    """(tokens, scored positions) of every chunk the streamed windows of `rows` take: per document, the
-    chunks of 255 positions (the tiny model's, less BOS) overlapping by context + span (16 + 12)."""
+def documents(run: Path, engine) -> dict[str, list[int]]:
     texts = dict(zip(*pq.read_table(run.parent / "corpus.parquet", columns=["id", "text"]).to_pydict().values(),
                      strict=True))
+    return {doc: tokenize_document(text, engine.tokenizer)[0] for doc, text in texts.items()}
+
+
+def streamed_chunks(ids: dict[str, list[int]], rows: list[dict], engine) -> list[tuple[int, int]]:
+    """(tokens, scored positions) of every chunk the streamed windows of `rows` take: per document, the
+    chunks of 255 positions (the tiny model's, less BOS) overlapping by context + span (16 + 12)."""
     prefix, out = len(engine.template.prefix_ids), []
     for doc in {r["doc_id"] for r in rows}:
-        stream = DocumentStream(tokenize_document(texts[doc], engine.tokenizer)[0], overlap=28, chunk=255)
+        stream = DocumentStream(ids[doc], overlap=28, chunk=255)
         for k in stream.missing([(r["token_start"], r["token_end"]) for r in rows if r["doc_id"] == doc]):
             first, lo, hi = stream.reads(k)
             out.append((prefix + hi - first, hi - lo))
+    return out
+
+
+def certificate_rows(ids: list[int], row: dict, engine) -> list[tuple[int, int]]:
+    """(context j, span tokens) of each certificate row a followed span forwarded, by brute force: every j
+    of the rounds up to the one that found its certificate, each through its window's first miss, then
+    whole where it matched that far (stages/screen.py cuts)."""
+    start, end, found = row["token_start"], row["token_end"], row["certificate_tokens"]
+    last = min(16, start) if found is None else min(start, next(hi for lo, hi in rounds(16) if lo <= found <= hi))
+    stream = DocumentStream(ids, overlap=28, chunk=255)
+    window = stream_windows(engine, stream, [(start, end)], ScreenConfig(context_tokens=16))[0][0]
+    cut = cuts(window)[0]
+    out = []
+    for j in range(1, last + 1):
+        out.append((j, cut))
+        if cut < end - start:
+            seq = torch.tensor([[*engine.template.prefix_ids, *ids[start - j:start], *ids[start:start + cut]]])
+            if (engine.logits(seq, keep=cut + 1)[0, :-1].argmax(-1) == torch.tensor(ids[start:start + cut])).all():
+                out.append((j, end - start))
     return out
 
 
@@ -257,24 +281,22 @@ def test_a_finished_scan_records_what_its_screen_forwarded(runs, engine):
     """The default screen: each document streamed in chunks (its windows and anchored spans read them),
     then, for the spans whose window reaches --certificate-min-match (their discoverable flag is set), a
     span row (template, span) and certificate rows of context lengths 1..16 (SCAN's --context-tokens)
-    in rounds, up to the round that found the certificate: the re-encoding factor of the corpus follows."""
+    in rounds, up to the round that found the certificate, each cut at the window's first miss: the
+    re-encoding factor of the corpus follows."""
     run = runs["complete"]
     screen = status(run)["cost"]["screen"]
     fixed = len(engine.template.prefix_ids) + len(engine.template.suffix_ids)
     rows = [r for r in Store(run, "screen").rows() if r["greedy_match_rate"] is not None]
-    chunks = streamed_chunks(run, rows, engine)
-
-    def tried(row) -> list[int]:  # certificate lengths forwarded for a followed span
-        last, found = min(16, row["token_start"]), row["certificate_tokens"]
-        return list(range(1, last + 1 if found is None else min(last, next(
-            hi for lo, hi in rounds(16) if lo <= found <= hi)) + 1))
-
-    followed = [(r["target_tokens"], tried(r)) for r in rows if r["discoverable"] is not None]
+    ids = documents(run, engine)
+    chunks = streamed_chunks(ids, rows, engine)
+    followed = [(r["target_tokens"], certificate_rows(ids[r["doc_id"]], r, engine))
+                for r in rows if r["discoverable"] is not None]
     assert 0 < len(followed) < len(rows)  # the canary's spans went on, the salad's did not
-    assert screen["screen_rows"] == len(chunks) + sum(1 + len(js) for _, js in followed)
+    assert any(n < t for t, c in followed for _, n in c), "no certificate row was cut: the count tests less"
+    assert screen["screen_rows"] == len(chunks) + sum(1 + len(c) for _, c in followed)
     assert screen["forwarded_tokens"] == sum(n for n, _ in chunks) + sum(
-        fixed + t + sum(fixed + t + j for j in js) for t, js in followed)
-    assert screen["head_positions"] == sum(p for _, p in chunks) + sum((1 + len(js)) * t for t, js in followed)
+        fixed + t + sum(fixed + j + n for j, n in c) for t, c in followed)
+    assert screen["head_positions"] == sum(p for _, p in chunks) + sum(t + sum(n for _, n in c) for t, c in followed)
     assert screen["padded_tokens"] >= screen["forwarded_tokens"] >= screen["corpus_tokens"] > 0
     assert screen["reencoding"] == pytest.approx(screen["forwarded_tokens"] / screen["corpus_tokens"])
     assert screen["candidate_share"] == pytest.approx(screen["candidates"] / screen["spans"])
