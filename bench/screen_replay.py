@@ -33,6 +33,7 @@ from scanner.engine.hf import HFEngine
 from scanner.engine.loading import load_model
 from scanner.engine.teacher import teacher_scores
 from scanner.stages.spans import tokenize_document
+from scanner.stages.stream import chunk_tokens
 from scanner.studies.tiny import PLANTED, build_tiny
 
 
@@ -58,7 +59,7 @@ def record(args) -> tuple[list, list[list[int]], int]:
     docs = corpus(plain.tokenizer, args.docs, args.passages, args.words, args.seed)
     screen(hooked, docs, config)
     ids = [tokenize_document(d.text, plain.tokenizer)[0] for d, _ in docs]
-    return hooked.screener.calls, ids, min(config.chunk_tokens, plain.max_positions - len(plain.template.prefix_ids))
+    return hooked.screener.calls, ids, chunk_tokens(plain, config)  # the stream's own chunk
 
 
 def replay(engine: HFEngine, calls: list, kinds: tuple[bool, ...]) -> None:

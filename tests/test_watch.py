@@ -258,13 +258,13 @@ def streamed_chunks(ids: dict[str, list[int]], rows: list[dict], engine) -> list
     return out
 
 
-def certificate_rows(ids: list[int], row: dict, engine) -> list[tuple[int, int]]:
+def certificate_rows(stream: DocumentStream, row: dict, engine) -> list[tuple[int, int]]:
     """(context j, span tokens) of each certificate row a followed span forwarded, by brute force: every j
     of the rounds up to the one that found its certificate, each through its window's first miss, then
     whole where it matched that far (stages/screen.py cuts)."""
     start, end, found = row["token_start"], row["token_end"], row["certificate_tokens"]
     last = min(16, start) if found is None else min(start, next(hi for lo, hi in rounds(16) if lo <= found <= hi))
-    stream = DocumentStream(ids, overlap=28, chunk=255)
+    ids = stream.ids
     window = stream_windows(engine, stream, [(start, end)], ScreenConfig(context_tokens=16))[0][0]
     cut = cuts(window)[0]
     out = []
@@ -289,7 +289,8 @@ def test_a_finished_scan_records_what_its_screen_forwarded(runs, engine):
     rows = [r for r in Store(run, "screen").rows() if r["greedy_match_rate"] is not None]
     ids = documents(run, engine)
     chunks = streamed_chunks(ids, rows, engine)
-    followed = [(r["target_tokens"], certificate_rows(ids[r["doc_id"]], r, engine))
+    streams = {doc: DocumentStream(doc_ids, overlap=28, chunk=255) for doc, doc_ids in ids.items()}  # chunks once
+    followed = [(r["target_tokens"], certificate_rows(streams[r["doc_id"]], r, engine))
                 for r in rows if r["discoverable"] is not None]
     assert 0 < len(followed) < len(rows)  # the canary's spans went on, the salad's did not
     assert any(n < t for t, c in followed for _, n in c), "no certificate row was cut: the count tests less"
