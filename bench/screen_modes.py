@@ -131,6 +131,7 @@ def summarize(got: dict, reference: dict, docs: list[list]) -> dict:
                                           and ref[k]["cert"] != spans[k]["cert"] for k in fixed),
             "discoverable_lost": sum(bool(ref[k]["disc"]) and not spans[k]["disc"] for k in fixed),
             "followed_share": round(sum(v["disc"] is not None for v in spans.values()) / len(spans), 3),
+            "followed_without_certificate": sum(v["disc"] is not None and v["cert"] is None for v in spans.values()),
             "followed_share_of_unplanted": round(sum(spans[k]["disc"] is not None for k in negatives)
                                                  / max(1, len(negatives)), 3),
             "forwarded_per_corpus_token": round(got["work"]["forwarded_tokens"] / got["corpus_tokens"], 3),
