@@ -138,28 +138,45 @@ def compare_tables(a: Path, b: Path) -> dict:
 
 
 PLAN_SAMPLE = "0.1"
+# The plan's two designs, side by side (scanner/run/plan.py): "two-phase" (the default) screens every
+# document and searches every 10th candidate the scan would search along its rank; "documents" screens a
+# 10 % sample of the documents and searches every candidate the capped scan would search of them, which
+# is the plan of releases before 2026-12-02 (the same searches, the same bytes-scaled projection).
+PLAN_DESIGNS = {"two-phase": ["--sample", PLAN_SAMPLE], "documents": ["--sample", "1.0", "--screen-sample", PLAN_SAMPLE]}
 
 
 def plan_check(corpus: Path, model: Path, folder: Path, options: list[str], logs: Path, runs: dict,
-               reuse: bool, seed: int) -> dict:
-    """`acr-scan plan` on a 10 % sample drawn with `seed` (the scan's --seed, which also seeds the sample's
-    GCG) with the scan's other options (its caps scaled to the sample), against the scans of the whole
-    library: the projected wall time (1 worker at efficiency 1: the local scan; 2 workers at the plan's
-    default 0.85: the Ray scan) and each projected figure against the local scan's measured one."""
+               reuse: bool, seed: int, design: str = "two-phase") -> dict:
+    """`acr-scan plan` of `design` drawn with `seed` (the scan's --seed, which also seeds the plan's
+    GCG) with the scan's other options, against the scans of the whole library: the projected wall time
+    (1 worker at efficiency 1: the local scan; 2 workers at the plan's default 0.85: the Ray scan) and
+    each projected figure against the local scan's measured one."""
     options = [*options[:options.index("--seed")], "--seed", str(seed), *options[options.index("--seed") + 2:]]
-    out = folder / (f"plan-s{PLAN_SAMPLE}" + (f"-seed{seed}" if seed else ""))
+    out = folder / (f"plan-{design}-s{PLAN_SAMPLE}" + (f"-seed{seed}" if seed else ""))
     saved = folder / f"{out.name}.json"  # not with_suffix: the sample's "0.1" would read as a suffix
     if reuse and saved.is_file() and json.loads(saved.read_text()).get("options") == options:
         planned, timed = (json.loads(saved.read_text())[k] for k in ("plan", "timed"))
     else:
         shutil.rmtree(out, ignore_errors=True)
         timed = commands.run(commands.cli("plan", str(corpus), "--model", str(model), "--out", str(out),
-                                          "--sample", PLAN_SAMPLE, "--workers", "1", "--efficiency", "1.0",
+                                          *PLAN_DESIGNS[design], "--workers", "1", "--efficiency", "1.0",
                                           "--json", *options), logs / f"{out.name}.log")
         text = (logs / f"{out.name}.log").read_text()  # the log lines (stderr), then the JSON object (stdout)
         planned = json.loads(text[text.rindex("\n{\n") + 1:] if "\n{\n" in text else text)
         saved.write_text(json.dumps({"options": options, "plan": planned, "timed": timed}))
-    return {**figures.plan_against(planned, timed, runs), "seed": seed}
+    return {**figures.plan_against(planned, timed, runs), "seed": seed, "design": design}
+
+
+def plan_checks(corpus: Path, model: Path, folder: Path, options: list[str], logs: Path, runs: dict, args) -> dict:
+    """Every seed of --plan-seeds under each design, seed by seed (one design's cache does not warm the
+    other's), and per design the worst seed's wall-time ratio."""
+    seeds = [int(x) for x in args.plan_seeds.split(",")]
+    designs = [d for d in PLAN_DESIGNS if d in args.plan_designs.split(",")]
+    plans = [plan_check(corpus, model, folder, options, logs, runs, args.reuse_runs, seed, design)
+             for seed in seeds for design in designs]
+    worst = {d: max((p["wall_local"]["ratio"] for p in plans if p["design"] == d), key=lambda r: abs(math.log(r)))
+             for d in designs}
+    return {"plans": plans, "worst_wall_ratio": worst}
 
 
 def trajectories(run: Path, table: list[dict], options: list[str], model: Path, count: int, seed: int,
@@ -255,8 +272,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--reuse-runs", action="store_true",
                         help="keep the scans (with their recorded timings) and trajectories an earlier run of this command left")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--plan-seeds", default="0,1",
-                        help="comma-separated seeds of the plan's samples (the first is recorded as `plan`, the rest as `plans`)")
+    parser.add_argument("--plan-seeds", default="0,1,2,3", help="comma-separated seeds of the plans' samples")
+    parser.add_argument("--plan-designs", default=",".join(PLAN_DESIGNS),
+                        help=f"comma-separated plan designs, of {', '.join(PLAN_DESIGNS)}")
     parser.add_argument("--out", default=None, help="the JSON record (default bench/library/<size>-f<fraction>.json)")
     args = parser.parse_args(argv)
     if not 0 < args.fraction <= 1:
@@ -323,10 +341,7 @@ def main(argv: list[str] | None = None) -> dict:
     if "ray" in runs:
         record["ray_vs_local"] = compare_tables(work / label / "run-local", work / label / "run-ray")
     if args.fraction == 1 and not args.no_plan:
-        seeds = [int(x) for x in args.plan_seeds.split(",")]
-        record["plan"], *others = [plan_check(corpus, model, work / label, options, logs, runs, args.reuse_runs, seed)
-                                   for seed in seeds]
-        record["plans"] = others
+        record["plan_checks"] = plan_checks(corpus, model, work / label, options, logs, runs, args)
     if args.trajectories:
         add_trajectories(record, trajectories(work / label / "run-local", table, options, model, args.trajectories,
                                               args.seed, args.reuse_runs), table, size)

@@ -236,7 +236,8 @@ def plan_against(planned: dict, timed: dict, runs: dict) -> dict:
     against the local scan's own; the plan's own cost (its wall time, a share of the local scan's)."""
     p, local = planned["projection"], runs["local"]
     measured = _measured(local["cost"])
-    out = {"sample": {k: planned["sample"][k] for k in ("documents", "of", "bytes", "tokens", "caps")},
+    out = {"sample": {k: planned["sample"].get(k) for k in ("documents", "of", "bytes", "tokens", "caps", "drawn",
+                                                             "population")},
            "plan_wall_s": timed["wall_s"], "plan_share_of_local_wall": round(timed["wall_s"] / local["wall_s"], 3),
            "wall_local": _within(p["wall_s"], local["wall_s"]),
            "figures": {k: _within(p["figures"][k], measured[k]) for k in measured if k in p["figures"]}}

@@ -109,10 +109,18 @@ def growth(record: dict) -> str:
 
 
 def plan(record: dict) -> str:
-    """The plans from samples beside the whole library's scans (bench/library_figures.py plan_against)."""
-    if not record.get("plan"):
+    """The plans beside the whole library's scans (bench/library_figures.py plan_against): one line per
+    design and seed, then each plan's figures."""
+    checks = (record.get("plan_checks") or {}).get("plans")
+    if not checks:
         return "(no plan recorded)"
-    return "\n\n".join(_plan(pl) for pl in [record["plan"], *record.get("plans", [])])
+    rows = [[pl["design"], pl["seed"], f"{pl['plan_wall_s']:.0f} ({pl['plan_share_of_local_wall']:.2f})",
+             f"{_fmt(pl['wall_local']['predicted'])} ({_fmt(pl['wall_local']['low'])} .. {_fmt(pl['wall_local']['high'])})",
+             _fmt(pl["wall_local"]["actual"]), _fmt(pl["wall_local"]["ratio"]),
+             _fmt(pl["figures"]["search_s_under_caps"]["ratio"])] for pl in checks]
+    summary = _table(["design", "seed", "plan s (share of the scan)", "projected wall s (range)", "measured",
+                      "projected / measured", "search s projected / measured"], rows)
+    return "\n\n".join([summary, *(_plan(pl) for pl in checks)])
 
 
 def _plan(pl: dict) -> str:
@@ -123,7 +131,8 @@ def _plan(pl: dict) -> str:
     rows = [[name, _fmt(f["predicted"]), f"{_fmt(f['low'])} .. {_fmt(f['high'])}", _fmt(f["actual"]), _fmt(f["ratio"]),
              _fmt(f["in_range"])] for name, f in cells]
     s = pl["sample"]
-    head = (f"sample (seed {pl.get('seed', 0)}): {s['documents']} of {s['of']} documents, {s['tokens']:,} tokens ({s['caps']}); the plan took "
+    head = (f"{pl.get('design', 'documents')} (seed {pl.get('seed', 0)}): screened {s['documents']} of {s['of']} documents, "
+            f"{s['tokens']:,} tokens, searched {s.get('drawn')} of {s.get('population')} ({s['caps']}); the plan took "
             f"{pl['plan_wall_s']:.0f} s, {pl['plan_share_of_local_wall']:.2f} of the local scan's wall time\n\n")
     return head + _table(["figure", "projected", "range", "measured", "projected / measured", "in range"], rows)
 

@@ -1,4 +1,5 @@
-"""`acr-scan plan`: scan a seeded sample of the corpus, project the whole scan (scanner/run/plan.py,
+"""`acr-scan plan`: screen the corpus (or a seeded sample of its documents), search a systematic sample
+of the candidates the scan would search, project the whole scan (scanner/run/plan.py,
 scanner/measures/plan.py). Through the CLI on the tiny model and ten short documents (two canaries in
 word salad, eight of salad alone); the projection is checked against the real scan of the whole corpus
 with the same options, and the pure projection math on its own."""
@@ -6,6 +7,7 @@ with the same options, and the pure projection math on its own."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import subprocess
@@ -15,6 +17,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from scanner.errors import InputError
 from scanner.measures import plan as pm
@@ -50,28 +54,47 @@ def planned(tiny_dir, tmp_path_factory):
     assert full.returncode == 0, full.stderr
     args = ["plan", str(corpus), "--model", str(tiny_dir), "--sample", "0.5", "--out", str(root / "plan"),
             "--workers", "4", *SCAN]
-    text = cli(*args)  # no caps: the sample searches every candidate, as the whole scan below does
+    text = cli(*args)  # every document screened; no caps: it draws from every candidate
     assert text.returncode == 0, text.stderr
-    as_json = cli(*args, "--json")  # the same sample, so its run is resumed, not redone
+    as_json = cli(*args, "--json")  # the same plan, so its run is resumed, not redone
     assert as_json.returncode == 0, as_json.stderr
     whole = json.loads(cli("status", str(root / "full")).stdout)["cost"]
     return root, text.stdout, json.loads(as_json.stdout), whole
 
 
-def test_plan_writes_its_sample_and_an_ordinary_run(planned):
+@pytest.fixture(scope="module")
+def sampled(planned, tiny_dir):
+    """A plan that screens half the documents (the first plan's run must not be reused: a new --out)."""
+    root = planned[0]
+    done = cli("plan", str(root / "corpus.parquet"), "--model", str(tiny_dir), "--sample", "1.0", "--screen-sample",
+               "0.5", "--out", str(root / "half"), "--json", *SCAN)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_plan_screens_every_document_by_default_into_an_ordinary_run(planned):
     root, _, plan, _ = planned
-    sample = pq.read_table(root / "plan" / "sample.parquet")
-    assert sample.num_rows == 5 and len(set(sample.column("id").to_pylist())) == 5
-    assert plan["sample"]["documents"] == 5 and plan["sample"]["of"] == 10
+    assert pq.read_table(root / "plan" / "sample.parquet").num_rows == 10
+    assert plan["sample"]["documents"] == 10 and plan["sample"]["of"] == 10
     status = json.loads(cli("status", str(root / "plan" / "run")).stdout)
-    assert status["phase"] == "complete" and status["cost"]["screen"]["parts"] == 5
+    assert status["phase"] == "complete" and status["cost"]["screen"]["parts"] == 10
+
+
+def test_a_screen_sample_screens_that_share_of_the_documents(sampled, planned):
+    root = planned[0]
+    sample = pq.read_table(root / "half" / "sample.parquet")
+    assert sample.num_rows == 5 and len(set(sample.column("id").to_pylist())) == 5
+    assert sampled["sample"]["documents"] == 5 and sampled["sample"]["of"] == 10
+    assert sampled["projection"]["range"].startswith("bootstrap over the sampled documents")
+    assert sampled["projection"]["scale"]["value"] > 1  # half the bytes, scaled up
 
 
 def test_every_input_and_figure_names_its_source(planned):
     _, text, plan, _ = planned
-    assert "sample: 5 of 10 documents" in text and "range: bootstrap over the sampled documents" in text
+    assert "screened: 10 of 10 documents" in text and "range: the screen's figures: none (every document" in text
+    assert "candidates the scan would search (drawn systematically along the rank)" in text
     for label in ("corpus tokens", "screen worker-seconds", "candidates", "settled by certificates", "passages",
-                  "wall time", "worker-hours", "budget to search all (seconds)", "(every candidate searched)"):
+                  "wall time", "worker-hours", "budget to search all (seconds)"):
         assert label in text, label
     inputs = text.split("inputs:\n")[1].splitlines()
     assert inputs and all(line.rstrip().endswith(")") and " (" in line for line in inputs)
@@ -99,23 +122,39 @@ def test_json_has_every_key_and_ordered_ranges(planned):
 
 
 def test_the_projection_matches_the_real_scan_of_the_whole_corpus(planned):
-    _, _, plan, whole = planned
+    root, _, plan, whole = planned
     figures = plan["projection"]["figures"]
-    # Tokens scale with text bytes: salad and canaries have one tokens-per-byte, so 20 % is generous.
-    assert figures["corpus_tokens"]["value"] == pytest.approx(whole["screen"]["corpus_tokens"], rel=0.2)
-    # Screen seconds on the CPU: a tiny model's forward is dominated by per-call overheads (a shard's
-    # first batch, Python, tokenizer), not by tokens, and the two runs share two cores with whatever
-    # else the test session runs, so seconds measured a second apart differ by tens of percent. A factor
-    # of 3 either way catches a projection that forgot to scale (x2 here) or scaled twice, not noise.
+    # Every document screened: the screen's counts are the whole scan's, exactly.
+    assert figures["corpus_tokens"]["value"] == whole["screen"]["corpus_tokens"]
+    assert figures["candidates"]["value"] == whole["screen"]["candidates"]
+    assert figures["certified"]["value"] == whole["certify"]["settled"]
+    # Screen seconds on the CPU: a tiny model's forward is dominated by per-call overheads, and the two
+    # runs share two cores with whatever else the test session runs; a factor of 3 either way catches a
+    # projection that scaled what it measured on every document (x2 here: the 0.5 of --sample).
     assert whole["screen"]["seconds"] / 3 <= figures["screen_s"]["value"] <= whole["screen"]["seconds"] * 3
-    # Candidates are counted, not timed: the two canary documents carry them; the range must hold the truth.
-    assert figures["candidates"]["low"] <= whole["screen"]["candidates"] <= figures["candidates"]["high"] * 1.5
+    # The drawn candidates are searched as the scan searches them (same target, same seed): when the draw
+    # holds every candidate the scan searches, the projected steps are the scan's, to the step.
+    drawn = json.loads((root / "plan" / "run" / "search_plan.json").read_text())["drawn"]
+    assert drawn["population"] == whole["search"]["candidates"] == len(drawn["spans"])
+    steps = whole["search"]["steps"] + (whole.get("tighten") or {}).get("steps", 0)
+    assert figures["search_steps"]["value"] == figures["search_steps"]["low"] == figures["search_steps"]["high"] == steps
+
+
+def test_a_plan_relaunched_with_another_draw_is_refused_naming_the_fix(planned, tiny_dir):
+    root = planned[0]
+    done = cli("plan", str(root / "corpus.parquet"), "--model", str(tiny_dir), "--sample", "3", "--out",
+               str(root / "plan"), *SCAN)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "drawn with --sample 0.5 (share), seed 0; this one asks 3 (count)" in done.stderr
+    assert "or a new --out" in done.stderr
 
 
 @pytest.mark.parametrize("args, names", [
     (["--sample", "0"], ["--sample '0' must be above 0"]),
-    (["--sample", "2.0"], ["--sample '2.0': a share is at most 1", "whole number (2)"]),
-    (["--sample", "11"], ["--sample 11: the corpus has only 10 documents", "at most 10"]),
+    (["--sample", "2.0"], ["--sample '2.0': a share is at most 1", "whole number (2)", "of candidates"]),
+    (["--sample", "0.5", "--screen-sample", "11"], ["--screen-sample 11: the corpus has only 10 documents",
+                                                    "at most 10"]),
+    (["--sample", "0.5", "--screen-sample", "x"], ["--screen-sample 'x' is not a number", "of documents (50)"]),
     (["--sample", "0.5", "--workers", "0"], ["--workers 0: give at least 1"]),
 ])
 def test_bad_input_exits_2_naming_the_value_and_the_fix(tmp_path, args, names):
@@ -216,42 +255,92 @@ def test_scale_model_reads_a_runs_cost_and_says_where_each_input_comes_from(plan
     assert "| books | 10 | given (--books) |" in table and "GPUs wall h" in table
 
 
-def test_the_sample_runs_under_the_caps_scaled_to_its_share():
+def test_the_plan_runs_under_max_candidates_scaled_to_its_screen_and_without_the_budget():
     from scanner.config import CorpusConfig, ModelConfig, ScanConfig
-    from scanner.run.plan import sample_caps
+    from scanner.run.plan import plan_config
 
     def config(budget, most):
         return ScanConfig(corpus=CorpusConfig(path="c.parquet"), model=ModelConfig(model="m"),
                           search_budget=budget, max_candidates=most)
 
-    assert sample_caps(config("1000steps", 50), 0.1) == ("100steps", 5)
-    assert sample_caps(config("90m", 3), 0.5) == ("2700.000s", 2)  # a count rounds up: the sample searches
-    assert sample_caps(config(None, 0), 0.1) == (None, 0)  # --max-candidates 0: no search, in the sample too
-    assert sample_caps(config(None, None), 0.1) == (None, None)
+    planned = plan_config(config("1000steps", 50), Path("s.parquet"), 0.1)
+    assert planned.max_candidates == 5 and planned.search_budget is None and planned.corpus.path == "s.parquet"
+    assert plan_config(config("90m", 3), Path("s"), 0.5).max_candidates == 2  # a count rounds up
+    assert plan_config(config(None, 0), Path("s"), 0.1).max_candidates == 0  # no search, in the plan too
+    assert plan_config(config(None, None), Path("s"), 1.0).max_candidates is None
 
 
-def test_a_capped_sample_keeps_its_search_and_extrapolates_what_searching_all_needs():
-    sample = [{**d, "not_searched": 3} for d in docs(10)]  # 1 searched, 3 left a document
-    p = pm.project(COST, sample, {"documents": 100, "bytes": 40_000}, workers=1, efficiency=1.0,
-                   budget=("steps", 1000), capped_sample=True)
-    assert p["search_s"]["value"] == pytest.approx(200)  # what the sample spent, scaled, not cut again
-    assert p["searched_share"]["value"] == pytest.approx(0.25)
-    assert p["budget"]["needed"]["value"] == pytest.approx(4000)  # 1000 steps x (1 + 3) / 1
-    assert p["budget"]["covers"]["value"] == pytest.approx(0.25)
+@given(population=st.integers(0, 500), share=st.floats(0.01, 1.0), seed=st.integers(0, 10**6))
+def test_a_systematic_draw_takes_one_in_each_stretch_of_the_rank(population, share, seed):
+    size = pm.drawn_size("share", share, population)
+    drawn = pm.systematic(population, size, seed)
+    assert len(drawn) == len(set(drawn)) == size <= population
+    assert drawn == sorted(drawn) and all(0 <= i < population for i in drawn)
+    step = population / size if size else 0
+    assert all(math.floor(k * step) <= i < math.ceil((k + 1) * step) for k, i in enumerate(drawn))
+    assert size >= min(2, population)  # one draw would measure no spread
 
 
-def test_the_text_of_a_capped_plan_says_the_caps_and_what_the_budget_reaches():
+def test_every_position_is_drawn_with_the_same_chance():
+    counts = [0] * 10
+    for seed in range(2000):
+        for i in pm.systematic(10, 3, seed):
+            counts[i] += 1
+    assert all(abs(c / 2000 - 0.3) < 0.05 for c in counts), counts
+
+
+def test_expand_is_exact_when_everything_is_drawn_and_has_no_range_on_constant_costs():
+    assert pm.expand([1.0, 5.0, 2.0], 3, 2.0) == (16.0, 16.0, 16.0)  # a census: finite-population correction 0
+    assert pm.expand([4.0] * 5, 50, 1.0) == (200.0, 200.0, 200.0)
+    value, low, high = pm.expand([1.0, 9.0, 1.0, 9.0], 40, 1.0)
+    assert value == 200 and low < value < high
+    assert pm.expand([], 10, 1.0) == (0.0, 0.0, 0.0)
+
+
+def test_a_sample_that_orders_its_costs_along_the_rank_gets_a_narrower_range_than_one_that_alternates():
+    # Successive differences: costs that change slowly along the rank (memorized first, then refuted)
+    # vary little between neighbours, so the systematic draw's estimate is tight; the same costs
+    # alternating are as spread as a random sample's.
+    smooth = [1.0] * 10 + [9.0] * 10
+    rough = [1.0, 9.0] * 10
+    width = {name: pm.expand(v, 200, 1.0) for name, v in (("smooth", smooth), ("rough", rough))}
+    assert width["smooth"][0] == width["rough"][0]
+    assert width["smooth"][2] - width["smooth"][1] < (width["rough"][2] - width["rough"][1]) / 3
+
+
+def test_search_figures_expand_each_outcome_and_sum_to_the_whole():
+    drawn = [{"outcome": "memorized", "steps": 10, "seconds": 2.0}, {"outcome": "not_memorized", "steps": 100, "seconds": 8.0}]
+    f = pm.search_figures(drawn, 20, 1.5, "drawn")
+    assert f["search_s"]["value"] == pytest.approx(20 * 5.0 * 1.5)
+    assert f["memorized.candidates"]["value"] + f["not_memorized.candidates"]["value"] == pytest.approx(30)
+    assert f["memorized.seconds"]["value"] + f["not_memorized.seconds"]["value"] == pytest.approx(f["search_s"]["value"])
+    assert all(ordered(fig) and fig["source"] == "drawn" for fig in f.values())
+
+
+def test_a_drawn_search_replaces_the_scaled_one_and_the_budget_cuts_it():
+    drawn = [{"outcome": "memorized", "steps": 50, "seconds": 5.0}] * 4
+    search = pm.search_figures(drawn, 40, 1.0, "drawn")
+    p = pm.project(COST, docs(10), {"documents": 10, "bytes": 4000}, workers=1, efficiency=1.0, search=search,
+                   every_document=True, budget=("steps", 1000), max_candidates=40)
+    assert p["figures"]["screen_s"] == {**p["figures"]["screen_s"], "value": 10.0, "low": 10.0, "high": 10.0}
+    assert p["budget"]["needed"]["value"] == 2000 and p["searched_share"]["value"] == 0.5  # the cap applied once
+    assert p["search_s"]["value"] == pytest.approx(100)  # 200 s to search all 40, half the steps given
+    assert p["worker_s"]["value"] == pytest.approx(10 + 100)
+    assert "the search: 5%-95% normal interval" in p["range"]
+
+
+def test_the_text_of_a_plan_says_its_draw_its_caps_and_what_the_budget_reaches():
     from scanner.cli.plan import plan_lines
 
-    sample = [{**d, "not_searched": 3} for d in docs(10)]
-    projection = pm.project(COST, sample, {"documents": 100, "bytes": 40_000}, workers=1, efficiency=1.0,
-                            budget=("steps", 1000), capped_sample=True)
-    caps = "searched under the caps scaled to its share 0.1: --search-budget 100steps"
+    drawn = [{"outcome": "memorized", "steps": 50, "seconds": 5.0}] * 4
+    projection = pm.project(COST, docs(10), {"documents": 100, "bytes": 40_000}, workers=1, efficiency=1.0,
+                            budget=("steps", 1000), search=pm.search_figures(drawn, 40, 10.0, "drawn"))
+    caps = "drawn systematically along the rank; --search-budget 1000steps applied in the projection"
     plan = {"sample": {"documents": 10, "of": 100, "seed": 0, "bytes": 4000, "tokens": 1000, "path": "s.parquet",
-                       "run": "run", "caps": caps},
+                       "run": "run", "caps": caps, "drawn": 4, "population": 40},
             "corpus": {"documents": 100, "bytes": 40_000, "source": "counted"},
             "inputs": {"workers": {"value": 1, "source": "given (--workers)"}}, "projection": projection}
     text = "\n".join(plan_lines(plan))
-    assert f"({caps})" in text
-    assert "--search-budget given: 1,000 steps, reaching 25% " in text
-    assert "searched: 25% of the candidates" in text
+    assert f"searched: 4 of the 40 candidates the scan would search ({caps})" in text
+    assert "--search-budget given: 1,000 steps, reaching 5% " in text  # 40 x 10 x 50 steps needed
+    assert "searched: 5% of the candidates" in text

@@ -136,16 +136,21 @@ def scan_command(corpus, out, **options) -> None:
 @cli.command("plan", cls=SectionedCommand)
 @click.argument("corpus")
 @option(PLAN, "--sample", required=True,
-        help="Documents to scan: a share with a decimal point (0.1) or a count (50), drawn with --seed.")
+        help="Candidates to search of those the scan would search: a share with a decimal point (0.1) or a "
+             "count (50), drawn every k-th along the scan's rank from a --seed offset.")
+@option(PLAN, "--screen-sample", default="1.0", show_default=True,
+        help="Documents to screen (and to draw the candidates from): a share (0.25) or a count (50), drawn with "
+             "--seed; the screen is a small share of a scan, and all of it makes the candidates exact.")
 @option(PLAN, "--workers", type=int, default=1, show_default=True,
         help="Workers (GPUs, Ray actors) the whole scan would run on, for its wall time.")
 @option(PLAN, "--efficiency", type=float, default=0.85, show_default=True,
         help="Parallel efficiency assumed for --workers (bench/scale.py measures it).")
 @option(PLAN, "--json", "as_json", is_flag=True, help="The projection as one JSON object.")
 @all_scan_options
-def plan_command(corpus, out, sample, workers, efficiency, as_json, **options) -> None:
-    """Scan a random sample of CORPUS with the scan's options (into --out: sample.parquet, run/), then
-    project the whole scan: tokens, screen, candidates, search, passages, wall time and worker-hours."""
+def plan_command(corpus, out, sample, screen_sample, workers, efficiency, as_json, **options) -> None:
+    """Screen CORPUS (or a --screen-sample of its documents) with the scan's options, search a --sample of
+    the candidates the scan would search (into --out: sample.parquet, run/), then project the whole scan:
+    tokens, screen, candidates, search, passages, wall time and worker-hours."""
     from scanner.cli.plan import plan_lines
     from scanner.cli.progress import ProgressBar
     from scanner.run.plan import plan_scan
@@ -153,7 +158,8 @@ def plan_command(corpus, out, sample, workers, efficiency, as_json, **options) -
     bar = ProgressBar()  # the bar of `scan`, on the sample's run
     try:
         plan = plan_scan(scan_config(options, corpus), out, sample, workers=workers, efficiency=efficiency,
-                         executor=executor_config(options), passages=passage_config(options), progress=bar)
+                         executor=executor_config(options), passages=passage_config(options), progress=bar,
+                         screen_sample=screen_sample)
     finally:
         bar.close()
     click.echo(json.dumps(plan, indent=1) if as_json else "\n".join(plan_lines(plan)))

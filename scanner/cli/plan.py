@@ -27,8 +27,9 @@ def _line(label: str, fig: dict, unit: str = "", source: bool = True) -> str:
 def plan_lines(plan: dict) -> list[str]:
     s, c, p = plan["sample"], plan["corpus"], plan["projection"]
     f = p["figures"]
-    lines = [f"sample: {s['documents']} of {s['of']} documents (seed {s['seed']}), {s['bytes']:,} bytes, "
-             f"{s['tokens']:,} tokens -> {s['path']}, scanned into {s['run']} ({s['caps']})",
+    lines = [f"screened: {s['documents']} of {s['of']} documents (seed {s['seed']}), {s['bytes']:,} bytes, "
+             f"{s['tokens']:,} tokens -> {s['path']}, scanned into {s['run']}",
+             f"searched: {s['drawn']} of the {s['population']} candidates the scan would search ({s['caps']})",
              f"corpus: {c['documents']:,} documents, {c['bytes']:,} bytes ({c['source']})",
              f"projection of the whole scan, x{p['scale']['value']:,.2f} ({p['scale']['source']}); "
              f"range: {p['range']}; each figure {f['corpus_tokens']['source']} unless said:",
@@ -44,7 +45,7 @@ def plan_lines(plan: dict) -> list[str]:
     lines += [_line("search steps (all candidates)", f["search_steps"], source=False),
               _line("search worker-seconds, all", f["search_s"], "s", source=False),
               _line("  under the caps", p["search_s"], "s", source=False),
-              _line("passages", f["passages"], source=False),
+              _line("passages (certified, drawn)", f["passages"], source=False),
               _line("passage worker-seconds", f["passage_s"], "s", source=False),
               _line("worker-seconds in all", p["worker_s"], "s", source=False),
               _line("wall time", p["wall_s"], "s"),

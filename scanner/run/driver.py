@@ -28,17 +28,18 @@ log = logging.getLogger(__name__)
 
 
 def run_scan(config: ScanConfig, out: str, progress=None, executor: ExecutorConfig | None = None,
-             corpus: Corpus | None = None, passages: PassageConfig | None = None) -> dict:
+             corpus: Corpus | None = None, passages: PassageConfig | None = None, draw=None) -> dict:
     """Scan the corpus into `out`, passages.parquet included; returns the merged stats with the
     executor's report under "run" (failed shards, actor restarts). `progress(stats)` is called per
     screened shard, and `progress.start(documents)` first, where it has one, with the documents still
-    to screen; `corpus`: the corpus already opened and validated by the caller."""
+    to screen; `corpus`: the corpus already opened and validated by the caller; `draw`: `acr-scan plan`'s
+    sample of the search (scanner/run/phases.py)."""
     executor = executor or ExecutorConfig()
     corpus = corpus or validate(config, out)
     with run_lock(out):  # before prepare, which deletes temp files a live writer owns
         run = RunDir(out)
         plan = run.prepare(config.to_dict(), corpus.fingerprint(), corpus.num_rows, config.docs_per_shard)
-        phases = Phases(config, run, plan, corpus, passages)
+        phases = Phases(config, run, plan, corpus, passages, draw)
         _announce(phases, progress)
         execute = open_executor(executor, config, run, plan, corpus)
         try:

@@ -60,9 +60,12 @@ class Phases:
     executor's (local or Ray) and returns {task name: error} for tasks that failed for good."""
 
     def __init__(self, config: ScanConfig, run: RunDir, plan: Plan, corpus=None,
-                 passages: PassageConfig | None = None) -> None:
+                 passages: PassageConfig | None = None, draw=None) -> None:
         self.config, self.run, self.plan = config, run, plan
         self.corpus, self.passages = corpus, passages or PassageConfig()  # phase 4
+        # `acr-scan plan` only: draw(order) -> (the candidates to search, what the draw records); saved
+        # with the search plan, so a relaunch searches the same draw.
+        self.draw = draw
         self.budget = bm.parse_budget(config.search_budget)
         self.stores = {name: Store(run.path, name) for name in ("screen", *UNIT_KINDS)}
 
@@ -129,8 +132,13 @@ class Phases:
             order, copies = bm.distinct([r for r in ranked if r["span_id"] not in settled], bm.target_key, known)
             if self.config.max_candidates is not None:
                 order = order[:self.config.max_candidates]
+            drawn = {}
+            if self.draw is not None:
+                order, drawn = self.draw(order)
+                chosen = {r["span_id"] for r in order}
+                copies = {rep: items for rep, items in copies.items() if rep in chosen}
             return {"units": bm.units([[r["shard"], r["span_id"]] for r in order], self.config.unit_size),
-                    "copies": copies}
+                    "copies": copies, **({"drawn": drawn} if drawn else {})}
         return self._units(SEARCH_PLAN, "search", make)
 
     def tighten_units(self) -> list[Unit]:
@@ -326,7 +334,8 @@ def write_results(phases: Phases, units: list[Unit]) -> None:
     verdicts = _verdicts(phases, copies, updates)
     copy_of = {span: rep for rep, items in copies.items() for _, span in items}
     reasons = _reasons(phases, units, copies)
-    cut = "candidate budget spent (--max-candidates)"
+    drawn = phases._plan(SEARCH_PLAN).get("drawn")
+    cut = "not drawn into the plan's sample of the search" if drawn else "candidate budget spent (--max-candidates)"
     screen = phases.stores["screen"]
     for shard in phases.plan:
         table = screen.read(shard.shard)

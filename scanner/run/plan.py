@@ -1,11 +1,12 @@
-"""Plan before you spend: scan a seeded random sample of the corpus with the scan's own options, then
-project the whole scan from what the sample's run measured (scanner/measures/plan.py). The sample's
-run is an ordinary run directory, PLAN_DIR/run, resumed like any scan; the sample is PLAN_DIR/sample.parquet.
+"""Plan before you spend: screen a seeded random sample of the corpus's documents (--screen-sample, by
+default all of them) with the scan's own options, settle what certificates prove, then search a
+systematic sample (--sample) of the candidates the scan would search, and project the whole scan from
+what the plan's run measured (scanner/measures/plan.py). The plan's run is an ordinary run directory,
+PLAN_DIR/run, resumed like any scan; the screened documents are PLAN_DIR/sample.parquet.
 
---search-budget and --max-candidates cap the whole corpus's search; the sample runs under them scaled to
-its share of the documents, so it searches what the capped scan would search of it: its best-ranked
-candidates, which cost other than the average (a memorized one is decided in a few steps, a refuted one
-takes the whole schedule). Without caps it searches every candidate it finds."""
+--max-candidates caps the whole corpus's search: the plan draws from the candidates it would search
+(scaled to the screened share), best first as the scan ranks them. --search-budget is not applied to
+the plan's run: its drawn candidates are searched whole, and the projection says what the budget reaches."""
 
 from __future__ import annotations
 
@@ -18,71 +19,126 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from scanner.config import ExecutorConfig, PassageConfig, ScanConfig, parse_budget
-from scanner.measures.plan import check_workers, parse_sample, project, sample_size
+from scanner.errors import InputError
+from scanner.measures.plan import (
+    check_workers,
+    drawn_size,
+    parse_sample,
+    project,
+    sample_size,
+    search_figures,
+    systematic,
+)
 from scanner.run.driver import run_scan
 from scanner.run.tasks import outcome
 from scanner.stages.read import open_corpus
 from scanner.stages.sample import write_sample
 from scanner.storage.cost import run_cost
+from scanner.storage.integrity import read_json_object
 from scanner.storage.passages import PASSAGES_FILE
-from scanner.storage.rundir import RunDir
+from scanner.storage.rundir import PHASE_PLANS, RunDir
 
 CANDIDATE = ("memorized", "not_memorized", "not_searched", "failed")
 RESULT_COLUMNS = ["doc_row", "token_end", "screen_s", "status", "acr_kind", "search_s", "steps", "rejected_early"]
+SEARCH_PLAN = PHASE_PLANS[1]
 
 
-def sample_caps(config: ScanConfig, share: float) -> tuple[str | None, int | None]:
-    """(--search-budget, --max-candidates) scaled to `share`, the sample's share of the documents."""
-    budget, most = parse_budget(config.search_budget), config.max_candidates
-    if budget is not None:
-        amount = budget.amount * share
-        budget = f"{max(1, round(amount))}steps" if budget.kind == "steps" else f"{max(amount, 1.0):.3f}s"
-    return budget, most if not most else max(1, math.ceil(most * share))
+def screened_cap(config: ScanConfig, share: float) -> int | None:
+    """--max-candidates scaled to `share`, the screened share of the documents (a count rounds up)."""
+    most = config.max_candidates
+    return most if not most else max(1, math.ceil(most * share))
 
 
-def _caps_text(config: ScanConfig, share: float) -> str:
-    budget, most = sample_caps(config, share)
-    if budget is None and most is None:
-        return "every candidate searched"
-    caps = [f"--search-budget {budget}"] * (budget is not None) + [f"--max-candidates {most}"] * (most is not None)
-    return f"searched under the caps scaled to its share {share:.3g}: {', '.join(caps)}"
-
-
-def sample_config(config: ScanConfig, sample: Path, share: float) -> ScanConfig:
-    """The scan's config on the sample: its corpus, and the caps on the search scaled to its share."""
+def plan_config(config: ScanConfig, sample: Path, share: float) -> ScanConfig:
+    """The scan's config on the screened documents: their corpus, --max-candidates scaled to their
+    share and no --search-budget (the drawn candidates are searched whole; the projection applies it)."""
     corpus = dataclasses.replace(config.corpus, path=str(sample))
-    budget, most = sample_caps(config, share)
-    return dataclasses.replace(config, corpus=corpus, search_budget=budget, max_candidates=most)
+    return dataclasses.replace(config, corpus=corpus, search_budget=None, max_candidates=screened_cap(config, share))
+
+
+class Draw:
+    """The plan's draw from the search order (Phases' `draw`): a systematic sample of --sample's size,
+    seeded; what it records is saved with the run's search plan. Holds only numbers (it crosses no wire)."""
+
+    def __init__(self, kind: str, amount: float, seed: int) -> None:
+        self.kind, self.amount, self.seed = kind, amount, seed
+
+    def key(self) -> dict:
+        return {"kind": self.kind, "amount": self.amount, "seed": self.seed}
+
+    def __call__(self, order: list[dict]) -> tuple[list[dict], dict]:
+        positions = systematic(len(order), drawn_size(self.kind, self.amount, len(order)), self.seed)
+        return [order[i] for i in positions], {**self.key(), "population": len(order), "positions": positions,
+                                               "spans": [order[i]["span_id"] for i in positions]}
+
+
+def check_draw(run_dir: Path, draw: Draw) -> None:
+    """A plan relaunched into the same --out must draw the same sample: its search plan is saved."""
+    saved = (read_json_object(run_dir / SEARCH_PLAN) or {}).get("drawn")
+    if saved and {k: saved.get(k) for k in draw.key()} != draw.key():
+        raise InputError(f"{run_dir} holds a plan drawn with --sample {saved['amount']:g} ({saved['kind']}), seed "
+                         f"{saved['seed']}; this one asks {draw.amount:g} ({draw.kind}), seed {draw.seed}: give "
+                         "those again to resume it, or a new --out")
 
 
 def plan_scan(config: ScanConfig, out: str, sample: str, *, workers: int, efficiency: float,
               executor: ExecutorConfig | None = None, passages: PassageConfig | None = None,
-              progress=None) -> dict:
-    """Sample, scan the sample into out/run, project; returns the projection with the sample's figures."""
-    kind, amount = parse_sample(sample)  # before the corpus is read: a bad --sample costs nothing
+              progress=None, screen_sample: str = "1.0") -> dict:
+    """Screen the sampled documents into out/run, search the drawn candidates, project; returns the
+    projection with the sample's figures."""
+    kind, amount = parse_sample(sample)  # before the corpus is read: bad options cost nothing
+    screen_kind, screen_amount = parse_sample(screen_sample, "--screen-sample")
     check_workers(workers, efficiency)
     corpus = open_corpus(config.corpus)
-    size = sample_size(kind, amount, corpus.num_rows)
+    size = sample_size(screen_kind, screen_amount, corpus.num_rows, "--screen-sample")
     seed = config.search.seed
+    draw, run_dir = Draw(kind, amount, seed), Path(out) / "run"
+    check_draw(run_dir, draw)
     path = write_sample(corpus, size, seed, out)
-    run_dir = Path(out) / "run"
     share = size / corpus.num_rows if corpus.num_rows else 1.0
-    stats = run_scan(sample_config(config, path, share), str(run_dir), progress, executor, passages=passages)
+    stats = run_scan(plan_config(config, path, share), str(run_dir), progress, executor, passages=passages, draw=draw)
     run = RunDir(run_dir)
     cost = run_cost(run)
     docs = document_figures(run, path, config.corpus.text_column)
     budget = parse_budget(config.search_budget)
     whole = {"documents": corpus.num_rows, "bytes": corpus.text_bytes()}
+    drawn = drawn_rows(run, cost)
+    scale = whole["bytes"] / max(1, sum(d["bytes"] for d in docs))
+    where = (f"the {len(drawn['rows'])} drawn of the {drawn['population']} candidates the scan would search "
+             + ("" if size == corpus.num_rows else f"in the screened documents, x{scale:.3g} (corpus bytes / screened bytes)"))
+    search = search_figures(drawn["rows"], drawn["population"], scale, where.strip())
     projection = project(cost, docs, whole, workers=workers, efficiency=efficiency, seed=seed,
                          budget=(budget.kind, budget.amount) if budget else None,
-                         max_candidates=config.max_candidates, capped_sample=bool(budget or config.max_candidates))
+                         max_candidates=config.max_candidates, search=search, every_document=size == corpus.num_rows)
     sampled = {"documents": size, "of": corpus.num_rows, "seed": seed, "bytes": sum(d["bytes"] for d in docs),
                "tokens": (cost.get("screen") or {}).get("corpus_tokens"), "path": str(path), "run": str(run_dir),
-               "caps": _caps_text(config, share)}
+               "caps": _caps_text(config, share), "drawn": len(drawn["rows"]), "population": drawn["population"]}
     return {"sample": sampled, "corpus": {**whole, "source": "counted in the whole corpus: UTF-8 bytes of the text "
                                           "column (read, not tokenized)"},
             "inputs": inputs(cost, sampled, workers, efficiency, budget, config.max_candidates),
             "projection": projection, "failed": stats["run"]["failed_shards"]}
+
+
+def _caps_text(config: ScanConfig, share: float) -> str:
+    most = screened_cap(config, share)
+    caps = "" if most is None else f", --max-candidates {most} of the screened documents"
+    budget = "" if config.search_budget is None else f"; --search-budget {config.search_budget} applied in the projection"
+    return f"drawn systematically along the rank{caps}{budget}"
+
+
+def drawn_rows(run: RunDir, cost: dict) -> dict:
+    """{population, rows}: the search plan's draw and, in rank order, each drawn candidate's outcome,
+    steps and seconds (deciding and tightening summed, as its result row holds them, times the units'
+    seconds over their rows': what a unit spends beside its rows' searches, measured)."""
+    stages = [cost.get(k) or {} for k in ("search", "tighten")]
+    rows_s = sum(s.get("seconds") or 0.0 for s in stages)
+    overhead = sum(s.get("unit_seconds") or s.get("seconds") or 0.0 for s in stages) / rows_s if rows_s else 1.0
+    drawn = (read_json_object(run.path / SEARCH_PLAN) or {}).get("drawn") or {"population": 0, "spans": []}
+    table = run.read_results(["span_id", "status", "search_s", "steps", "rejected_early"]).to_pylist()
+    rows = {r["span_id"]: r for r in table}
+    out = [{"outcome": outcome(rows[span]), "steps": rows[span]["steps"] or 0, "seconds": (rows[span]["search_s"] or 0.0) * overhead}
+           for span in drawn["spans"] if span in rows and rows[span]["status"] != "not_searched"]
+    return {"population": drawn["population"], "rows": out}
 
 
 def inputs(cost: dict, sampled: dict, workers: int, efficiency: float, budget, max_candidates) -> dict:
