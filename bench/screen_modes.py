@@ -45,14 +45,18 @@ from scanner.stages.screen import ScreenWork
 from scanner.stages.spans import make_spans, tokenize_document
 from scanner.studies.tiny import PASSAGES, PLANTED, build_tiny, salad
 
-MODES = {  # name: ScreenConfig fields (window rows, and the greedy-match rate that gates the other rows)
-    "exact-0": {"window": "exact", "certificate_min_match": 0.0},  # exhaustive: the old default
+# name: ScreenConfig fields (window rows, the greedy-match rate that gates the other rows, and the longest
+# certificate: by default one token short of the 16-token span; "-to-context": up to --context-tokens, 32)
+MODES = {
+    "exact-0": {"window": "exact", "certificate_min_match": 0.0, "certificate_max_tokens": 32},  # exhaustive
     "exact-0.5": {"window": "exact", "certificate_min_match": 0.5},  # two-phase
     "exact-0.75": {"window": "exact", "certificate_min_match": 0.75},
     "stream-0": {"window": "stream", "certificate_min_match": 0.0},
     "stream-0.5": {"window": "stream", "certificate_min_match": 0.5},
-    "stream-0.75": {"window": "stream", "certificate_min_match": 0.75},
+    "stream-0.75-to-context": {"window": "stream", "certificate_min_match": 0.75, "certificate_max_tokens": 32},
+    "stream-0.75": {"window": "stream", "certificate_min_match": 0.75},  # the default
 }
+SPAN = 16
 REFERENCE = "exact-0"
 MIN_MATCH_RATE = 0.5  # ScanConfig's default: a candidate at this greedy-match rate or with a certificate
 
@@ -75,7 +79,7 @@ def corpus(tokenizer, docs: int, passages: int, words: int, seed: int) -> list[t
 
 
 def screen(engine: HFEngine, docs, config: ScreenConfig) -> tuple[list, ScreenWork]:
-    spans_config, work, out = SpanConfig(span_tokens=16), ScreenWork(), []
+    spans_config, work, out = SpanConfig(span_tokens=SPAN), ScreenWork(), []
     for doc, _ in docs:
         tokens = tokenize_document(doc.text, engine.tokenizer)
         live = [s for s in make_spans(doc, engine.tokenizer, spans_config, "bench", tokens) if not s.skipped]
@@ -127,6 +131,8 @@ def summarize(got: dict, reference: dict, docs: list[list]) -> dict:
             "false_candidates_per_1k": round(1000 * sum(candidate[k] for k in negatives) / max(1, len(negatives)), 2),
             "candidates_in_passages": sum(candidate[k] and inside[k] for k in spans),
             "certificates_lost": sum(ref[k]["cert"] is not None and spans[k]["cert"] is None for k in fixed),
+            "certificates_lost_shorter_than_span": sum(ref[k]["cert"] is not None and ref[k]["cert"] < SPAN
+                                                       and spans[k]["cert"] is None for k in fixed),
             "certificates_different": sum(None not in (ref[k]["cert"], spans[k]["cert"])
                                           and ref[k]["cert"] != spans[k]["cert"] for k in fixed),
             "discoverable_lost": sum(bool(ref[k]["disc"]) and not spans[k]["disc"] for k in fixed),

@@ -340,6 +340,12 @@ class ScreenConfig:
     # exhaustive screen on a planted corpus, where 0.5 let through 4 in 10 spans of unmemorized text
     # (bench/RESULTS.md, "Screen modes").
     certificate_min_match: float = 0.75
+    # The longest certificate tried; None: one token shorter than the span. Only a certificate shorter
+    # than its span settles a candidate (ACR > 1, measures/budget.py settles); a longer one bounds nothing
+    # ACR asks (the k-prefix test is the `discoverable` column), and a span with no certificate forwarded
+    # a row for every j up to context_tokens: at 16-token spans and 32 of context, j = 16..32 are 3/4 of
+    # its rows' context tokens. Capped by context_tokens.
+    certificate_max_tokens: int | None = None
     # The windows: "exact" (one [context_tokens][span] row per span), "stream" (one causal pass over
     # chunks of chunk_tokens: each span sees at least context_tokens before it; stages/stream.py) or
     # "auto" (stream unless a chat template's suffix sits between context and span).
@@ -355,9 +361,17 @@ class ScreenConfig:
         require(self.batch_tokens >= 1, f"batch_tokens {self.batch_tokens} must be >= 1")
         require(0 <= self.certificate_min_match <= 1,
                 f"--certificate-min-match {self.certificate_min_match} must be in [0, 1]")
+        require(self.certificate_max_tokens is None or self.certificate_max_tokens >= 0,
+                f"--certificate-max-tokens {self.certificate_max_tokens} must be >= 0 (0: no certificates)")
         require(self.window in SCREEN_WINDOWS,
                 f"--screen-window {self.window!r} is not one of {', '.join(SCREEN_WINDOWS)}")
         require(self.chunk_tokens >= 2, f"--chunk-tokens {self.chunk_tokens} must be >= 2")
+
+
+    def certificate_limit(self, span_tokens: int) -> int:
+        """The longest certificate tried for spans of `span_tokens`."""
+        cap = span_tokens - 1 if self.certificate_max_tokens is None else self.certificate_max_tokens
+        return max(0, min(self.context_tokens, cap))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -95,12 +95,33 @@ def test_certificate_rounds_find_the_exhaustive_shortest_context(engine, documen
     assert rounds(32) == [(1, 2), (3, 4), (5, 8), (9, 16), (17, 32)] and rounds(0) == [] and rounds(1) == [(1, 1)]
     doc, ids, offsets, start, end = document
     spans = [span_at(doc, ids, offsets, s, s + 8) for s in range(start - 2, end - 8)]  # inside and around the canary
-    got = screen_spans(engine, ids, spans, ScreenConfig(context_tokens=12, window="exact", certificate_min_match=0.0))
+    got = screen_spans(engine, ids, spans, ScreenConfig(context_tokens=12, window="exact", certificate_min_match=0.0,
+                                                        certificate_max_tokens=12))
     want = [shortest_certificate(engine, ids, s, 12) for s in spans]
     assert [g.certificate_tokens for g in got] == want
     assert any(w is not None for w in want) and any(w is None for w in want)
     assert [g.certificate_start for g in got] == [None if w is None else s.token_start - w
                                                   for s, w in zip(spans, want, strict=True)]
+
+
+def test_certificates_stop_one_token_short_of_the_span_by_default(engine, document):
+    """A certificate as long as its span or longer proves no ACR > 1: by default none is tried, the
+    shorter ones are the same, and the spans without one forward fewer tokens."""
+    doc, ids, offsets, start, end = document
+    spans = [span_at(doc, ids, offsets, s, s + 3) for s in range(start + 1, end - 3)]  # short spans of the canary
+    capped, whole = ScreenWork(), ScreenWork()
+    default = screen_spans(engine, ids, spans, ScreenConfig(context_tokens=8, window="exact", certificate_min_match=0.0),
+                           capped)
+    every = screen_spans(engine, ids, spans, ScreenConfig(context_tokens=8, window="exact", certificate_min_match=0.0,
+                                                          certificate_max_tokens=8), whole)
+    want = [shortest_certificate(engine, ids, s, 8) for s in spans]
+    assert [g.certificate_tokens for g in every] == want
+    assert any(w is not None and w >= 3 for w in want), want  # some certificate only a long context gives
+    assert [g.certificate_tokens for g in default] == [w if w is not None and w < 3 else None for w in want]
+    assert capped.tokens < whole.tokens
+    assert ScreenConfig(context_tokens=8).certificate_limit(16) == 8 and ScreenConfig().certificate_limit(16) == 15
+    with pytest.raises(Exception, match="--certificate-max-tokens -1 must be >= 0"):
+        ScreenConfig(certificate_max_tokens=-1)
 
 
 def test_certificate_min_match_is_validated():

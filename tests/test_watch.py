@@ -263,7 +263,8 @@ def certificate_rows(stream: DocumentStream, row: dict, engine) -> list[tuple[in
     of the rounds up to the one that found its certificate, each through its window's first miss, then
     whole where it matched that far (stages/screen.py cuts)."""
     start, end, found = row["token_start"], row["token_end"], row["certificate_tokens"]
-    last = min(16, start) if found is None else min(start, next(hi for lo, hi in rounds(16) if lo <= found <= hi))
+    limit = min(16, end - start - 1)  # no certificate as long as its span (ScreenConfig.certificate_limit)
+    last = min(limit, start) if found is None else min(start, next(hi for lo, hi in rounds(limit) if lo <= found <= hi))
     ids = stream.ids
     window = stream_windows(engine, stream, [(start, end)], ScreenConfig(context_tokens=16))[0][0]
     cut = cuts(window)[0]
@@ -280,7 +281,7 @@ def certificate_rows(stream: DocumentStream, row: dict, engine) -> list[tuple[in
 def test_a_finished_scan_records_what_its_screen_forwarded(runs, engine):
     """The default screen: each document streamed in chunks (its windows and anchored spans read them),
     then, for the spans whose window reaches --certificate-min-match (their discoverable flag is set), a
-    span row (template, span) and certificate rows of context lengths 1..16 (SCAN's --context-tokens)
+    span row (template, span) and certificate rows of context lengths 1..11 (one short of the 12-token span)
     in rounds, up to the round that found the certificate, each cut at the window's first miss: the
     re-encoding factor of the corpus follows."""
     run = runs["complete"]

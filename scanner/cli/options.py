@@ -251,6 +251,9 @@ def scan_options(f):
                default=default_of(ScreenConfig, "certificate_min_match"), show_default=True,
                help="Screen: span and certificate rows only for spans whose window reaches this "
                     "greedy-match rate (0: every span, the exhaustive screen)."),
+        option(SPANS, "--certificate-max-tokens", type=int, default=None,
+               help="Screen: the longest natural-prefix certificate tried (default: one token shorter than the "
+                    "span, the longest that proves ACR > 1; at most --context-tokens)."),
         option(SPANS, "--screen-window", type=click.Choice(SCREEN_WINDOWS),
                default=default_of(ScreenConfig, "window"), show_default=True,
                help="Screen: window statistics from one row per span with exactly --context-tokens before it "
@@ -321,6 +324,7 @@ def scan_config(o: dict, corpus: str):
         spans=SpanConfig(span_tokens=o["span_tokens"], stride=o["stride"], allow_gaps=o["allow_gaps"],
                          anchors=o["anchors"], anchor_min_run=o["anchor_min_run"], anchor_max_gap=o["anchor_max_gap"]),
         screen=ScreenConfig(context_tokens=o["context_tokens"], certificate_min_match=o["certificate_min_match"],
+                            certificate_max_tokens=o["certificate_max_tokens"],
                             window=o["screen_window"], chunk_tokens=o["chunk_tokens"],
                             extraction=ExtractionConfig(top_k=o["pz_top_k"], temperature=o["pz_temperature"],
                                                         n=o["pz_n"], p=o["pz_p"])),

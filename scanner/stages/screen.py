@@ -158,11 +158,11 @@ def _elicits(engine: HFEngine, doc_ids: list[int], spans: list[Span], rows: list
 
 def _certificates(engine: HFEngine, doc_ids: list[int], spans: list[Span], which: list[int],
                   windows: list[TokenScores], config: ScreenConfig, work: ScreenWork | None) -> dict[int, int]:
-    """The shortest j <= context_tokens whose last-j-context row elicits the span, of the spans in
+    """The shortest j <= certificate_limit whose last-j-context row elicits the span, of the spans in
     `which` that have one; shorter lengths first, a span leaving at its first round with a success."""
     found: dict[int, int] = {}
     pending = [i for i in which if spans[i].token_start > 0]
-    for lo, hi in rounds(config.context_tokens):
+    for lo, hi in rounds(config.certificate_limit(len(spans[0].target_ids)) if spans else 0):
         rows = [(i, j) for i in pending for j in range(lo, min(hi, spans[i].token_start) + 1)]
         if not rows:
             break
