@@ -140,6 +140,32 @@ def test_the_projection_matches_the_real_scan_of_the_whole_corpus(planned):
     assert figures["search_steps"]["value"] == figures["search_steps"]["low"] == figures["search_steps"]["high"] == steps
 
 
+def test_a_plan_draws_some_of_the_candidates_and_expands_them_to_all(planned, tiny_dir):
+    """More candidates a document (up to 4, at a greedy-match rate of 0.5): the plan searches 2 of them,
+    one in each half of the rank; the rest stay not_searched as not drawn, and the projection counts
+    every candidate the scan would search."""
+    root = planned[0]
+    options = [*SCAN[:SCAN.index("--min-match-rate")], "--min-match-rate", "0.5", "--max-candidates-per-doc", "4",
+               *SCAN[SCAN.index("--max-candidates-per-doc") + 2:]]
+    done = cli("plan", str(root / "corpus.parquet"), "--model", str(tiny_dir), "--sample", "2", "--out",
+               str(root / "drawn"), "--json", *options)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    drawn = json.loads((root / "drawn" / "run" / "search_plan.json").read_text())["drawn"]
+    population = drawn["population"]
+    assert plan["sample"]["drawn"] == len(drawn["spans"]) == 2 < population
+    first, second = drawn["positions"]
+    assert first < population / 2 <= second < population
+    rows = pq.read_table(root / "drawn" / "run" / "results").to_pylist()
+    left = [r for r in rows if r["reason"] == "not drawn into the plan's sample of the search"]
+    assert len(left) >= population - 2 and all(r["status"] == "not_searched" for r in left)
+    searched = {r["span_id"] for r in rows if r["status"] in ("memorized", "not_memorized")}
+    assert set(drawn["spans"]) <= searched
+    f = plan["projection"]["figures"]
+    outcomes = [k for k in f if k.endswith(".candidates")]
+    assert sum(f[k]["value"] for k in outcomes) == pytest.approx(population)
+
+
 def test_a_plan_relaunched_with_another_draw_is_refused_naming_the_fix(planned, tiny_dir):
     root = planned[0]
     done = cli("plan", str(root / "corpus.parquet"), "--model", str(tiny_dir), "--sample", "3", "--out",
