@@ -355,6 +355,20 @@ def test_a_drawn_search_replaces_the_scaled_one_and_the_budget_cuts_it():
     assert "the search: 5%-95% normal interval" in p["range"]
 
 
+def test_a_census_of_sampled_documents_keeps_the_spread_between_documents():
+    # Every candidate of the screened documents drawn: the draw itself is exact, but the documents are a
+    # sample, so the search's range is the documents' bootstrap (uneven documents: a real spread).
+    uneven = docs(8) + [{**d, "search_s": 20.0, "memorized.seconds": 20.0} for d in docs(2)]
+    drawn = [{"outcome": "memorized", "steps": 10, "seconds": 2.0}] * 8 + [{"outcome": "memorized", "steps": 10,
+                                                                            "seconds": 20.0}] * 2
+    search = pm.search_figures(drawn, 10, 10.0, "drawn")
+    assert search["search_s"]["low"] == search["search_s"]["value"] == search["search_s"]["high"]
+    p = pm.project(COST, uneven, {"documents": 100, "bytes": 40_000}, workers=1, efficiency=1.0, search=search, seed=1)
+    fig = p["figures"]["search_s"]
+    assert fig["low"] < fig["value"] < fig["high"] and p["worker_s"]["low"] < p["worker_s"]["high"]
+    assert "and the documents' bootstrap in quadrature" in p["range"]
+
+
 def test_the_text_of_a_plan_says_its_draw_its_caps_and_what_the_budget_reaches():
     from scanner.cli.plan import plan_lines
 

@@ -254,6 +254,8 @@ def project(cost: dict, docs: list[dict], corpus: dict, *, workers: int, efficie
     if every_document:
         spreads = {name: (1.0, 1.0) for name in spreads}
     out = {name: figure(None if v is None else v * scale, spreads[name], where) for name, v in totals.items()}
+    if search and not every_document:  # the candidates themselves come from sampled documents
+        search = {name: _widened(fig, spreads.get(name, (1.0, 1.0))) for name, fig in search.items()}
     out.update(search or {})
     if search:  # passages merge memorized spans: the plan's run found the certified and drawn ones only
         out["passages"]["source"] = out["passage_s"]["source"] = where + "; of the certified and drawn spans: a floor"
@@ -278,9 +280,22 @@ SEARCH_RANGE = (f"{QUANTILES[0]:.0%}-{QUANTILES[1]:.0%} normal interval of the s
                 "(successive differences along the rank, finite-population corrected)")
 
 
+def _widened(fig: dict, spread: tuple[float, float]) -> dict:
+    """The drawn search's range widened by the spread between the screened documents (the document
+    bootstrap's multipliers of the same figure): relative half-widths added in quadrature, as of two
+    independent stages of sampling."""
+    value = fig["value"]
+    if not value:
+        return fig
+    low = math.hypot(1 - fig["low"] / value, 1 - spread[0])
+    high = math.hypot(fig["high"] / value - 1, spread[1] - 1)
+    return {**fig, "low": value * max(0.0, 1 - low), "high": value * (1 + high)}
+
+
 def _range_text(every_document: bool, drawn: bool) -> str:
     screen = "the screen's figures: none (every document screened)" if every_document else RANGE
-    return screen + ("; the search: " + SEARCH_RANGE if drawn else "")
+    search = SEARCH_RANGE + ("" if every_document else ", and the documents' bootstrap in quadrature")
+    return screen + ("; the search: " + search if drawn else "")
 
 
 def _reach(out: dict, outcomes: list[str], budget, max_candidates) -> tuple[dict, float, dict]:
