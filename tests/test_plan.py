@@ -25,9 +25,11 @@ from scanner.measures import plan as pm
 from scanner.studies.tiny import CANARIES, salad
 
 # Exact windows: the first canary's best candidate then has a certificate as long as the span (not
-# shorter, so GCG searches it and the projection gets memorized-search figures); streamed windows place
-# an anchored span whose 1-token certificate settles it, leaving no memorized span to the search.
-SCAN = ["--span-tokens", "12", "--stride", "3", "--context-tokens", "12", "--docs-per-shard", "1",
+# shorter, so GCG searches it and the projection gets memorized-search figures; certificates are tried
+# that long only when asked, --certificate-max-tokens); streamed windows place an anchored span whose
+# 1-token certificate settles it, leaving no memorized span to the search.
+SCAN = ["--span-tokens", "12", "--stride", "3", "--context-tokens", "12", "--certificate-max-tokens", "12",
+        "--docs-per-shard", "1",
         "--min-match-rate", "0.9", "--max-candidates-per-doc", "1", "--steps", "30", "--candidates", "64",
         "--top-k", "64", "--restarts", "0", "--calibration-prompts", "0", "--screen-window", "exact"]
 
