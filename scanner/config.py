@@ -367,7 +367,6 @@ class ScreenConfig:
                 f"--screen-window {self.window!r} is not one of {', '.join(SCREEN_WINDOWS)}")
         require(self.chunk_tokens >= 2, f"--chunk-tokens {self.chunk_tokens} must be >= 2")
 
-
     def certificate_limit(self, span_tokens: int) -> int:
         """The longest certificate tried for spans of `span_tokens`."""
         cap = span_tokens - 1 if self.certificate_max_tokens is None else self.certificate_max_tokens

@@ -142,7 +142,7 @@ def search_figures(drawn: list[dict], screened: int, scale: float, where: str) -
     out = {}
     for name, values in columns.items():
         value, low, high = expand(values, screened, scale)
-        out[name] = {"value": value, "low": min(low, value), "high": max(high, value), "source": where}
+        out[name] = {"value": value, "low": low, "high": high, "source": where}
     out["not_searched"] = {"value": 0.0, "low": 0.0, "high": 0.0, "source": where}
     return out
 

@@ -104,9 +104,10 @@ def plan_scan(config: ScanConfig, out: str, sample: str, *, workers: int, effici
     whole = {"documents": corpus.num_rows, "bytes": corpus.text_bytes()}
     drawn = drawn_rows(run, cost)
     scale = whole["bytes"] / max(1, sum(d["bytes"] for d in docs))
-    where = (f"the {len(drawn['rows'])} drawn of the {drawn['population']} candidates the scan would search "
-             + ("" if size == corpus.num_rows else f"in the screened documents, x{scale:.3g} (corpus bytes / screened bytes)"))
-    search = search_figures(drawn["rows"], drawn["population"], scale, where.strip())
+    where = f"the {len(drawn['rows'])} drawn of the {drawn['population']} candidates the scan would search"
+    if size < corpus.num_rows:
+        where += f" in the screened documents, x{scale:.3g} (corpus bytes / screened bytes)"
+    search = search_figures(drawn["rows"], drawn["population"], scale, where)
     projection = project(cost, docs, whole, workers=workers, efficiency=efficiency, seed=seed,
                          budget=(budget.kind, budget.amount) if budget else None,
                          max_candidates=config.max_candidates, search=search, every_document=size == corpus.num_rows)
