@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from scanner.config import ExecutorConfig, PassageConfig, ScanConfig, parse_budget
+from scanner.engine.check import check_model, check_template
 from scanner.errors import InputError
 from scanner.measures.plan import (
     check_workers,
@@ -89,6 +90,8 @@ def plan_scan(config: ScanConfig, out: str, sample: str, *, workers: int, effici
     kind, amount = parse_sample(sample)  # before the corpus is read: bad options cost nothing
     screen_kind, screen_amount = parse_sample(screen_sample, "--screen-sample")
     check_workers(workers, efficiency)
+    check_model(config.model)  # a model the scan would refuse, refused before the sample is written
+    check_template(config.model, config.prompt)
     corpus = open_corpus(config.corpus)
     size = sample_size(screen_kind, screen_amount, corpus.num_rows, "--screen-sample")
     seed = config.search.seed
