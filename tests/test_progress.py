@@ -2,6 +2,7 @@
 progress file in the run directory, its per-candidate lines in logs/), and `acr` shows its search on a
 terminal (a pseudo-terminal here) but prints nothing of it to a pipe or with --json."""
 
+import fcntl
 import json
 import os
 import pty
@@ -9,8 +10,10 @@ import random
 import re
 import select
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
@@ -85,6 +88,7 @@ def test_status_and_watch_see_inside_a_running_search_unit(tiny_dir, tmp_path):
 def in_terminal(args: list[str], timeout: float = 120) -> tuple[int, str]:
     """Run the CLI with stdin, stdout and stderr on a pseudo-terminal; its exit code and all it wrote."""
     master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))  # rows, columns of a terminal
     proc = subprocess.Popen([sys.executable, "-m", "scanner", *args], stdin=slave, stdout=slave, stderr=slave,
                             close_fds=True)
     os.close(slave)

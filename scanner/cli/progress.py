@@ -73,7 +73,7 @@ class ProgressBar:
                 units = running(self.run_dir)
             except OSError:  # the run directory moved or went away meanwhile: the next poll tries again
                 continue
-            self.units.set_description_str(" | ".join(map(running_line, units)), refresh=True)
+            self.units.set_description_str(_units_text(units), refresh=True)
 
     def close(self) -> None:
         self._stop.set()
@@ -82,6 +82,15 @@ class ProgressBar:
         for bar in (self.units, self.bar):
             if bar is not None:
                 bar.close()
+
+
+def _units_text(units: list[dict]) -> str:
+    """The running units as one line cut to the terminal (a wrapped line would break the bars' redraw);
+    `status --watch` shows every unit in full."""
+    text = running_line(units[0]) if units else ""
+    if len(units) > 1:
+        text = f"{len(units)} units running; {text}"
+    return text[:max(shutil.get_terminal_size().columns - 1, 20)]
 
 
 def run_with_progress(config: ScanConfig, out: str, executor: ExecutorConfig | None = None,
