@@ -24,7 +24,7 @@ class UnitProgress(SearchObserver):
 
     def __init__(self, run_path: str | Path, unit: str, spans: list[str], every: float = WRITE_EVERY_S) -> None:
         self.path, self.unit, self.spans, self.every = progress_path(run_path, unit), unit, spans, every
-        self.done, self.live = 0, {}
+        self.done, self.live, self.warned = 0, {}, False
         self.began, self.written = time.time(), float("-inf")
         self._write()  # at once: a unit is visible as running from its start
 
@@ -80,8 +80,16 @@ class UnitProgress(SearchObserver):
         try:
             write_progress(self.path, self.record())
         except OSError as err:  # a watcher's view is not worth the unit: the search goes on
-            log.warning("could not record the unit's progress in %s: %s", self.path, err)
+            self._warn("record", err)
+
+    def _warn(self, what: str, err: OSError) -> None:
+        if not self.warned:  # once a unit: a full disk would otherwise say so every few seconds
+            log.warning("could not %s the unit's progress in %s: %s", what, self.path, err)
+            self.warned = True
 
     def close(self) -> None:
-        """The unit committed or failed: it is no longer running."""
-        clear_progress(self.path)
+        """The unit committed or failed: it is no longer running (a file left behind shows its age)."""
+        try:
+            clear_progress(self.path)
+        except OSError as err:  # never mask the unit's own error or lose its commit
+            self._warn("remove", err)
