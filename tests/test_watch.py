@@ -238,6 +238,8 @@ def test_a_scan_before_its_passages_and_a_complete_one(runs):
     done = status(runs["complete"])
     assert done["phase"] == "complete" and done["eta_s"] == 0 and done["shards_done"] == 10
     assert done["progress"]["passages"]["built"] is True
+    # every unit committed removed its progress file: nothing runs
+    assert done["running"] == [] and not list((runs["complete"] / "progress").glob("*.json"))
 
 
 def documents(run: Path, engine) -> dict[str, list[int]]:
@@ -353,10 +355,13 @@ def test_the_search_logs_one_line_per_candidate(runs):
     run = runs["complete"]
     for marker in markers(run, "search/done"):
         stats = json.loads((run / "search/stats" / f"{marker.name}.json").read_text())
+        log = (run / "logs" / f"search-{marker.name}.log").read_text()
         lines = re.findall(r"INFO scanner\.run\.shard: span \w+: (memorized|not_memorized|failed)(, rejected early)?, "
-                           r"(prompt tokens \d+|no prompt found), steps \d+, [\d.]+ s",
-                           (run / "logs" / f"search-{marker.name}.log").read_text())
+                           r"(prompt tokens \d+|no prompt found), steps \d+, [\d.]+ s", log)
         assert len(lines) == stats["candidates"]
+        starts = re.findall(r"span \w+ \(candidate (\d+)/(\d+), \d+ tokens\) starts, prompt cap \d+", log)
+        assert [(int(i), int(n)) for i, n in starts] == [(i, stats["candidates"]) for i in range(1, len(lines) + 1)]
+        assert re.search(r"span \w+: length \d+ .* after \d+/\d+ steps, best right \d+/\d+", log), log
         assert sum(outcome == "memorized" for outcome, _, _ in lines) == stats["memorized"]
 
 

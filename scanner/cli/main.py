@@ -74,7 +74,7 @@ def _json_target(file: str, number: int, line: str) -> dict:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-v", "--verbose", count=True, help="-v for progress, -vv for debug logs.")
+@click.option("-v", "--verbose", count=True, help="-v for info logs, -vv for debug logs.")
 @click.version_option(package_name="acr-scanner")
 def cli(verbose: int) -> None:
     """Measure LLM memorization with the Adversarial Compression Ratio."""
@@ -92,7 +92,8 @@ def cli(verbose: int) -> None:
 @option(TARGETS, "--json", "as_json", is_flag=True, help="One JSON object per target.")
 @click.argument("texts", nargs=-1)
 def acr_command(texts, file, as_json, natural_prefix, **options) -> None:
-    """ACR of each TEXT (or of each line of --file) against --model."""
+    """ACR of each TEXT (or of each line of --file) against --model. On a terminal, without --json, stderr
+    shows each target's search: the prompt length tried, the GCG step, the target tokens right, the time."""
     from scanner.engine.check import check_model
 
     # Before the heavy imports (torch, transformers): a bad --file or --model fails in a moment.
@@ -103,14 +104,17 @@ def acr_command(texts, file, as_json, natural_prefix, **options) -> None:
         from scanner.engine.draft import check_draft
 
         check_draft(model_config(options), search.gcg.draft.model)
+    from scanner.cli.progress import TargetsLine, on_terminal
     from scanner.run.measure import measure_many
+    from scanner.search.progress import QUIET
 
     if natural_prefix is not None:
         for t in targets:
             t.setdefault("natural_prefix", natural_prefix)
     configs = model_config(options), prompt_config(options), search
+    observer = TargetsLine([t["text"] for t in targets]) if on_terminal() and not as_json else QUIET
     emit_records(measure_many(*configs, targets, engines=engine_config(options),
-                              calibration=calibration_config(options)), as_json)
+                              calibration=calibration_config(options), observer=observer), as_json)
 
 
 @cli.command("scan", cls=SectionedCommand)
@@ -155,7 +159,7 @@ def plan_command(corpus, out, sample, screen_sample, workers, efficiency, as_jso
     from scanner.cli.progress import ProgressBar
     from scanner.run.plan import plan_scan
 
-    bar = ProgressBar()  # the bar of `scan`, on the sample's run
+    bar = ProgressBar(Path(out) / "run")  # the bar of `scan`, on the sample's run
     try:
         plan = plan_scan(scan_config(options, corpus), out, sample, workers=workers, efficiency=efficiency,
                          executor=executor_config(options), passages=passage_config(options), progress=bar,
@@ -203,19 +207,22 @@ def ingest_command(sources, out, log_path, text_field, id_field, title_field, au
 @click.option("--iterations", type=int, default=None, help="--watch: stop after this many refreshes.")
 def status_command(run_dir, workers, watch, interval, iterations) -> None:
     """The phase (starting, screen, certify, search, write, passages, complete), each phase's progress,
-    shards done and total, rows by status, throughput, the current phase's ETA (JSON; --watch: a live view)."""
+    shards done and total, rows by status, throughput, the current phase's ETA, and inside each running
+    unit its candidates done, the live candidate's prompt length, step and tokens right, and the age of
+    its heartbeat (`running`) (JSON; --watch: a live view)."""
     from scanner.storage.rundir import RunDir
 
     if not watch:
         run = RunDir(run_dir)
         run.require_run()
         from scanner.storage.cost import run_cost
+        from scanner.storage.progress import running
         from scanner.storage.status import phase_counts, progress
 
         now = progress(run, workers)  # eta_s and elapsed_s of the phase the run is in, not only phase 3's
         click.echo(json.dumps({**run.status(workers), "phases": phase_counts(run), "phase": now.pop("phase"),
                                "eta_s": now.pop("eta_s"), "elapsed_s": now.pop("elapsed_s"), "progress": now,
-                               "cost": run_cost(run)}, indent=1))
+                               "running": running(run.path), "cost": run_cost(run)}, indent=1))
         return
     from scanner.cli.watch import watch as watch_run
 

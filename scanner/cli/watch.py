@@ -4,7 +4,8 @@ It reads only the run directory (scanner/storage/status.py: plans, done markers,
 talks to the driver, so it follows a scan running anywhere that writes to a shared run directory: a Ray
 job on a cluster, another terminal, another machine on NFS. Each frame names the phase (starting,
 screen, certify, search, tighten, write, passages, complete), one line per phase with its counts, and the
-current phase's throughput and ETA.
+current phase's throughput and ETA, and a line per running unit (storage/progress.py: its candidates done,
+each live search's span, prompt length, GCG step and tokens right, the age of its heartbeat).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from datetime import datetime
 
 from scanner.errors import require
+from scanner.storage.progress import running
 from scanner.storage.rundir import PLAN_FILE, RunDir
 from scanner.storage.status import progress
 
@@ -22,7 +24,7 @@ STEPS = ("screen", "certify", "search", "tighten", "write", "passages")
 def snapshot(run: RunDir, workers: int = 1, now: float | None = None) -> dict:
     """Everything one frame shows, as plain values."""
     now = time.time() if now is None else now
-    snap = {**progress(run, workers), "time": now, "workers": workers}
+    snap = {**progress(run, workers), "time": now, "workers": workers, "running": running(run.path, now)}
     if (run.path / PLAN_FILE).exists():
         snap["results"] = run.status(workers)  # phase 3's counts by status
     return snap
@@ -120,7 +122,25 @@ def render(snap: dict, run_dir: str) -> str:
         rows.append(("results", f"{snap['results']['rows']} spans ({counts})"))
     last = "none yet" if snap["last_commit"] is None else f"{_duration(snap['time'] - snap['last_commit'])} ago"
     rows += [("throughput", _rate(snap)), ("ETA", _eta(snap)), ("last commit", last)]
+    rows += [("running", running_line(unit)) for unit in snap.get("running", [])]
     return "\n".join([head, *(f"  {name:<12}{value}" for name, value in rows)])
+
+
+def search_line(live: dict) -> str:
+    """One live search of a running unit: its candidate, span, prompt length, GCG step and tokens right."""
+    where = f"candidate {live.get('candidate', '?')} (span {live.get('span_id') or '?'})"
+    if live.get("length") is None:
+        return f"{where}: starting"
+    step = f"step {live.get('step', 0)}/{live.get('steps', 0)}" if live.get("steps") else "no GCG steps"
+    return (f"{where}: length {live['length']}, {step}, right {live.get('right', 0)}/{live.get('target_tokens', '?')}, "
+            f"{_duration(live.get('elapsed_s', 0))}")
+
+
+def running_line(unit: dict) -> str:
+    """A running unit (storage/progress.py running): candidates done, its live searches, its heartbeat."""
+    live = "; ".join(map(search_line, unit["live"])) or "between candidates"
+    return (f"{unit['unit']}: {_of(unit.get('candidates_done', 0), unit.get('candidates_total'))} candidates done; "
+            f"{live}; heartbeat {_duration(unit['heartbeat_age_s'])} ago")
 
 
 def watch(run_dir: str, *, interval: float, iterations: int | None, workers: int, show) -> int:
