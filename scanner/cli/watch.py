@@ -130,7 +130,8 @@ def render(snap: dict, run_dir: str) -> str:
     if reached >= STEPS.index("write"):  # the results table's counts, once there is one
         counts = ", ".join(f"{k} {v}" for k, v in sorted(snap["results"]["status_counts"].items())) or "none yet"
         rows.append(("results", f"{snap['results']['rows']} spans ({counts})"))
-    rows += [("damaged", f"shard {shard}: {why}") for shard, why in snap.get("results", {}).get("damaged_shards", {}).items()]
+    damaged = snap.get("results", {}).get("damaged_shards", {})  # not counted above: a relaunch redoes them
+    rows += [("damaged", f"shard {shard}: {why}") for shard, why in damaged.items()]
     last = "none yet" if snap["last_commit"] is None else f"{_duration(snap['time'] - snap['last_commit'])} ago"
     rows += [("throughput", "none: no scan is running" if halted else _rate(snap)),
              ("ETA", relaunch if halted else _eta(snap)), ("last commit", last)]

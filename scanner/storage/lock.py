@@ -8,8 +8,9 @@ no longer runs is stale and is taken over; one from another host cannot be check
 message names it and the fix. A pid alone does not name a process: after a kill the pid is free, and a
 later process (any `sleep`) may get it. So the lock records its holder's start time and the boot it
 started in (/proc), and a live pid that started at another time is another process: the lock is stale.
-A lock without them (written by hand, or by an older release) is held only by a live acr-scan. The scan driver (run/driver.py) is its one taker, so it is not
-re-entrant: a second taker in the same process is refused like any other.
+A lock without them (written by hand, or by an older release) is held only by a live acr-scan. The
+scan driver (run/driver.py) is its one taker, so it is not re-entrant: a second taker in the same
+process is refused like any other.
 """
 
 from __future__ import annotations
@@ -38,11 +39,10 @@ def identity(pid: int) -> dict:
         stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
         boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="utf-8").strip()
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
+        started = int(stat.rsplit(")", 1)[-1].split()[19])  # after "(comm)", which may hold spaces: field 3 on
+    except (OSError, IndexError, ValueError):
         return {}
-    fields = stat.rsplit(")", 1)[-1].split()  # after "(comm)", which may hold spaces: field 3 on
-    command = [a.decode("utf-8", "replace") for a in argv if a]
-    return {"started": int(fields[19]), "boot": boot, "command": command}
+    return {"started": started, "boot": boot, "command": [a.decode("utf-8", "replace") for a in argv if a]}
 
 
 def holder_of(pid: int) -> dict:
