@@ -220,9 +220,14 @@ def status_command(run_dir, workers, watch, interval, iterations) -> None:
         from scanner.storage.status import phase_counts, progress
 
         now = progress(run, workers)  # eta_s and elapsed_s of the phase the run is in, not only phase 3's
-        click.echo(json.dumps({**run.status(workers), "phases": phase_counts(run), "phase": now.pop("phase"),
-                               "eta_s": now.pop("eta_s"), "elapsed_s": now.pop("elapsed_s"), "progress": now,
-                               "running": running(run.path), "cost": run_cost(run)}, indent=1))
+        counts = run.status(workers)
+        for shard, why in counts["damaged_shards"].items():
+            click.echo(f"warning: shard {shard} is not counted: {why}", err=True)
+        click.echo(json.dumps({**counts, "phases": phase_counts(run), "phase": now.pop("phase"),
+                               "eta_s": now.pop("eta_s"), "elapsed_s": now.pop("elapsed_s"),
+                               "scan_process": now.pop("scan_process"), "progress": now,
+                               "running": running(run.path),
+                               "cost": run_cost(run)}, indent=1))
         return
     from scanner.cli.watch import watch as watch_run
 

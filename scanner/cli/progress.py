@@ -5,7 +5,9 @@ a line per running search unit below it, read from the run directory every POLL_
 (storage/progress.py, the same files `status` reads: so it shows units on Ray actors too).
 `acr`: on a terminal, a line redrawn in place per target (the prompt length being tried, the GCG step of
 this length's budget, the target tokens right under teacher forcing, elapsed time), and a line kept per
-length tried with its outcome. Nothing of either is printed to a pipe or a file."""
+length tried with its outcome. Nothing of either is printed to a pipe or a file.
+The bar advances with the screen, before any verdict; once the scan returns it shows the run's own totals,
+memorized spans included."""
 
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ class ProgressBar:
     def __init__(self, run_dir: str | Path | None = None) -> None:
         self.bar: tqdm | None = None
         self.units: tqdm | None = None
-        self.totals = {"candidates": 0, "memorized": 0}
+        self.totals = {"spans": 0, "candidates": 0}
         self.run_dir = Path(run_dir) if run_dir is not None and on_terminal() else None
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
@@ -58,14 +60,21 @@ class ProgressBar:
             self._poller.start()
 
     def __call__(self, stats: dict) -> None:
+        # Screen stats: what this relaunch screened, shard by shard (a screen finds no memorized span).
+        self.totals["spans"] += stats["spans"]
         self.totals["candidates"] += stats["candidates"]
-        self.totals["memorized"] += stats["memorized"]
         if self.bar is None:
             return
         self.bar.update(stats["documents"])
         spans_per_s = stats["spans"] / stats["seconds"] if stats["seconds"] else 0.0
-        self.bar.set_postfix(spans=stats["spans"], candidates=self.totals["candidates"],
-                             memorized=self.totals["memorized"], spans_s=f"{spans_per_s:.1f}")
+        self.bar.set_postfix(spans=self.totals["spans"], candidates=self.totals["candidates"],
+                             spans_s=f"{spans_per_s:.1f}")
+
+    def finish(self, stats: dict) -> None:
+        """The run's totals once it returned (its merged stats: every shard, resumed ones too)."""
+        if self.bar is not None:
+            self.bar.set_postfix(spans=stats.get("spans", 0), candidates=stats.get("candidates", 0),
+                                 memorized=stats.get("memorized", 0))
 
     def _poll(self) -> None:
         while not self._stop.wait(POLL_S):
@@ -97,7 +106,9 @@ def run_with_progress(config: ScanConfig, out: str, executor: ExecutorConfig | N
                       passages: PassageConfig | None = None) -> dict:
     bar = ProgressBar(out)
     try:
-        return run_scan(config, out, progress=bar, executor=executor, passages=passages)
+        stats = run_scan(config, out, progress=bar, executor=executor, passages=passages)
+        bar.finish(stats)
+        return stats
     finally:
         bar.close()
 

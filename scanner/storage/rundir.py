@@ -36,7 +36,7 @@ from scanner import __version__
 from scanner.errors import InputError, require
 from scanner.schema import SCHEMA_VERSION, results_schema
 from scanner.storage.atomic import TMP_SUFFIX, atomic_write_json, remove_file
-from scanner.storage.integrity import read_json_object, reopen_damaged
+from scanner.storage.integrity import read_json_object, reopen_damaged, shard_problem
 from scanner.storage.store import RESULTS, Store, has_work
 
 log = logging.getLogger(__name__)
@@ -376,8 +376,14 @@ class RunDir:
         atomic_write_json(self.path / STATS_FILE, merged)
         return merged
 
-    def _merged_stats(self) -> dict:
-        done = self.done_shards()
+    def damaged(self) -> dict[int, str]:
+        """{shard: cause} of the finished shards whose results file is missing, cut short or of another
+        row count than their done marker says (integrity.shard_problem without the sha256): what
+        export, report and verify refuse and a relaunch computes again."""
+        return {s: why for s in self.done_shards() if (why := shard_problem(self, s, hashed=False))}
+
+    def _merged_stats(self, skip=()) -> dict:
+        done = [s for s in self.done_shards() if s not in skip]
         total: dict = {}
         for shard in done:
             stats = read_json_object(self.stats_path(shard))
@@ -394,12 +400,15 @@ class RunDir:
         """Progress from the stats of finished shards, without writing anything. `elapsed_s` is work
         seconds summed over shards; the ETA divides the remaining work by `workers` running at once."""
         require(workers >= 1, f"workers {workers} must be >= 1")
-        stats = self._merged_stats()
+        damaged = self.damaged()  # not counted: their rows cannot be read
+        stats = self._merged_stats(skip=damaged)
         done, total = stats["shards_done"], stats["shards_total"]
         throughput, eta = _eta(stats, total - done, workers)
         return {"shards_done": done, "shards_total": total, "rows": stats.get("rows", 0),
                 "status_counts": stats.get("status_counts", {}), "elapsed_s": stats.get("seconds", 0),
-                "spans_per_s": throughput, "eta_s": eta}
+                "spans_per_s": throughput, "eta_s": eta,
+                "damaged_shards": {f"{s:05d}": f"{why}; relaunch the scan (the same command) to compute it again"
+                                   for s, why in damaged.items()}}
 
 
 def _shared_metadata(metadatas: list[dict]) -> dict:
