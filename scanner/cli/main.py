@@ -25,7 +25,14 @@ from scanner.cli.options import (
     search_config,
     search_options,
 )
-from scanner.cli.output import calibration_line, emit_records, run_summary, summary_line, work_text_tokens
+from scanner.cli.output import (
+    calibration_line,
+    echo,
+    emit_records,
+    run_summary,
+    summary_line,
+    work_text_tokens,
+)
 from scanner.cli.sections import PLAN, TARGETS, SectionedCommand, option
 from scanner.config import DTYPES, ENGINES
 from scanner.errors import InputError
@@ -304,6 +311,9 @@ def report_command(run_dir, out, corpus, context_chars) -> None:
     from scanner.results.report import write_report
     from scanner.storage.passages import passages_path, read_passages
 
+    if context_chars < 0:  # a negative reach cut the passage itself, and every page said the corpus was absent
+        raise InputError(f"--context-chars {context_chars}: must be 0 or more (0: the passage alone); "
+                         "pass e.g. --context-chars 1200")
     run = readable_run(run_dir)
     passages = read_passages(run) if passages_path(run).is_file() else None
     if passages is None:
@@ -389,13 +399,13 @@ def main() -> None:
     except click.ClickException as err:
         err.show()
         sys.exit(2)
-    except InputError as err:
-        click.echo(f"error: {err}", err=True)
+    except InputError as err:  # a message may quote an id or a name that others wrote
+        echo(f"error: {err}", err=True)
         sys.exit(2)
     except OSError as err:
         if not environment_fault(err):
             raise_internal()
-        click.echo(f"error: {os_error_message(err)}", err=True)
+        echo(f"error: {os_error_message(err)}", err=True)
         sys.exit(2)
     except Exception:
         raise_internal()

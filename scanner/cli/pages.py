@@ -38,7 +38,7 @@ def surroundings_of(run, table, passages, corpus_path: str | None, chars: int) -
     from scanner.stages.surroundings import Wanted, surroundings
 
     finds = findings(table, passages)
-    if not finds or chars <= 0:
+    if not finds:
         return {}
     corpus = _corpus(run, corpus_path)
     if corpus is None:
