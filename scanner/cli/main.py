@@ -302,7 +302,8 @@ def readable_run(run_dir: str):
 @click.argument("run_dir")
 @click.option("--out", "out", required=True, help="The HTML file to write; a page per finding goes to OUT-STEM-passages/.")
 @click.option("--corpus", "corpus", default=None, help="Where the scanned corpus lies now (default: the scan's path).")
-@click.option("--context-chars", default=1200, show_default=True, help="Characters of the book each side of a passage.")
+@click.option("--context-chars", default=1200, show_default=True,
+              help="Characters of the book each side of a passage (0: the passage alone).")
 def report_command(run_dir, out, corpus, context_chars) -> None:
     """One self-contained HTML page: summary, ACR histogram, a row per document with findings and a
     summary of the rest, memorized passages; and a page per passage in the book's surrounding text."""

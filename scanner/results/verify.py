@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from scanner.config import EngineConfig, ModelConfig, PromptConfig, SearchConfig
-from scanner.confine import escape_reason, inside
+from scanner.confine import inside
 from scanner.engine.identity import identity_problems
 from scanner.engine.recipe import recipe, recipe_problems
 from scanner.errors import InputError, require
@@ -106,17 +106,14 @@ def verify_run(run_dir: str, model: str | None = None, dtype: str | None = None,
 
 
 def manifest_problems(folder: Path) -> list[str]:
-    """One line per file that differs from manifest.json: edited (sha256), missing, not listed, or a name
-    that would leave the bundle (never opened: a manifest must not make verify read, and hash, files
-    elsewhere)."""
+    """One line per file that differs from manifest.json: edited (sha256), missing, or not listed. A name
+    that would leave the bundle is refused before any file is opened: a manifest must not make verify
+    read, and tell the hash of, a file elsewhere."""
     listed = manifest_entries(_read_json(folder, MANIFEST))
+    paths = {name: inside(folder, name, f"the bundle's {MANIFEST}") for name in sorted(listed)}
     problems = []
-    for name, entry in sorted(listed.items()):
-        reason = escape_reason(folder, name)
-        if reason:
-            problems.append(f"{name!r}: listed in {MANIFEST} but {reason}; not opened")
-            continue
-        path = folder / name
+    for name, path in paths.items():
+        entry = listed[name]
         if not path.is_file():
             problems.append(f"{name}: listed in {MANIFEST} but missing")
         elif sha256_bytes(path.read_bytes()) != entry["sha256"]:
