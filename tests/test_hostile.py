@@ -345,3 +345,34 @@ def test_plan_writes_into_no_run_directory(scanned, tiny_dir):
     done = cli("plan", corpus, "--model", tiny_dir, "--out", run, "--sample", "1", *SCAN)
     assert_clean(done, 2, "is a scan's run directory")
     assert sorted(os.listdir(run)) == before
+
+
+# --- the one rule and its deliberate copy in recheck.py (which imports nothing of the package) --------
+
+NAMES = {"evidence.jsonl": True, "sub/model.safetensors": True, "../secret": False, "/etc/passwd": False,
+         "a/../../secret": False, "a\\..\\secret": False, "x\x00y": False, "": False, "link": False}
+
+
+def test_recheck_keeps_the_same_rule_as_the_package(tmp_path):
+    from scanner.cli.output import UNSAFE
+    from scanner.confine import escape_reason
+    from scanner.results import recheck as script
+
+    root = tmp_path / "bundle"
+    (root / "sub").mkdir(parents=True)
+    (root / "link").symlink_to(tmp_path)
+    for name, stays in NAMES.items():
+        assert (escape_reason(root, name) is None) == stays, name
+        assert (script.escape_reason(root, name) is None) == stays, name
+    assert script.UNSAFE.pattern == UNSAFE.pattern
+    assert escape_reason(root, "link", follow_links=True) is None  # a model folder's own links (the hub cache)
+
+
+def test_log_lines_are_terminal_safe():
+    import logging
+
+    from scanner.cli.main import SafeFormatter
+
+    record = logging.LogRecord("x", logging.WARNING, __file__, 1, "document %s skipped", (HOSTILE_ID,), None)
+    line = SafeFormatter("%(message)s").format(record)
+    assert line == "document doc-0\\x1b]0;pwned\\x07\\x1b[2J\\x9b31m\\u202e skipped"

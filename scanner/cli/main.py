@@ -31,6 +31,7 @@ from scanner.cli.output import (
     emit_records,
     run_summary,
     summary_line,
+    terminal_safe,
     work_text_tokens,
 )
 from scanner.cli.sections import PLAN, TARGETS, SectionedCommand, option
@@ -86,7 +87,14 @@ def _json_target(file: str, number: int, line: str) -> dict:
 def cli(verbose: int) -> None:
     """Measure LLM memorization with the Adversarial Compression Ratio."""
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()  # log lines quote ids and names too: printed terminal-safe
+    handler.setFormatter(SafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
+
+
+class SafeFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return terminal_safe(super().format(record))
 
 
 @cli.command("acr", cls=SectionedCommand)
@@ -134,7 +142,7 @@ def scan_command(corpus, out, **options) -> None:
     if failed:
         for task, error in sorted(failed.items(), key=str):
             name = f"shard {task:05d}" if isinstance(task, int) else task
-            click.echo(f"{name} failed after {executor.max_retries} retries: {error}", err=True)
+            echo(f"{name} failed after {executor.max_retries} retries: {error}", err=True)
         click.echo(f"{len(failed)} shard(s) or unit(s) failed and stay pending; relaunch the same command to "
                    "retry them (finished work is kept)", err=True)
         sys.exit(4)

@@ -12,7 +12,7 @@ from urllib.parse import quote
 # Control characters but tab, newline and carriage return: HTML forbids them in text (a NUL is a parse
 # error) and a corpus may hold them. Each becomes one visible character (U+2400 + its code: the control
 # pictures, U+2421 for DEL, U+FFFD for C1), so the text keeps its length and its marks their offsets.
-CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
 def _picture(char: str) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 # Characters a terminal acts on (C0 but newline and tab, DEL, C1, bidi overrides): a doc_id of the bundle
 # printed raw could retitle or clear the terminal. The same set as scanner/cli/output.py's UNSAFE.
-UNSAFE = re.compile("[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]")
+UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 class Refused(Exception):
