@@ -219,8 +219,8 @@ def in_vocabulary(rows: list[dict], size: int, problems: list[str]) -> list[dict
 
 
 def vocabulary_size(engine) -> int:
-    """Rows of the model's input embedding: the ids it can generate."""
-    return max(engine.model.get_input_embeddings().num_embeddings, len(engine.tokenizer))
+    """Rows of the model's input embedding: the ids a re-check may feed it (teacher-forced margins)."""
+    return engine.model.get_input_embeddings().num_embeddings
 
 
 def verify_bundle(bundle: str, model: str, dtype: str | None = None, verify_engine: str | None = None,
