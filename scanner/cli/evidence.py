@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import click
-
-from scanner.cli.output import calibration_line
+from scanner.cli.output import calibration_line, echo
 
 
 def path_label(info: dict) -> str:
@@ -55,8 +53,9 @@ def verify_lines(recheck, table=None, bundle: str | None = None) -> list[str]:
         from pathlib import Path
 
         from scanner.results.bundle import MANIFEST, sha256_bytes
+        from scanner.results.verify import bundle_file
 
-        digest = sha256_bytes((Path(bundle) / MANIFEST).read_bytes())
+        digest = sha256_bytes(bundle_file(Path(bundle), MANIFEST).read_bytes())
         state = (f"{len(recheck.problems)} problem(s) in the bundle" if recheck.problems else
                  "bundle intact: every file matches its manifest, the model's files match model.json")
         lines += [state, f"{MANIFEST} sha256 {digest} (compare it with the figure published with the evidence)"]
@@ -84,8 +83,8 @@ def verify_main(run, bundle: str | None, model: str | None, dtype: str | None, v
     else:
         recheck = verify_run(str(run.path), model, dtype, verify_engine, fragile_margin)
         lines = verify_lines(recheck, table=run.read_results())
-    for line in lines:
-        click.echo(line)
+    for line in lines:  # ids, names and prompts are the bundle's or the corpus's: printed terminal-safe
+        echo(line)
     return 0 if recheck.ok else 3
 
 
@@ -93,5 +92,5 @@ def export_bundle(run, bundle: str, tau: str, calibrated: bool, model: str | Non
     from scanner.results.bundle import MANIFEST, write_bundle
 
     done = write_bundle(run, bundle, tau=tau, calibrated=calibrated, model=model)
-    click.echo(f"bundle of {done['rows']} rows written to {bundle} ({done['files']} files); {MANIFEST} sha256 "
+    echo(f"bundle of {done['rows']} rows written to {bundle} ({done['files']} files); {MANIFEST} sha256 "
                f"{done['manifest_sha256']}; re-check it with: python {bundle}/recheck.py --model MODEL")

@@ -25,7 +25,15 @@ from scanner.cli.options import (
     search_config,
     search_options,
 )
-from scanner.cli.output import calibration_line, emit_records, run_summary, summary_line, work_text_tokens
+from scanner.cli.output import (
+    calibration_line,
+    echo,
+    emit_records,
+    run_summary,
+    summary_line,
+    terminal_safe,
+    work_text_tokens,
+)
 from scanner.cli.sections import PLAN, TARGETS, SectionedCommand, option
 from scanner.config import DTYPES, ENGINES
 from scanner.errors import InputError
@@ -79,7 +87,14 @@ def _json_target(file: str, number: int, line: str) -> dict:
 def cli(verbose: int) -> None:
     """Measure LLM memorization with the Adversarial Compression Ratio."""
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()  # log lines quote ids and names too: printed terminal-safe
+    handler.setFormatter(SafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
+
+
+class SafeFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return terminal_safe(super().format(record))
 
 
 @cli.command("acr", cls=SectionedCommand)
@@ -131,7 +146,7 @@ def scan_command(corpus, out, **options) -> None:
     if failed:
         for task, error in sorted(failed.items(), key=str):
             name = f"shard {task:05d}" if isinstance(task, int) else task
-            click.echo(f"{name} failed after {executor.max_retries} retries: {error}", err=True)
+            echo(f"{name} failed after {executor.max_retries} retries: {error}", err=True)
         click.echo(f"{len(failed)} shard(s) or unit(s) failed and stay pending; relaunch the same command to "
                    "retry them (finished work is kept)", err=True)
         sys.exit(4)
@@ -307,7 +322,8 @@ def readable_run(run_dir: str):
 @click.argument("run_dir")
 @click.option("--out", "out", required=True, help="The HTML file to write; a page per finding goes to OUT-STEM-passages/.")
 @click.option("--corpus", "corpus", default=None, help="Where the scanned corpus lies now (default: the scan's path).")
-@click.option("--context-chars", default=1200, show_default=True, help="Characters of the book each side of a passage.")
+@click.option("--context-chars", default=1200, show_default=True,
+              help="Characters of the book each side of a passage (0: the passage alone).")
 def report_command(run_dir, out, corpus, context_chars) -> None:
     """One self-contained HTML page: summary, ACR histogram, a row per document with findings and a
     summary of the rest, memorized passages; and a page per passage in the book's surrounding text."""
@@ -316,6 +332,9 @@ def report_command(run_dir, out, corpus, context_chars) -> None:
     from scanner.results.report import write_report
     from scanner.storage.passages import passages_path, read_passages
 
+    if context_chars < 0:  # a negative reach cut the passage itself, and every page said the corpus was absent
+        raise InputError(f"--context-chars {context_chars}: must be 0 or more (0: the passage alone); "
+                         "pass e.g. --context-chars 1200")
     run = readable_run(run_dir)
     passages = read_passages(run) if passages_path(run).is_file() else None
     if passages is None:
@@ -401,13 +420,13 @@ def main() -> None:
     except click.ClickException as err:
         err.show()
         sys.exit(2)
-    except InputError as err:
-        click.echo(f"error: {err}", err=True)
+    except InputError as err:  # a message may quote an id or a name that others wrote
+        echo(f"error: {err}", err=True)
         sys.exit(2)
     except OSError as err:
         if not environment_fault(err):
             raise_internal()
-        click.echo(f"error: {os_error_message(err)}", err=True)
+        echo(f"error: {os_error_message(err)}", err=True)
         sys.exit(2)
     except Exception:
         raise_internal()

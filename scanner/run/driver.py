@@ -51,7 +51,7 @@ def run_scan(config: ScanConfig, out: str, progress=None, executor: ExecutorConf
 
 def validate(config: ScanConfig, out: str) -> Corpus:
     """Every check that needs no run directory, before one is made or locked."""
-    RunDir(out)  # the path's own checks (empty, object-store URI)
+    RunDir(out).require_own_folder()  # the path's own checks (empty, object-store URI), no others' files in it
     corpus = open_corpus(config.corpus)
     check_model(config.model)  # a bad --model leaves no run directory to refuse the corrected command
     check_template(config.model, config.prompt)  # likewise a template that cannot score a first token

@@ -37,7 +37,7 @@ from scanner.errors import InputError, require
 from scanner.schema import SCHEMA_VERSION, results_schema
 from scanner.storage.atomic import TMP_SUFFIX, atomic_write_json, remove_file
 from scanner.storage.integrity import read_json_object, reopen_damaged, shard_problem
-from scanner.storage.store import RESULTS, Store, has_work
+from scanner.storage.store import PHASES, RESULTS, Store, has_work
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,10 @@ PLAN_FILE = "plan.json"
 STATS_FILE = "stats.json"
 FOLDERS = ("results", "done", "logs", "stats")
 PHASE_PLANS = ("certify_plan.json", "search_plan.json", "tighten_plan.json")  # scanner/run/phases.py
+# Everything a scan writes at the top of its run directory (lock: storage/lock.py; provenance.json:
+# run/driver.py; passages.parquet: storage/passages.py; the phases' folders: store.py).
+RUN_ENTRIES = {CONFIG_FILE, PLAN_FILE, STATS_FILE, *FOLDERS, *PHASE_PLANS, *PHASES, "lock", "provenance.json",
+               "passages.parquet", "progress", "model.json"}
 FIX = "use a new --out or delete it"
 SHOWN_VALUE = 60  # characters of a changed value shown in the error; nested configs can be long
 
@@ -318,6 +322,17 @@ class RunDir:
                 f"'{self.path}' is not a run directory (no {CONFIG_FILE}); pass the --out folder of "
                 "`acr-scan scan`")
 
+    def require_own_folder(self) -> None:
+        """InputError unless --out is absent, empty, a run directory (run_config.json: resume checks it),
+        or one a scan stopped before writing run_config.json (its own entries only): a scan never mixes
+        its files with others' (a plan's folder, a folder of documents)."""
+        if not self.path.is_dir() or (self.path / CONFIG_FILE).is_file():
+            return
+        foreign = foreign_entries(self.path, RUN_ENTRIES)
+        require(not foreign, f"--out {self.path} holds files that are not a run directory's "
+                f"({', '.join(map(repr, foreign[:3]))}{', ...' if len(foreign) > 3 else ''}); a scan writes into a "
+                "new folder, an empty one or its own run directory: pass a new --out")
+
     def reopen(self, shard: int) -> None:
         """Make a finished shard pending again (its files are rewritten when it runs)."""
         self.results.reopen(shard)
@@ -409,6 +424,12 @@ class RunDir:
                 "spans_per_s": throughput, "eta_s": eta,
                 "damaged_shards": {f"{s:05d}": f"{why}; relaunch the scan (the same command) to compute it again"
                                    for s, why in damaged.items()}}
+
+
+def foreign_entries(folder: Path, own: set[str]) -> list[str]:
+    """The names in `folder` that are neither in `own` nor a writer's hidden temp file."""
+    return sorted(p.name for p in folder.iterdir()
+                  if p.name not in own and not (p.name.startswith(".") and p.name.endswith(TMP_SUFFIX)))
 
 
 def _shared_metadata(metadatas: list[dict]) -> dict:
