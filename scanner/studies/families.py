@@ -268,7 +268,8 @@ def greedy(model, ids: list[int], new_tokens: int) -> list[int]:
     import torch
 
     with torch.no_grad():
-        out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+        out = model.generate(torch.tensor([ids], device=model.device),
+                             attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=model.device),
                              max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
                              eos_token_id=None, pad_token_id=0)
     return out[0, len(ids):].tolist()
@@ -310,23 +311,27 @@ def family_corpus(conts: list[Continuation], seed: int = 0) -> list[dict]:
     return docs
 
 
-def build_family(name: str, out_dir: str | Path, bpe=None) -> Path:
+def build_family(name: str, out_dir: str | Path, bpe=None, device: str = "cpu", dtype: str = "float32") -> Path:
     """The family's HF directory (config.json, model.safetensors, tokenizer files) with family.json: the
-    continuations its corpus holds and corpus.parquet. Reused when family.json's spec is unchanged."""
+    continuations its corpus holds and corpus.parquet. Reused when family.json's spec is unchanged. The
+    continuations are generated on `device` in `dtype` (the weights are saved in float32): a scan on
+    that numeric path finds them."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+    import torch
 
     family = FAMILIES[name]
     out = Path(out_dir)
     spec = {"family": repr(family), "hidden": HIDDEN, "layers": LAYERS, "init": INIT_RANGE, "seeds": seeds(),
-            "continuation": CONTINUATION, "version": 1}
+            "continuation": CONTINUATION, "device": device, "dtype": dtype, "version": 1}
     marker = out / "family.json"
     if marker.is_file() and json.loads(marker.read_text()).get("spec") == json.loads(json.dumps(spec)):
         return out
     tokenizer = family_tokenizer(family, bpe or base_bpe(bpe_texts()))
     model = build_model(family, tokenizer)
     _zero_padding_rows(model, tokenizer)
-    conts = own_continuations(model, tokenizer, family)
+    conts = own_continuations(model.to(device, getattr(torch, dtype)), tokenizer, family)
+    model.to("cpu", torch.float32)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     model.generation_config.save_pretrained(out)
@@ -341,9 +346,10 @@ def build_family(name: str, out_dir: str | Path, bpe=None) -> Path:
     return out
 
 
-def build_families(root: str | Path, names: tuple[str, ...] | None = None) -> dict[str, Path]:
+def build_families(root: str | Path, names: tuple[str, ...] | None = None, device: str = "cpu",
+                   dtype: str = "float32") -> dict[str, Path]:
     bpe = base_bpe(bpe_texts())
-    return {name: build_family(name, Path(root) / name, bpe) for name in names or tuple(FAMILIES)}
+    return {name: build_family(name, Path(root) / name, bpe, device, dtype) for name in names or tuple(FAMILIES)}
 
 
 def control_text(seed: int = 7, words: int = 14) -> str:
