@@ -76,10 +76,11 @@ def acr_row(name: str, model: Path, device_args: list[str], runner, command: str
     code, out, err = runner(["acr", "--model", str(model), "--file", str(targets_file(model)), control_text(),
                              "--json", *device_args, *SEARCH])
     row = {"family": name, "command": command, "rc": code, "seconds": round(time.perf_counter() - start, 2)}
-    records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    if code != 0 or len(records) != 2:
+    records = {r["target"]: r for r in map(json.loads, (x for x in out.splitlines() if x.startswith("{")))}
+    own_text = json.loads(targets_file(model).read_text())["text"]
+    if code != 0 or set(records) != {own_text, control_text()}:
         return {**row, "ok": False, "error": last_line(err)}
-    own, control = records
+    own, control = records[own_text], records[control_text()]
     ok = bool(own["memorized"]) and not control["memorized"]
     return {**row, "ok": ok, "own_memorized": own["memorized"], "own_acr": own["acr"],
             "own_margin": own.get("generation_margin"), "control_memorized": control["memorized"],
