@@ -25,6 +25,10 @@ from filelock import FileLock
 
 from scanner.studies.families import CHAT_FAMILIES, FAMILIES, build_families, control_text
 
+# Minutes of CPU for the whole matrix (about 8 s a CLI call, most of it process start and model load):
+# run with -m slow, and on a GPU through bench/families.py (gpu_check.sh's `families` step).
+pytestmark = pytest.mark.slow
+
 NAMES = tuple(FAMILIES)
 SEARCH = ["--steps", "10", "--candidates", "64", "--top-k", "64", "--restarts", "0"]
 SCAN = [*SEARCH, "--max-candidates", "2"]
