@@ -102,14 +102,14 @@ def plan_scan(config: ScanConfig, out: str, sample: str, *, workers: int, effici
     kind, amount = parse_sample(sample)  # before the corpus is read: bad options cost nothing
     screen_kind, screen_amount = parse_sample(screen_sample, "--screen-sample")
     check_workers(workers, efficiency)
-    check_model(config.model)  # a model the scan would refuse, refused before the sample is written
-    check_template(config.model, config.prompt)
     corpus = open_corpus(config.corpus)
     size = sample_size(screen_kind, screen_amount, corpus.num_rows, "--screen-sample")
     seed = config.search.seed
     draw, run_dir = Draw(kind, amount, seed), Path(out) / "run"
     check_plan_folder(Path(out))
     check_draw(run_dir, draw)
+    check_model(config.model)  # a model the scan would refuse, refused before the sample is written
+    check_template(config.model, config.prompt)
     path = write_sample(corpus, size, seed, out)
     share = size / corpus.num_rows if corpus.num_rows else 1.0
     stats = run_scan(plan_config(config, path, share), str(run_dir), progress, executor, passages=passages, draw=draw)
