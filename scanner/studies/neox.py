@@ -12,7 +12,7 @@ import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from scanner.studies.tiny import salad
+from scanner.studies.tiny import fit, salad
 
 log = logging.getLogger(__name__)
 
@@ -92,22 +92,7 @@ def train_model(tokenizer, docs: list[str], spec: NeoxSpec):
                            max_position_embeddings=spec.context, bos_token_id=sep, eos_token_id=sep,
                            tie_word_embeddings=False, use_parallel_residual=True)
     model = GPTNeoXForCausalLM(config)
-    data = torch.tensor(stream(tokenizer, docs))
-    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=spec.lr, total_steps=spec.steps, pct_start=0.1)
-    gen = torch.Generator().manual_seed(spec.seed)
-    model.train()
-    for step in range(spec.steps):
-        starts = torch.randint(len(data) - spec.train_context, (spec.batch,), generator=gen)
-        batch = torch.stack([data[s:s + spec.train_context] for s in starts.tolist()])
-        loss = model(input_ids=batch, labels=batch).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        if step % 100 == 0 or step == spec.steps - 1:
-            log.info("neox step %d loss %.3f", step, loss.item())
-    return model.eval()
+    return fit(model, torch.tensor(stream(tokenizer, docs)), spec)
 
 
 def build_neox(out_dir: str | Path, spec: NeoxSpec | None = None) -> Path:
