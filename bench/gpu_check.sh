@@ -4,6 +4,10 @@
 # (its JSON figure lines also to $OUT/NAME.jsonl), and gets a status: ok, failed rc N, timed out, or
 # skipped with the missing package named. A summary table ends the output; $OUT/summary.json holds it.
 #   machine      the GPU, driver, python packages (and which of the dev ones are absent);
+#   families     bench/families.py: the family matrix (issue 26) in bf16: each family's tiny random-weight
+#                model (Llama, GPT-NeoX, GPT-2, Qwen2, Gemma 2, Mistral, Phi-3, OLMo 2) through `acr` and a
+#                small `scan`, and `acr --verify-engine vllm` on two families where vLLM is installed; first
+#                after machine, as a default that fails for one family is the first thing to know;
 #   library      bench/library_gpu.py: the scan's screen of a 30k-token slice on the 1B shape against one
 #                raw teacher-forced pass over the same tokens (tokens/s, side by side), and GCG steps of
 #                the library's search loop (s/step);
@@ -19,8 +23,9 @@
 #   replay       bench/screen_replay.py: the default screen's forwards on memorized text (a planted corpus
 #                the tiny model memorized, trained there on the CPU) replayed on the 1B shape, against one
 #                teacher-forced pass; last, as the step that may be cut.
-# The limits sum to 580 s (+5 s grace each to kill a step); GPU_CHECK_BUDGET_S (560) caps the total, a step
-# getting at most what is left, so the call ends within 9.5 minutes, as one device command must (10 min).
+# The limits sum to 700 s (+5 s grace each to kill a step); GPU_CHECK_BUDGET_S (560) caps the total, a step
+# getting at most what is left (the last steps are cut when the first run to their limits), so the call
+# ends within 9.5 minutes, as one device command must (10 min).
 # GPU_CHECK_REHEARSAL=1: the same steps on the CPU with tiny shapes and short limits, to check the script's
 # plumbing in a bare environment (the gpu tests then fail for want of CUDA, and the summary says so).
 # Usage (device tool): bash bench/gpu_check.sh   -> $OUT (or ./bench_out). PYTHON picks the interpreter.
@@ -35,13 +40,15 @@ mkdir -p "$out"
 
 if [[ "${GPU_CHECK_REHEARSAL:-0}" == 1 ]]; then
   mode=rehearsal device=cpu dtype=float32 small=tiny large=tiny both=tiny wide=tiny size=cpu book=2000 cands=64
-  declare -A limit=([machine]=20 [library]=60 [gpu_tests]=120 [gcg_step]=90 [miniprompt]=30 [screen_8b]=30
-                    [probe]=30 [replay]=60)
+  declare -A limit=([machine]=20 [families]=400 [library]=60 [gpu_tests]=120 [gcg_step]=90 [miniprompt]=30
+                    [screen_8b]=30 [probe]=30 [replay]=60)
+  fam_vllm=none
   tiny_args=(${ACR_TINY_DIR:+--workdir "$ACR_TINY_DIR"})  # a tiny model built before: no retraining
 else
   mode=gpu device=cuda dtype=bfloat16 small=1b large=8b both=1b,8b wide=135m,360m size=gpu book=30000 cands=512
-  declare -A limit=([machine]=20 [library]=90 [gpu_tests]=75 [gcg_step]=120 [miniprompt]=140 [screen_8b]=55
-                    [probe]=40 [replay]=40)
+  declare -A limit=([machine]=20 [families]=120 [library]=90 [gpu_tests]=75 [gcg_step]=120 [miniprompt]=140
+                    [screen_8b]=55 [probe]=40 [replay]=40)
+  fam_vllm=llama,qwen2
   tiny_args=()
 fi
 names=() statuses=() rcs=() took=() limits=() notes=()
@@ -113,6 +120,8 @@ for name in ("transformers", "tokenizers", "safetensors", "pyarrow", "click", "p
 step machine "" bash -c 'date -u +%FT%TZ; echo "mode $1"
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   "$2" -c "$3"' machine "$mode" "$py" "$machine_py"
+step families "torch transformers tokenizers pyarrow" "$py" bench/families.py --device "$device" --dtype "$dtype" \
+  --vllm "$fam_vllm" --out "$out/families"
 step library "torch transformers" "$py" bench/library_gpu.py --shapes "$small" --device "$device" --dtype "$dtype" \
   --book-tokens "$book"
 step gpu_tests "pytest torch transformers filelock tokenizers" "$py" -m pytest -o addopts="" -m gpu \

@@ -12,7 +12,7 @@ from typing import Any
 from scanner.errors import InputError, require
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-BOS_POLICIES = ("auto", "always", "never")
+BOS_POLICIES = ("auto", "always", "separator", "never")
 LOSSES = ("ce", "margin", "wrong_ce")
 SCHEDULES = ("fast", "paper")
 ENGINES = ("auto", "hf", "vllm")

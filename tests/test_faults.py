@@ -12,8 +12,10 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -25,6 +27,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from scanner.schema import WALL_CLOCK
+from scanner.storage.lock import holder_of
 from scanner.studies.tiny import CANARIES, salad
 
 SCAN = ["--span-tokens", "12", "--stride", "3", "--context-tokens", "12", "--docs-per-shard", "1",
@@ -63,6 +66,7 @@ def reference(tiny_dir, tmp_path_factory):
     corpus = write_corpus(root / "corpus.parquet")
     done = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(root / "ref"), *SCAN)
     assert done.returncode == 0, done.stderr
+    (root / "scan.stderr").write_text(done.stderr)  # its progress bar, for the test of the bar
     rows = comparable(root / "ref")
     assert any(r["memorized"] for r in rows), "the reference run must hold evidence to protect"
     return corpus, rows, root / "ref"
@@ -84,10 +88,25 @@ def _garble(path: Path, text: str = "{not json") -> None:
     path.write_text(text)
 
 
-def _lock_of(ctx, pid: int) -> None:
-    import socket
-
+def _lock_of(ctx, pid: int, **holder) -> None:
+    """A lock naming process `pid` of this host as a scan writes it (its start time, boot and command
+    line), `holder` replacing any of them; one written by hand names only host, pid and since."""
     (ctx["out"]).mkdir(parents=True, exist_ok=True)
+    (ctx["out"] / "lock").write_text(json.dumps({**holder_of(pid), **holder}))
+
+
+def _unrelated(ctx) -> int:
+    """A live process that is no scan (`sleep`); the case's repair ends it."""
+    ctx["sleep"] = subprocess.Popen(["sleep", "300"])
+    return ctx["sleep"].pid
+
+
+def _end_sleep(ctx) -> None:
+    ctx["sleep"].kill()
+    ctx["sleep"].wait()
+
+
+def _by_hand(ctx, pid: int) -> None:
     (ctx["out"] / "lock").write_text(json.dumps({"host": socket.gethostname(), "pid": pid, "since": "then"}))
 
 
@@ -106,7 +125,14 @@ CASES = [
     Case("live-lock", lambda ctx: _lock_of(ctx, os.getpid()), 2,
          (f"in use by acr-scan pid {os.getpid()}", "delete"), repair=lambda ctx: (ctx["out"] / "lock").unlink(),
          scanned_first=True),
-    Case("stale-lock", lambda ctx: _lock_of(ctx, _dead_pid()), 0, ("taking over the lock",), scanned_first=True),
+    Case("stale-lock", lambda ctx: _lock_of(ctx, _dead_pid()), 0, ("taking over the lock", "no longer runs"),
+         scanned_first=True),
+    # The pid of a killed scan, taken since by another process: the start time tells them apart.
+    Case("lock-pid-reused", lambda ctx: _lock_of(ctx, _unrelated(ctx), started=1), 0,
+         ("taking over the lock", "is now another process (sleep 300)"), repair=_end_sleep, scanned_first=True),
+    # A lock written by hand (no start time) naming a live process that is no acr-scan.
+    Case("lock-of-another-process", lambda ctx: _by_hand(ctx, _unrelated(ctx)), 0,
+         ("taking over the lock", "is now another process (sleep 300)"), repair=_end_sleep, scanned_first=True),
     Case("garbage-run-config", lambda ctx: _garble(ctx["out"] / "run_config.json", "[]"), 2,
          ("run_config.json is not a run configuration",), scanned_first=True,
          repair=lambda ctx: shutil.copy(ctx["saved"] / "run_config.json", ctx["out"] / "run_config.json")),
@@ -161,6 +187,36 @@ def test_fault_is_reported_then_the_run_resumes_to_the_reference_table(case, ref
         assert again.returncode == 0, again.stderr[-3000:]
     assert comparable(ctx["out"]) == want
     assert not (ctx["out"] / "lock").exists(), "the lock is released"
+
+
+def test_status_does_not_count_a_truncated_results_file(reference, tmp_path):
+    """What export, report and verify refuse (a results file cut short) is no finished shard for status."""
+    out = shutil.copytree(reference[2], tmp_path / "run")
+    _truncate(out / "results" / "part-00000.parquet")
+    got = cli("status", str(out))
+    assert got.returncode == 0, got.stderr[-2000:]
+    status = json.loads(got.stdout)
+    kept = pq.read_table(out / "results" / "part-00001.parquet").to_pylist()
+    assert (status["shards_done"], status["shards_total"], status["rows"]) == (1, 2, len(kept))
+    assert sum(status["status_counts"].values()) == len(kept)
+    assert list(status["damaged_shards"]) == ["00000"] and "not a readable Parquet file" in status["damaged_shards"]["00000"]
+    assert "warning: shard 00000 is not counted" in got.stderr and "relaunch the scan" in got.stderr
+    assert status["phase"] == "write" and status["progress"]["write"]["shards_done"] == 1
+    frame = cli("status", str(out), "--watch", "--iterations", "1")
+    assert "write       1/2 shards written" in frame.stdout and "damaged     shard 00000" in frame.stdout
+    refused = cli("export", str(out), "--out", str(tmp_path / "x.jsonl"))
+    assert refused.returncode == 2 and "part-00000.parquet is damaged" in refused.stderr
+
+
+def test_the_progress_bar_ends_with_the_runs_own_totals(reference):
+    """The bar follows the screen (no verdict yet); once the scan returns it shows the run's totals."""
+    bar = (reference[2].parent / "scan.stderr").read_text().replace("\r", "\n").splitlines()
+    last = [line for line in bar if line.startswith("scan:") and "memorized=" in line]
+    assert last, bar[-5:]
+    figures = dict(re.findall(r"(\w+)=([\d.]+)", last[-1]))
+    rows = pq.read_table(reference[2] / "results").to_pylist()
+    assert int(figures["memorized"]) == sum(r["status"] == "memorized" for r in rows) > 0
+    assert int(figures["spans"]) == len(rows)
 
 
 def test_documents_sharing_an_id_keep_their_own_rows_and_evidence(reference, tiny_dir, tmp_path):

@@ -348,3 +348,16 @@ def test_an_id_that_is_not_utf8_is_refused_at_open_naming_its_place(tmp_path):
     with pytest.raises(InputError, match=r"id column 'id' in .*c.parquet' row group 1, row 3 .* is not valid "
                                          r"UTF-8 \(byte 0xff at byte 0\), 2 such id\(s\) in the file; re-encode"):
         open_corpus(CorpusConfig(path=str(tmp_path / "c.parquet")))
+
+
+@pytest.mark.parametrize("options, fix", [
+    (["--text-column", "body"], "pass --text-column with one of them"),
+    (["--id-column", "key"], "pass --id-column with one of them"),
+    (["--keep-columns", "id,genre"], "drop 'genre' from --keep-columns or name one of them there"),
+], ids=["text-column", "id-column", "keep-columns"])
+def test_a_missing_corpus_column_names_the_option_that_asked_for_it(tmp_path, options, fix):
+    """Found when the corpus is opened, before the model loads: no run directory is left."""
+    corpus = write_corpus(tmp_path / "c.parquet", texts())
+    got = cli("scan", corpus, "--model", tmp_path / "no-model-needed", "--out", tmp_path / "run", *SCAN, *options)
+    assert_fails(got, 2, f"not found in '{corpus}'", "columns are [id, text]", fix)
+    assert not (tmp_path / "run").exists()

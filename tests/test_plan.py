@@ -175,10 +175,19 @@ def test_a_plan_relaunched_with_another_draw_is_refused_naming_the_fix(planned, 
     assert done.returncode == 2, done.stdout + done.stderr
     assert "drawn with --sample 0.5 (share), seed 0; this one asks 3 (count)" in done.stderr
     assert "or a new --out" in done.stderr
+    # The same draw from another screen sample: the fix names the option that changed.
+    screen = cli("plan", str(root / "corpus.parquet"), "--model", str(tiny_dir), "--sample", "0.5", "--screen-sample",
+                 "0.5", "--out", str(root / "plan"), *SCAN)
+    assert screen.returncode == 2, screen.stdout + screen.stderr
+    assert "another screen sample (10 of 10 documents, seed 0" in screen.stderr
+    assert "this one asks 5 of 10 documents, seed 0" in screen.stderr
+    assert "the same corpus, --screen-sample and --seed to resume it" in screen.stderr
 
 
 @pytest.mark.parametrize("args, names", [
     (["--sample", "0"], ["--sample '0' must be above 0"]),
+    (["--sample", "inf"], ["--sample 'inf' is not a finite number", "a share in (0, 1]"]),
+    (["--sample", "0.5", "--screen-sample", "nan"], ["--screen-sample 'nan' is not a finite number", "of documents (50)"]),
     (["--sample", "2.0"], ["--sample '2.0': a share is at most 1", "whole number (2)", "of candidates"]),
     (["--sample", "0.5", "--screen-sample", "11"], ["--screen-sample 11: the corpus has only 10 documents",
                                                     "at most 10"]),

@@ -221,15 +221,22 @@ def test_missing_column_is_a_user_error():
         render_report(crafted().drop_columns(["prompt_tokens"]), SUMMARY)
 
 
-def test_write_report_is_atomic(tmp_path):
+def test_write_report_is_atomic(tmp_path, monkeypatch):
     out = write_report(crafted(), SUMMARY, tmp_path / "sub" / "report.html")
     assert out.read_text(encoding="utf-8") == render_report(crafted(), SUMMARY, pages="report-passages")
     # a page per flagged span beside it (no passages table), and no temporary folder left
     assert sorted(p.name for p in out.parent.iterdir()) == ["report-passages", "report.html"]
-    assert len(list((out.parent / "report-passages").iterdir())) == 5
-    (tmp_path / "taken.html").mkdir()  # os.replace cannot put a file over a folder
-    with pytest.raises(OSError):
+    assert len(list((out.parent / "report-passages").glob("*.html"))) == 5
+    (tmp_path / "taken.html").mkdir()  # a folder as --out is refused up front, naming it (not a temp file)
+    with pytest.raises(InputError, match="taken.html is a folder; name the HTML file"):
         write_report(crafted(), SUMMARY, tmp_path / "taken.html")
+
+    def full(path, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("scanner.results.report.atomic_write_bytes", full)  # the report's own write fails
+    with pytest.raises(OSError):
+        write_report(crafted(), SUMMARY, tmp_path / "new.html")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sub", "taken.html"]
 
 

@@ -17,7 +17,7 @@ import pytest
 from scanner.config import CorpusConfig
 from scanner.results.html_format import page_name
 from scanner.results.report import write_report
-from scanner.results.report_pages import findings, write_pages
+from scanner.results.report_pages import MARKER, findings, write_pages
 from scanner.schema import passages_schema
 from scanner.stages.read import open_corpus
 from scanner.stages.surroundings import Wanted, surroundings, window
@@ -131,7 +131,7 @@ def test_pages_without_surroundings_say_so_and_runs_without_passages_get_span_pa
     results, _ = run_tables()
     out = write_report(results, {}, tmp_path / "r #1 é.html")  # '#' would cut a raw link into a fragment
     assert '<a href="r%20%231%20%C3%A9-passages/span-' in out.read_text(encoding="utf-8")
-    pages = sorted((tmp_path / "r #1 é-passages").iterdir())
+    pages = sorted((tmp_path / "r #1 é-passages").glob("*.html"))  # beside them: the folder's marker
     assert [p.name for p in pages] == sorted(f"span-{r['span_id']}.html" for r in results.to_pylist()
                                              if r["status"] == "memorized")
     page = pages[0].read_text(encoding="utf-8")
@@ -151,4 +151,4 @@ def test_page_names_are_safe_and_a_failed_write_keeps_the_old_pages(tmp_path):
         write_pages(folder, [("b", "new")], fail)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r-passages"] and (folder / "a.html").read_text() == "old"
     assert write_pages(folder, [("b", "new")], lambda: None) == 1
-    assert sorted(Path(p).name for p in folder.iterdir()) == ["b.html"]  # stale pages go
+    assert sorted(Path(p).name for p in folder.iterdir()) == [MARKER, "b.html"]  # stale pages go

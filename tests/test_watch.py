@@ -4,9 +4,12 @@ One scan (a canary document and salad ones, a shard each) is frozen (SIGSTOP) on
 shards are screened and again once some but not all search units are done; each time its run directory
 is copied, as a kill at that moment would leave it, and the scan goes on to the end. The certify, write
 and passages states are copies of the finished run less what those phases had not committed yet (done
-markers, later phases' plans, passages.parquet), as a kill during that phase leaves them."""
+markers, later phases' plans, passages.parquet), as a kill during that phase leaves them. Each such copy
+is then locked by this test's own process, as a live scan holds its run directory; the killed state is
+the write state with the lock the real scan left behind (its pid gone)."""
 
 import json
+import os
 import random
 import re
 import shutil
@@ -26,6 +29,7 @@ from scanner.config import Budget, ScreenConfig
 from scanner.stages.screen import cuts, rounds
 from scanner.stages.spans import tokenize_document
 from scanner.stages.stream import DocumentStream, stream_windows
+from scanner.storage.lock import holder_of
 from scanner.storage.status import _left_by_budget
 from scanner.storage.store import Store
 from scanner.studies.tiny import salad
@@ -112,6 +116,10 @@ def runs(tiny_dir, tmp_path_factory):
     states["tighten"] = without(out, root / "tighten", keep={"tighten/done": 1, "done": 0}, remove=("passages.parquet",))
     states["write"] = without(out, root / "write", keep={"done": 3}, remove=("passages.parquet",))
     states["passages"] = without(out, root / "passages", keep={}, remove=("passages.parquet",))
+    states["killed"] = without(out, root / "killed", keep={"done": 3}, remove=("passages.parquet",))
+    shutil.copy(root / "search" / "lock", states["killed"] / "lock")  # the scan's, which no longer runs
+    for state in ("screen", "certify", "search", "tighten", "write", "passages"):
+        (states[state] / "lock").write_text(json.dumps(holder_of(os.getpid())))  # held, as by a live scan
     return states
 
 
@@ -238,6 +246,8 @@ def test_a_scan_before_its_passages_and_a_complete_one(runs):
     done = status(runs["complete"])
     assert done["phase"] == "complete" and done["eta_s"] == 0 and done["shards_done"] == 10
     assert done["progress"]["passages"]["built"] is True
+    # every unit committed removed its progress file: nothing runs
+    assert done["running"] == [] and not list((runs["complete"] / "progress").glob("*.json"))
 
 
 def documents(run: Path, engine) -> dict[str, list[int]]:
@@ -353,10 +363,13 @@ def test_the_search_logs_one_line_per_candidate(runs):
     run = runs["complete"]
     for marker in markers(run, "search/done"):
         stats = json.loads((run / "search/stats" / f"{marker.name}.json").read_text())
+        log = (run / "logs" / f"search-{marker.name}.log").read_text()
         lines = re.findall(r"INFO scanner\.run\.shard: span \w+: (memorized|not_memorized|failed)(, rejected early)?, "
-                           r"(prompt tokens \d+|no prompt found), steps \d+, [\d.]+ s",
-                           (run / "logs" / f"search-{marker.name}.log").read_text())
+                           r"(prompt tokens \d+|no prompt found), steps \d+, [\d.]+ s", log)
         assert len(lines) == stats["candidates"]
+        starts = re.findall(r"span \w+ \(candidate (\d+)/(\d+), \d+ tokens\) starts, prompt cap \d+", log)
+        assert [(int(i), int(n)) for i, n in starts] == [(i, stats["candidates"]) for i in range(1, len(lines) + 1)]
+        assert re.search(r"span \w+: length \d+ .* after \d+/\d+ steps, best right \d+/\d+", log), log
         assert sum(outcome == "memorized" for outcome, _, _ in lines) == stats["memorized"]
 
 
@@ -375,10 +388,31 @@ def test_ctrl_c_leaves_the_watch_with_exit_0(runs):
 
 
 def test_watch_waits_for_a_run_that_has_no_plan_yet_and_refuses_a_missing_one(tmp_path):
-    (tmp_path / "run").mkdir()
-    out = cli("status", str(tmp_path / "run"), "--watch", "--iterations", "1")
-    assert out.returncode == 0 and "phase: starting" in out.stdout and "shard plan" in out.stdout
+    (tmp_path / "run").mkdir()  # made before its scan starts: no lock, no plan yet
+    out = cli("status", str(tmp_path / "run"), "--watch", "--iterations", "2", "--interval", "0.1")
+    assert out.returncode == 0 and out.stdout.count("phase: starting  (") == 2 and "shard plan" in out.stdout
     missing = cli("status", str(tmp_path / "nope"), "--watch")
     assert missing.returncode == 2 and "does not exist" in missing.stderr
+    (tmp_path / "file").write_text("not a run")
+    for command in (["status", str(tmp_path / "file"), "--watch"], ["status", str(tmp_path / "file")]):
+        refused = cli(*command)
+        assert refused.returncode == 2 and "does not exist" not in refused.stderr, refused.stderr
+        assert "not a run directory" in refused.stderr and "--out folder of" in refused.stderr
     bad = cli("status", str(tmp_path / "run"), "--watch", "--interval", "0")
     assert bad.returncode == 2 and "--interval 0.0 must be > 0" in bad.stderr
+
+
+def test_a_killed_scan_says_nothing_runs_and_the_watch_ends(runs):
+    """Its lock names the scan's pid, which is gone: the phase is where it stopped, with no ETA."""
+    run = runs["killed"]
+    got = status(run)
+    assert got["phase"] == "write" and got["eta_s"] is None and got["shards_done"] == 3
+    process = got["scan_process"]
+    assert process["running"] is False and "no longer runs" in process["why"]
+    assert process["lock"]["pid"] == json.loads((run / "lock").read_text())["pid"]
+    assert status(runs["write"])["scan_process"]["running"] is True  # the same state, held by a live process
+    out = cli("status", str(run), "--watch", "--interval", "0.1", timeout=60)  # ends by itself
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("phase: write, stopped: no scan is running") == 1
+    assert "throughput  none: no scan is running" in out.stdout and "relaunch the scan command" in out.stdout
+    assert not re.search(r"ETA +\d", out.stdout) and "write       3/10 shards written" in out.stdout

@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import click
-
-from scanner.cli.output import calibration_line
+from scanner.cli.output import calibration_line, echo
 
 
 def path_label(info: dict) -> str:
@@ -65,14 +63,15 @@ def completeness_line(bundle: str) -> str:
     import json
     from pathlib import Path
 
+    from scanner.errors import InputError
     from scanner.results.bundle import DENOMINATORS
     from scanner.results.denominators import denominators_line
+    from scanner.results.verify import bundle_file
 
-    path = Path(bundle) / DENOMINATORS
-    try:
-        counts = json.loads(path.read_text(encoding="utf-8"))
+    try:  # through the confinement rule: a link named denominators.json must not read a file elsewhere
+        counts = json.loads(bundle_file(Path(bundle), DENOMINATORS).read_text(encoding="utf-8"))
         line = denominators_line(counts["run"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, InputError):
         return f"the bundle has no readable {DENOMINATORS}: it does not say whether its scan was complete"
     if counts.get("complete") is True:
         return f"the scan was complete when exported; {line}"
@@ -89,8 +88,9 @@ def verify_lines(recheck, table=None, bundle: str | None = None, expect: str | N
         from pathlib import Path
 
         from scanner.results.bundle import MANIFEST, sha256_bytes
+        from scanner.results.verify import bundle_file
 
-        digest = sha256_bytes((Path(bundle) / MANIFEST).read_bytes())
+        digest = sha256_bytes(bundle_file(Path(bundle), MANIFEST).read_bytes())
         state = (f"{len(recheck.problems)} problem(s) in the bundle" if recheck.problems else
                  "bundle intact: every file matches its manifest, the model's files match model.json")
         lines += [state, _published_line(digest, expect, signer), completeness_line(bundle)]
@@ -119,8 +119,8 @@ def verify_main(run, bundle: str | None, model: str | None, dtype: str | None, v
         require(expect is None and signer is None, "--expect and --signer check a bundle; pass --bundle DIR")
         recheck = verify_run(str(run.path), model, dtype, verify_engine, fragile_margin)
         lines = verify_lines(recheck, table=run.read_results())
-    for line in lines:
-        click.echo(line)
+    for line in lines:  # ids, names and prompts are the bundle's or the corpus's: printed terminal-safe
+        echo(line)
     return 0 if recheck.ok else 3
 
 
@@ -129,9 +129,9 @@ def export_bundle(run, bundle: str, tau: str, calibrated: bool, model: str | Non
 
     done = write_bundle(run, bundle, tau=tau, calibrated=calibrated, model=model, sign=sign)
     signed = f", signed ({MANIFEST}.sig)" if done["signed"] else ""
-    click.echo(f"bundle of {done['rows']} rows written to {bundle} ({done['files']} files{signed}); {MANIFEST} sha256 "
-               f"{done['manifest_sha256']} (publish it with the evidence); re-check it with: python "
+    echo(f"bundle of {done['rows']} rows written to {bundle} ({done['files']} files{signed}); {MANIFEST} sha256 "
+         f"{done['manifest_sha256']} (publish it with the evidence); re-check it with: python "
                f"{bundle}/recheck.py --model MODEL --expect {done['manifest_sha256']}")
     if not done["complete"]:
-        click.echo("warning: the scan is unfinished; the bundle says so (denominators.json) and covers its "
+        echo("warning: the scan is unfinished; the bundle says so (denominators.json) and covers its "
                    "finished part only", err=True)

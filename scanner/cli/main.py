@@ -25,7 +25,15 @@ from scanner.cli.options import (
     search_config,
     search_options,
 )
-from scanner.cli.output import calibration_line, emit_records, run_summary, summary_line, work_text_tokens
+from scanner.cli.output import (
+    calibration_line,
+    echo,
+    emit_records,
+    run_summary,
+    summary_line,
+    terminal_safe,
+    work_text_tokens,
+)
 from scanner.cli.sections import PLAN, TARGETS, SectionedCommand, option
 from scanner.config import DTYPES, ENGINES
 from scanner.errors import InputError
@@ -74,12 +82,19 @@ def _json_target(file: str, number: int, line: str) -> dict:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-v", "--verbose", count=True, help="-v for progress, -vv for debug logs.")
+@click.option("-v", "--verbose", count=True, help="-v for info logs, -vv for debug logs.")
 @click.version_option(package_name="acr-scanner")
 def cli(verbose: int) -> None:
     """Measure LLM memorization with the Adversarial Compression Ratio."""
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()  # log lines quote ids and names too: printed terminal-safe
+    handler.setFormatter(SafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
+
+
+class SafeFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return terminal_safe(super().format(record))
 
 
 @cli.command("acr", cls=SectionedCommand)
@@ -92,7 +107,8 @@ def cli(verbose: int) -> None:
 @option(TARGETS, "--json", "as_json", is_flag=True, help="One JSON object per target.")
 @click.argument("texts", nargs=-1)
 def acr_command(texts, file, as_json, natural_prefix, **options) -> None:
-    """ACR of each TEXT (or of each line of --file) against --model."""
+    """ACR of each TEXT (or of each line of --file) against --model. On a terminal, without --json, stderr
+    shows each target's search: the prompt length tried, the GCG step, the target tokens right, the time."""
     from scanner.engine.check import check_model
 
     # Before the heavy imports (torch, transformers): a bad --file or --model fails in a moment.
@@ -103,14 +119,17 @@ def acr_command(texts, file, as_json, natural_prefix, **options) -> None:
         from scanner.engine.draft import check_draft
 
         check_draft(model_config(options), search.gcg.draft.model)
+    from scanner.cli.progress import TargetsLine, on_terminal
     from scanner.run.measure import measure_many
+    from scanner.search.progress import QUIET
 
     if natural_prefix is not None:
         for t in targets:
             t.setdefault("natural_prefix", natural_prefix)
     configs = model_config(options), prompt_config(options), search
+    observer = TargetsLine([t["text"] for t in targets]) if on_terminal() and not as_json else QUIET
     emit_records(measure_many(*configs, targets, engines=engine_config(options),
-                              calibration=calibration_config(options)), as_json)
+                              calibration=calibration_config(options), observer=observer), as_json)
 
 
 @cli.command("scan", cls=SectionedCommand)
@@ -127,7 +146,7 @@ def scan_command(corpus, out, **options) -> None:
     if failed:
         for task, error in sorted(failed.items(), key=str):
             name = f"shard {task:05d}" if isinstance(task, int) else task
-            click.echo(f"{name} failed after {executor.max_retries} retries: {error}", err=True)
+            echo(f"{name} failed after {executor.max_retries} retries: {error}", err=True)
         click.echo(f"{len(failed)} shard(s) or unit(s) failed and stay pending; relaunch the same command to "
                    "retry them (finished work is kept)", err=True)
         sys.exit(4)
@@ -155,7 +174,7 @@ def plan_command(corpus, out, sample, screen_sample, workers, efficiency, as_jso
     from scanner.cli.progress import ProgressBar
     from scanner.run.plan import plan_scan
 
-    bar = ProgressBar()  # the bar of `scan`, on the sample's run
+    bar = ProgressBar(Path(out) / "run")  # the bar of `scan`, on the sample's run
     try:
         plan = plan_scan(scan_config(options, corpus), out, sample, workers=workers, efficiency=efficiency,
                          executor=executor_config(options), passages=passage_config(options), progress=bar,
@@ -203,18 +222,26 @@ def ingest_command(sources, out, log_path, text_field, id_field, title_field, au
 @click.option("--iterations", type=int, default=None, help="--watch: stop after this many refreshes.")
 def status_command(run_dir, workers, watch, interval, iterations) -> None:
     """The phase (starting, screen, certify, search, write, passages, complete), each phase's progress,
-    shards done and total, rows by status, throughput, the current phase's ETA (JSON; --watch: a live view)."""
+    shards done and total, rows by status, throughput, the current phase's ETA, and inside each running
+    unit its candidates done, the live candidate's prompt length, step and tokens right, and the age of
+    its heartbeat (`running`) (JSON; --watch: a live view)."""
     from scanner.storage.rundir import RunDir
 
     if not watch:
         run = RunDir(run_dir)
         run.require_run()
         from scanner.storage.cost import run_cost
+        from scanner.storage.progress import running
         from scanner.storage.status import phase_counts, progress
 
         now = progress(run, workers)  # eta_s and elapsed_s of the phase the run is in, not only phase 3's
-        click.echo(json.dumps({**run.status(workers), "phases": phase_counts(run), "phase": now.pop("phase"),
-                               "eta_s": now.pop("eta_s"), "elapsed_s": now.pop("elapsed_s"), "progress": now,
+        counts = run.status(workers)
+        for shard, why in counts["damaged_shards"].items():
+            click.echo(f"warning: shard {shard} is not counted: {why}", err=True)
+        click.echo(json.dumps({**counts, "phases": phase_counts(run), "phase": now.pop("phase"),
+                               "eta_s": now.pop("eta_s"), "elapsed_s": now.pop("elapsed_s"),
+                               "scan_process": now.pop("scan_process"), "progress": now,
+                               "running": running(run.path),
                                "cost": run_cost(run)}, indent=1))
         return
     from scanner.cli.watch import watch as watch_run
@@ -300,7 +327,8 @@ def readable_run(run_dir: str):
 @click.argument("run_dir")
 @click.option("--out", "out", required=True, help="The HTML file to write; a page per finding goes to OUT-STEM-passages/.")
 @click.option("--corpus", "corpus", default=None, help="Where the scanned corpus lies now (default: the scan's path).")
-@click.option("--context-chars", default=1200, show_default=True, help="Characters of the book each side of a passage.")
+@click.option("--context-chars", default=1200, show_default=True,
+              help="Characters of the book each side of a passage (0: the passage alone).")
 def report_command(run_dir, out, corpus, context_chars) -> None:
     """One self-contained HTML page: summary, ACR histogram, a row per document with findings and a
     summary of the rest, memorized passages; and a page per passage in the book's surrounding text."""
@@ -309,6 +337,9 @@ def report_command(run_dir, out, corpus, context_chars) -> None:
     from scanner.results.report import write_report
     from scanner.storage.passages import passages_path, read_passages
 
+    if context_chars < 0:  # a negative reach cut the passage itself, and every page said the corpus was absent
+        raise InputError(f"--context-chars {context_chars}: must be 0 or more (0: the passage alone); "
+                         "pass e.g. --context-chars 1200")
     run = readable_run(run_dir)
     passages = read_passages(run) if passages_path(run).is_file() else None
     if passages is None:
@@ -397,13 +428,13 @@ def main() -> None:
     except click.ClickException as err:
         err.show()
         sys.exit(2)
-    except InputError as err:
-        click.echo(f"error: {err}", err=True)
+    except InputError as err:  # a message may quote an id or a name that others wrote
+        echo(f"error: {err}", err=True)
         sys.exit(2)
     except OSError as err:
         if not environment_fault(err):
             raise_internal()
-        click.echo(f"error: {os_error_message(err)}", err=True)
+        echo(f"error: {os_error_message(err)}", err=True)
         sys.exit(2)
     except Exception:
         raise_internal()

@@ -84,7 +84,11 @@ def model_options(f):
         option(PROMPT, "--system-prompt", default=None, help="Fixed system prompt (uncounted); needs --chat."),
         option(PROMPT, "--instruction", default=None, help="Fixed text before the free tokens (uncounted)."),
         option(PROMPT, "--bos", default=default_of(PromptConfig, "bos"), show_default=True,
-               type=click.Choice(BOS_POLICIES)),
+               type=click.Choice(BOS_POLICIES),
+               help="The uncounted token before the input. auto: the BOS the tokenizer (or GGUF file) adds, "
+                    "else the document separator the family was pretrained with (<|endoftext|>, else BOS, "
+                    "else EOS); always: the BOS token; separator: the separator even where a BOS is added; "
+                    "never: nothing (acr only)."),
         option(PROMPT, "--allow-non-ascii", is_flag=True, help="Admit non-ASCII prompt tokens and targets."),
     ])
 

@@ -5,7 +5,7 @@ report is still written and its pages say the surrounding text is not shown."""
 
 from __future__ import annotations
 
-import click
+from scanner.cli.output import echo
 
 
 def _corpus(run, path: str | None):
@@ -22,11 +22,11 @@ def _corpus(run, path: str | None):
     try:
         opened = open_corpus(config)
     except InputError as err:
-        click.echo(f"note: the pages show no surrounding text: the corpus {where} cannot be read ({err}); pass "
+        echo(f"note: the pages show no surrounding text: the corpus {where} cannot be read ({err}); pass "
                    "--corpus PATH where it now lies", err=True)
         return None
     if saved.get("corpus_fingerprint") and opened.fingerprint() != saved["corpus_fingerprint"]:
-        click.echo(f"note: the pages show no surrounding text: the corpus {where} is not the one the scan read "
+        echo(f"note: the pages show no surrounding text: the corpus {where} is not the one the scan read "
                    "(its fingerprint differs); pass --corpus PATH of the scanned files", err=True)
         return None
     return opened
@@ -38,7 +38,7 @@ def surroundings_of(run, table, passages, corpus_path: str | None, chars: int) -
     from scanner.stages.surroundings import Wanted, surroundings
 
     finds = findings(table, passages)
-    if not finds or chars <= 0:
+    if not finds:
         return {}
     corpus = _corpus(run, corpus_path)
     if corpus is None:

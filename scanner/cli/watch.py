@@ -4,7 +4,10 @@ It reads only the run directory (scanner/storage/status.py: plans, done markers,
 talks to the driver, so it follows a scan running anywhere that writes to a shared run directory: a Ray
 job on a cluster, another terminal, another machine on NFS. Each frame names the phase (starting,
 screen, certify, search, tighten, write, passages, complete), one line per phase with its counts, and the
-current phase's throughput and ETA.
+current phase's throughput and ETA, and a line per running unit (storage/progress.py: its candidates done,
+each live search's span, prompt length, GCG step and tokens right, the age of its heartbeat).
+A run no scan works on (its lock gone, or its holder gone: killed) is shown once, as stopped, with
+no throughput nor ETA, and the watch ends.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import time
 from datetime import datetime
 
 from scanner.errors import require
+from scanner.storage.progress import running
 from scanner.storage.rundir import PLAN_FILE, RunDir
 from scanner.storage.status import progress
 
@@ -22,7 +26,7 @@ STEPS = ("screen", "certify", "search", "tighten", "write", "passages")
 def snapshot(run: RunDir, workers: int = 1, now: float | None = None) -> dict:
     """Everything one frame shows, as plain values."""
     now = time.time() if now is None else now
-    snap = {**progress(run, workers), "time": now, "workers": workers}
+    snap = {**progress(run, workers), "time": now, "workers": workers, "running": running(run.path, now)}
     if (run.path / PLAN_FILE).exists():
         snap["results"] = run.status(workers)  # phase 3's counts by status
     return snap
@@ -108,28 +112,63 @@ def _eta(snap: dict) -> str:
     return f"{_duration(snap['eta_s'])} to the end of {ends}"
 
 
+def stopped(snap: dict) -> bool:
+    """No scan works on the run and it is not complete; a folder that no scan locked yet and that has no
+    plan is waiting for its scan to start, not stopped."""
+    process = snap["scan_process"]
+    started = snap["phase"] != "starting" or process["lock"] is not None
+    return process["running"] is False and snap["phase"] != "complete" and started
+
+
 def render(snap: dict, run_dir: str) -> str:
     clock = datetime.fromtimestamp(snap["time"]).strftime("%H:%M:%S")
-    head = f"run {run_dir}  phase: {snap['phase']}  ({clock})"
+    halted = stopped(snap)
+    head = f"run {run_dir}  phase: {snap['phase']}{', stopped: no scan is running' if halted else ''}  ({clock})"
+    relaunch = (f"none: no scan is running ({snap['scan_process']['why']}); relaunch the scan command to "
+                "resume it (finished work is kept)")
     if "screen" not in snap:
-        return head + "\n  waiting for the scan to save its shard plan"
+        return head + "\n  " + (relaunch if halted else "waiting for the scan to save its shard plan")
     reached = STEPS.index(snap["phase"]) if snap["phase"] in STEPS else len(STEPS)
     rows = [(step, LINES[step](snap[step]) if i <= reached else "waiting") for i, step in enumerate(STEPS)]
     if reached >= STEPS.index("write"):  # the results table's counts, once there is one
         counts = ", ".join(f"{k} {v}" for k, v in sorted(snap["results"]["status_counts"].items())) or "none yet"
         rows.append(("results", f"{snap['results']['rows']} spans ({counts})"))
+    damaged = snap.get("results", {}).get("damaged_shards", {})  # not counted above: a relaunch redoes them
+    rows += [("damaged", f"shard {shard}: {why}") for shard, why in damaged.items()]
     last = "none yet" if snap["last_commit"] is None else f"{_duration(snap['time'] - snap['last_commit'])} ago"
-    rows += [("throughput", _rate(snap)), ("ETA", _eta(snap)), ("last commit", last)]
+    rows += [("throughput", "none: no scan is running" if halted else _rate(snap)),
+             ("ETA", relaunch if halted else _eta(snap)), ("last commit", last)]
+    rows += [("running", running_line(unit)) for unit in snap.get("running", [])]
     return "\n".join([head, *(f"  {name:<12}{value}" for name, value in rows)])
 
 
+def search_line(live: dict) -> str:
+    """One live search of a running unit: its candidate, span, prompt length, GCG step and tokens right."""
+    where = f"candidate {live.get('candidate', '?')} (span {live.get('span_id') or '?'})"
+    if live.get("length") is None:
+        return f"{where}: starting"
+    step = f"step {live.get('step', 0)}/{live.get('steps', 0)}" if live.get("steps") else "no GCG steps"
+    return (f"{where}: length {live['length']}, {step}, right {live.get('right', 0)}/{live.get('target_tokens', '?')}, "
+            f"{_duration(live.get('elapsed_s', 0))}")
+
+
+def running_line(unit: dict) -> str:
+    """A running unit (storage/progress.py running): candidates done, its live searches, its heartbeat."""
+    live = "; ".join(map(search_line, unit["live"])) or "between candidates"
+    return (f"{unit['unit']}: {_of(unit.get('candidates_done', 0), unit.get('candidates_total'))} candidates done; "
+            f"{live}; heartbeat {_duration(unit['heartbeat_age_s'])} ago")
+
+
 def watch(run_dir: str, *, interval: float, iterations: int | None, workers: int, show) -> int:
-    """Show a frame every `interval` seconds until the run is complete or `iterations` frames were
-    shown; `show(text)` draws one frame. Returns the number of frames. Ctrl-C is the caller's."""
+    """Show a frame every `interval` seconds until the run is complete or stopped (no scan runs) or
+    `iterations` frames were shown; `show(text)` draws one frame. Returns the number of frames. Ctrl-C
+    is the caller's."""
     require(interval > 0, f"--interval {interval} must be > 0 seconds")
     require(iterations is None or iterations >= 1, f"--iterations {iterations} must be >= 1")
     require(workers >= 1, f"workers {workers} must be >= 1")
     run = RunDir(run_dir)
+    require(not run.path.exists() or run.path.is_dir(), f"'{run_dir}' is a file, not a run directory; pass "
+            "the --out folder of a scan")
     require(run.path.is_dir(), f"'{run_dir}' does not exist; pass the --out folder of a scan (it is made "
             "when the scan starts)")
     frames = 0
@@ -137,6 +176,6 @@ def watch(run_dir: str, *, interval: float, iterations: int | None, workers: int
         snap = snapshot(run, workers)
         show(render(snap, run_dir))
         frames += 1
-        if snap["phase"] == "complete" or (iterations is not None and frames >= iterations):
+        if snap["phase"] == "complete" or stopped(snap) or (iterations is not None and frames >= iterations):
             return frames
         time.sleep(interval)

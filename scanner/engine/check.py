@@ -15,7 +15,7 @@ import logging
 import zipfile
 from pathlib import Path
 
-from scanner.config import ModelConfig
+from scanner.config import ModelConfig, PromptConfig
 from scanner.engine.loading import brief, model_source
 from scanner.errors import InputError
 
@@ -155,3 +155,21 @@ def check_gguf(file: Path, model: str) -> None:
     size = file.stat().st_size
     if end > size:
         raise _damaged(model, file, f"is {size} bytes but its tensors end at byte {end} (cut short)")
+
+
+def check_template(model: ModelConfig, prompt: PromptConfig) -> None:
+    """A scan scores every document's first token from the position before it, so its template must open
+    with at least one uncounted token: refused here, from the tokenizer alone (no weights), before a run
+    directory exists. A hub id is left to the worker (it cannot be read offline here)."""
+    from scanner.engine.loading import load_tokenizer
+    from scanner.engine.template import build_template
+
+    if model_source(model.model) == "hub":
+        return
+    tokenizer, file_adds_bos = load_tokenizer(model)
+    template = build_template(tokenizer, prompt, file_adds_bos)  # refuses --chat without a template, ...
+    if not template.prefix_ids:
+        raise InputError(f"--model {model.model} with --bos {prompt.bos}: the input would open on a document's "
+                         "first token, which then has no position before it to be predicted from; pass "
+                         "--bos auto (the BOS or the document separator), --bos always or --chat")
+    log.info("template of %s: %s", model.model, template.bos_policy)

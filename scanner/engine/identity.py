@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from scanner.config import ModelConfig
+from scanner.confine import inside
 from scanner.engine.loading import model_source
 from scanner.errors import InputError
 
@@ -125,7 +126,9 @@ def identity_problems(recorded: dict, model: str) -> list[str]:
     single = root.is_file()
     problems = []
     for entry in recorded.get("files", []):
-        path = root if single else root / entry["path"]
+        # The record's names stay inside the model folder (`..`, absolute paths refused): a bundle must not
+        # make verify hash, and print the digest of, any file of this machine.
+        path = root if single else inside(root, entry["path"], "the evidence's model.json", follow_links=True)
         if not path.is_file():
             problems.append(f"model file {entry['path']} ({entry['role']}): missing in {model}")
             continue

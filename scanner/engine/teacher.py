@@ -52,7 +52,7 @@ def teacher_scores(engine: HFEngine, seqs: list[list[int]], tails: list[int], to
     forwards of at most config.max_rows rows and config.batch_tokens tokens (padding included)."""
     require(all(0 < t < len(s) for s, t in zip(seqs, tails, strict=True)),
             "a document's first token has no position before it to be predicted from: this template has no "
-            "prefix (BOS); pass --bos always")
+            "prefix (BOS or document separator); pass --bos auto")
     extraction = config.extraction
     if not seqs:
         return Scored([], 0)

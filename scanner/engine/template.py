@@ -38,21 +38,59 @@ def _adds_bos(tokenizer) -> bool:
     return bos is not None and tokenizer("a", add_special_tokens=True).input_ids[:1] == [bos]
 
 
+# The token GPT-2, GPT-NeoX (Pythia), Qwen, SmolLM and OLMo put between the documents they were
+# pretrained on: what their models saw before every document's first token.
+SEPARATOR = "<|endoftext|>"
+
+
+def separator_id(tokenizer) -> tuple[int | None, str]:
+    """The document separator of a tokenizer that adds no BOS, and its name: <|endoftext|> where the
+    vocabulary has it, else the BOS token,
+    else the EOS token; (None, "") when it has none of them."""
+    sep = tokenizer.convert_tokens_to_ids(SEPARATOR)  # the unknown token's id where the vocabulary lacks it
+    if isinstance(sep, int) and tokenizer.convert_ids_to_tokens(sep) == SEPARATOR:
+        return sep, SEPARATOR
+    for name in ("bos", "eos"):
+        token_id = getattr(tokenizer, f"{name}_token_id")
+        if token_id is not None:
+            return token_id, f"{getattr(tokenizer, f'{name}_token')} ({name.upper()})"
+    return None, ""
+
+
+def _separator(tokenizer, why: str) -> tuple[tuple[int, ...], str]:
+    sep, name = separator_id(tokenizer)
+    if sep is None:
+        raise InputError(f"--bos {why}: this tokenizer has no BOS, EOS or {SEPARATOR} token to open a "
+                         "document with; pass --bos never (acr only: a scan cannot score a document's first "
+                         "token without a position before it) or --chat")
+    return (sep,), f"document separator {name} id {sep} prepended (--bos {why}), uncounted"
+
+
 def bos_ids(tokenizer, policy: str, chat: bool, file_adds_bos: bool | None = None) -> tuple[tuple[int, ...], str]:
-    """The uncounted BOS prefix and a description of why. `file_adds_bos`: the model file's own flag
-    (GGUF), which wins over a tokenizer that lost it in conversion."""
+    """The uncounted start-of-input prefix and a description of why. `file_adds_bos`: the model file's own
+    flag (GGUF), which wins over a tokenizer that lost it in conversion.
+
+    auto: the BOS the tokenizer (or model file) adds; where it adds none (GPT-2, GPT-NeoX, Qwen and most
+    byte-level BPE families), the document separator the family was pretrained with. Without one, a
+    document's first token has no position before it to be predicted from, and a prompt's first free
+    token would open the input where the model never saw a document start."""
     bos = tokenizer.bos_token_id
-    if policy == "never" or (policy == "auto" and chat):
+    if policy == "never" or (policy in ("auto", "separator") and chat):
         return (), "none (chat template text carries any BOS)" if chat else "none (--bos never)"
     if policy == "always":
         if bos is None:
-            raise InputError("--bos always: this tokenizer has no BOS token; pass --bos auto or never")
+            raise InputError("--bos always: this tokenizer has no BOS token; pass --bos auto (the document "
+                             "separator) or never")
         return (bos,), f"BOS id {bos} prepended (--bos always), uncounted"
+    if policy == "separator":
+        return _separator(tokenizer, "separator")
     if file_adds_bos and bos is not None:
         return (bos,), f"BOS id {bos} prepended as the model file asks (add_bos_token), uncounted"
     if _adds_bos(tokenizer) and file_adds_bos is not False:
         return (bos,), f"BOS id {bos} prepended as the tokenizer does, uncounted"
-    return (), "none (the tokenizer adds no BOS)"
+    if separator_id(tokenizer)[0] is None:  # `acr` still runs; a scan is refused (run/driver.py)
+        return (), "none (the tokenizer adds no BOS and has no BOS, EOS or separator token)"
+    return _separator(tokenizer, "auto")
 
 
 def _chat_parts(tokenizer, config: PromptConfig) -> tuple[str, str]:

@@ -50,7 +50,9 @@ def parse_sample(text: str, option: str = "--sample") -> tuple[str, float]:
         value = float(text)
     except ValueError:
         raise InputError(f"{option} {text!r} is not a number; give {_forms(option)}") from None
-    if not math.isfinite(value) or value <= 0:
+    if not math.isfinite(value):
+        raise InputError(f"{option} {text!r} is not a finite number; give {_forms(option)}")
+    if value <= 0:
         raise InputError(f"{option} {text!r} must be above 0; give {_forms(option)}")
     if "." in text or "e" in text.lower():
         if value > 1:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from scanner import __version__
 from scanner.config import ModelConfig, PromptConfig
+from scanner.confine import inside
 from scanner.engine.identity import model_identity, record_problems
 from scanner.engine.recipe import input_recipe
 from scanner.errors import require
@@ -132,8 +133,11 @@ def bundle_files(run: RunDir, tau: str, calibrated: bool, model: str | None) -> 
     model_config = ModelConfig(**{**config["model"], "model": model or config["model"]["model"]})
     evidence = io.BytesIO()
     WRITERS[".jsonl"](rows, evidence)
-    provenance = json.loads((run.path / "provenance.json").read_text())
-    return {EVIDENCE: evidence.getvalue(), **{name: (run.path / name).read_bytes() for name in COPIED},
+    # Copied through the one confinement rule: a link in the run directory must not put a file from
+    # elsewhere on this machine into a bundle meant to be published.
+    copied = {name: inside(run.path, name, f"the run directory {run.path}").read_bytes() for name in COPIED}
+    provenance = json.loads(copied["provenance.json"])
+    return {EVIDENCE: evidence.getvalue(), **copied,
             MODEL: _json(model_json(run, model_config, model)),
             DENOMINATORS: _json(completeness(run, table, tau, calibrated, rows.num_rows)),
             ENVIRONMENT: _json(environment(provenance, rows.to_pylist())),

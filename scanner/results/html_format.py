@@ -9,9 +9,19 @@ import math
 import re
 from urllib.parse import quote
 
+# Control characters but tab, newline and carriage return: HTML forbids them in text (a NUL is a parse
+# error) and a corpus may hold them. Each becomes one visible character (U+2400 + its code: the control
+# pictures, U+2421 for DEL, U+FFFD for C1), so the text keeps its length and its marks their offsets.
+CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def _picture(char: str) -> str:
+    code = ord(char)
+    return chr(0x2400 + code) if code < 0x20 else "\u2421" if code == 0x7F else "\ufffd"
+
 
 def esc(value) -> str:
-    return html.escape(str(value), quote=True)
+    return html.escape(CONTROLS.sub(lambda m: _picture(m.group()), str(value)), quote=True)
 
 
 def num(value) -> str:

@@ -19,15 +19,82 @@ import argparse
 import base64
 import hashlib
 import json
+import re
 import sys
 from pathlib import Path
 
+# Characters a terminal acts on (C0 but newline and tab, DEL, C1, bidi overrides): a doc_id of the bundle
+# printed raw could retitle or clear the terminal. The same set as scanner/cli/output.py's UNSAFE.
+UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
-def read_bundle(folder: Path) -> tuple[dict, list[dict], dict]:
-    recipe = json.loads((folder / "recipe.json").read_text(encoding="utf-8"))
-    lines = (folder / "evidence.jsonl").read_text(encoding="utf-8").splitlines()
-    environment = json.loads((folder / "environment.json").read_text(encoding="utf-8"))
-    return recipe, [json.loads(line) for line in lines if line.strip()], environment
+
+class Refused(Exception):
+    """A bundle or a --model this script cannot check: printed as one line, exit 2."""
+
+
+def safe(value) -> str:
+    return UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(value))
+
+
+def escape_reason(root: Path, name: str) -> str | None:
+    """Why root/name leaves root: an absolute path, '..', or a symbolic link leading out. A deliberate
+    copy of scanner/confine.py's rule: this script imports nothing of acr-scanner."""
+    if not name or "\x00" in name or "\\" in name or name.startswith("/") or ".." in name.split("/"):
+        return "is not a plain name inside the bundle"
+    base, target = root.resolve(), (root / name).resolve()
+    return None if target == base or base in target.parents else "is a symbolic link leading outside the bundle"
+
+
+def bundle_text(folder: Path, name: str) -> str:
+    reason = escape_reason(folder, name)
+    if reason:
+        raise Refused(f"{folder / name} {reason}; refused (the bundle is damaged or was altered)")
+    if not (folder / name).is_file():
+        raise Refused(f"{folder / name} is missing; get the whole bundle as published")
+    return (folder / name).read_text(encoding="utf-8", errors="replace")
+
+
+def bundle_json(folder: Path, name: str) -> dict:
+    try:
+        value = json.loads(bundle_text(folder, name))
+    except json.JSONDecodeError as err:
+        raise Refused(f"{folder / name} is not JSON ({err}); the bundle is damaged") from err
+    if not isinstance(value, dict):
+        raise Refused(f"{folder / name} is not a JSON object; the bundle is damaged")
+    return value
+
+
+def _ids(value) -> bool:
+    return isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value)
+
+
+def evidence_row(line: str):
+    """The row on one line of evidence.jsonl, or the reason it is none."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as err:
+        return f"not JSON ({err.msg})"
+    if not (isinstance(row, dict) and isinstance(row.get("prompt"), str) and _ids(row.get("target_ids"))
+            and row["target_ids"] and (row.get("prompt_ids") is None or _ids(row["prompt_ids"]))):
+        return "no prompt string and target_ids (a list of token ids)"
+    return row
+
+
+def read_recipe(folder: Path) -> dict:
+    recipe = bundle_json(folder, "recipe.json")
+    texts, ids = ("prefix_text", "suffix_text"), ("bos_ids", "prefix_ids", "suffix_ids", "stop_ids")
+    if not all(isinstance(recipe.get(k), str) for k in texts) or not all(_ids(recipe.get(k)) for k in ids):
+        raise Refused(f"{folder / 'recipe.json'} does not hold {', '.join(texts)} (strings) and {', '.join(ids)} "
+                      "(lists of token ids); the bundle is damaged")
+    return recipe
+
+
+def read_bundle(folder: Path) -> tuple[dict, list, dict]:
+    """(recipe, each evidence line's row or the reason it is none, environment)."""
+    recipe = read_recipe(folder)
+    lines = bundle_text(folder, "evidence.jsonl").splitlines()
+    environment = bundle_json(folder, "environment.json")
+    return recipe, [evidence_row(line) for line in lines if line.strip()], environment
 
 
 MANIFEST, SIGNATURE, NAMESPACE = "manifest.json", "manifest.json.sig", "acr-scanner-bundle"
@@ -80,10 +147,14 @@ def bundle_problems(folder: Path, expect: str | None, signer: str | None) -> lis
 
 def model_problems(folder: Path, model: str) -> list[str]:
     """Every file model.json names (the scan's own record) against the model's files, by sha256."""
-    record = json.loads((folder / "model.json").read_text(encoding="utf-8"))
+    record = bundle_json(folder, "model.json")
     root = Path(model)
     problems = []
-    for entry in record.get("files", []):
+    files = record.get("files")
+    for entry in files if isinstance(files, list) else [None]:
+        if not isinstance(entry, dict):
+            problems.append("model.json does not list the model's files ({path, sha256} each); the bundle is damaged")
+            continue
         path = root if root.is_file() else plain_file(root, str(entry.get("path")))
         if path is None:
             problems.append(f"model file {entry.get('path')!r}: missing in {model}")
@@ -233,8 +304,8 @@ def load(model: str, dtype: str, device: str, trust_remote_code: bool):
 
 def completeness(folder: Path) -> str:
     """Whether the scan was complete when the bundle was written, and what the rows were drawn from."""
-    counts = json.loads((folder / "denominators.json").read_text(encoding="utf-8"))
-    run = counts.get("run", {})
+    counts = bundle_json(folder, "denominators.json")
+    run = counts.get("run") if isinstance(counts.get("run"), dict) else {}
     state = "the scan was complete" if counts.get("complete") else (
         f"the scan was UNFINISHED when exported (phase {counts.get('phase')}, {counts.get('shards_done')} of "
         f"{counts.get('shards_total')} shards): the rows cover its finished part only")
@@ -298,25 +369,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--signer", default=None, help="The signer's ssh-ed25519 public key file (KEY.pub).")
     args = parser.parse_args(argv)
     folder = Path(args.bundle)
-    problems = bundle_problems(folder, args.expect, args.signer) + model_problems(folder, args.model)
+    try:
+        if not Path(args.model).exists():  # never a hub download: the evidence names local files
+            raise Refused(f"--model {args.model}: no such folder or file; pass the model's folder (or .gguf file)")
+        problems = bundle_problems(folder, args.expect, args.signer) + model_problems(folder, args.model)
+        if not problems:
+            recipe, rows, environment = read_bundle(folder)
+            summary = completeness(folder)
+    except Refused as err:
+        print(f"error: {safe(err)}", file=sys.stderr)
+        return 2
     for problem in problems:
-        print(f"PROBLEM {problem}")
+        print(f"PROBLEM {safe(problem)}")
     if problems:
         print(f"{len(problems)} problem(s): nothing generated (the evidence or the model is not the one published)")
         return 1
-    print(f"bundle and model files match {MANIFEST} and model.json; " + completeness(folder))
-    recipe, rows, environment = read_bundle(folder)
+    print(f"bundle and model files match {MANIFEST} and model.json; {summary}")
     import torch
 
-    dtype = args.dtype or environment.get("scan", {}).get("dtype") or "float32"
+    scan = environment.get("scan")
+    dtype = args.dtype or (scan.get("dtype") if isinstance(scan, dict) else None) or "float32"
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     tokenizer, model = load(args.model, dtype, device, bool(recipe.get("trust_remote_code")))
     good = 0
-    for row in rows:
+    size = model.get_input_embeddings().num_embeddings
+    if max((i for k in ("bos_ids", "prefix_ids", "suffix_ids") for i in recipe[k]), default=-1) >= size:
+        print(f"error: recipe.json holds token ids outside the model's {size}; another model, or a damaged bundle",
+              file=sys.stderr)
+        return 2
+    for number, row in enumerate(rows, 1):
+        if isinstance(row, dict):  # ids the model does not have would make generation fail, not mismatch
+            row = row if max(row["target_ids"]) < size else f"a target id is outside the model's {size} ids"
+        if isinstance(row, str):
+            print(f"DAMAGED evidence row {number}: {row}; it cannot be re-checked")
+            continue
         ok, line = check_row(tokenizer, model, recipe, row)
         good += ok
-        print(f"{'MATCH' if ok else 'MISMATCH'} {row.get('doc_id')} {row.get('span_id')}: {line}")
-    print(f"{good}/{len(rows)} rows reproduce ({dtype}, {device})")
+        print(f"{'MATCH' if ok else 'MISMATCH'} {safe(row.get('doc_id'))} {safe(row.get('span_id'))}: {line}")
+    print(f"{good}/{len(rows)} rows reproduce ({safe(dtype)}, {safe(device)})")
     return 0 if good == len(rows) else 1
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from scanner.errors import require
 from scanner.measures import calibration as calibrate
 from scanner.results import report_documents, report_pages, report_passages
 from scanner.results.denominators import denominators
@@ -318,6 +319,7 @@ def write_report(table: pa.Table, summary: dict, out: str | Path, passages: pa.T
     atomically, then the folder takes the place of the old one: a failed write leaves no half report and
     no stray folder. Returns the report's path."""
     out = Path(out)
+    require(not out.is_dir(), f"--out {out} is a folder; name the HTML file to write, e.g. --out {out / 'report.html'}")
     finds = report_pages.findings(table, passages)
     folder = report_pages.pages_folder(out) if finds else None
     page = render_report(table, summary, passages, folder)

@@ -21,6 +21,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from scanner.errors import require
 from scanner.measures.overlap import longest_shared_run_at
 from scanner.results import report_align
 from scanner.results.html_format import count, esc, href, num, page_name
@@ -254,15 +255,36 @@ def page_html(f: Finding, context: dict | None, counts: dict, report_name: str, 
             f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body>\n{body}\n</body></html>\n")
 
 
+MARKER = ".acr-scan-pages"  # in every pages folder a report writes: what is ours to replace
+
+
+def check_pages_folder(folder: Path) -> None:
+    """InputError unless `folder` is absent or a pages folder a report wrote (its marker and pages only):
+    a report replaces its own pages, and never a file or a folder of anyone else's."""
+    if not folder.exists() and not folder.is_symlink():
+        return
+    fix = f"move it away or pass another --out (the pages of OUT go to OUT-STEM-passages/, here {folder.name}/)"
+    require(folder.is_dir() and not folder.is_symlink(), f"{folder} exists and is not a folder a report wrote; {fix}")
+    names = {p.name for p in folder.iterdir()}
+    foreign = sorted(n for n in names if n != MARKER and not n.endswith(".html"))
+    require(MARKER in names and not foreign, f"{folder} exists and was not written by acr-scan report (" +
+            (f"it holds {', '.join(map(repr, foreign[:3]))}" if foreign else f"no {MARKER} marker; pages of an "
+             "earlier acr-scanner's report have none: delete the folder if that is what it holds") + f"); {fix}")
+
+
 def write_pages(folder: Path, pages: Iterable[tuple[str, str]], commit: Callable[[], None]) -> int:
     """Write (name, html) pages into a temporary folder one at a time (a run's thousands of pages are
     never all in memory), call `commit` (the report's own atomic write), then put the folder in place of
-    the old one; on any failure the temporary folder is removed and the old pages stay. Returns the count."""
+    the old one, which must be a pages folder a report wrote (check_pages_folder); on any failure the
+    temporary folder is removed and the old pages stay. Returns the count."""
+    check_pages_folder(folder)
     temp, old = (folder.parent / f".{folder.name}.{what}-{os.getpid()}" for what in ("tmp", "old"))
     shutil.rmtree(temp, ignore_errors=True)
     temp.mkdir(parents=True)
     written = 0
     try:
+        (temp / MARKER).write_text("pages of an acr-scan report: the report replaces this folder when it is "
+                                   "written again\n", encoding="utf-8")
         for name, page in pages:
             (temp / f"{name}.html").write_bytes(page.encode("utf-8"))
             written += 1
@@ -275,6 +297,6 @@ def write_pages(folder: Path, pages: Iterable[tuple[str, str]], commit: Callable
     if written:
         os.replace(temp, folder)
     else:
-        temp.rmdir()
+        shutil.rmtree(temp)
     shutil.rmtree(old, ignore_errors=True)
     return written

@@ -5,12 +5,11 @@ found it. Inline SVG, no script; every corpus string goes through html.escape (r
 
 from __future__ import annotations
 
-import html
 import math
 
 import pyarrow as pa
 
-from scanner.results.html_format import page_link, page_name
+from scanner.results.html_format import esc, page_link, page_name
 from scanner.results.report_words import margin_facts
 
 TOP_PASSAGES = 50
@@ -20,7 +19,7 @@ PASSAGE_COLOR, EXTENSION_COLOR, DOCUMENT_COLOR = "#d9480f", "#f5a97f", "#eaeef2"
 
 
 def _e(value) -> str:
-    return html.escape(str(value), quote=True)
+    return esc(value)
 
 
 def _n(value) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from scanner.config import EngineConfig, ModelConfig, PromptConfig, SearchConfig
+from scanner.confine import inside
 from scanner.engine.identity import identity_problems
 from scanner.engine.recipe import recipe, recipe_problems
 from scanner.errors import InputError, require
@@ -106,25 +107,47 @@ def verify_run(run_dir: str, model: str | None = None, dtype: str | None = None,
 
 
 def manifest_problems(folder: Path) -> list[str]:
-    """One line per file that differs from manifest.json: edited (sha256), missing, or not listed."""
-    index = _read_json(folder / MANIFEST)
-    listed = index.get("files", {})
+    """One line per file that differs from manifest.json: edited (sha256), missing, or not listed. A name
+    that would leave the bundle is refused before any file is opened: a manifest must not make verify
+    read, and tell the hash of, a file elsewhere."""
+    listed = manifest_entries(_read_json(folder, MANIFEST))
+    paths = {name: inside(folder, name, f"the bundle's {MANIFEST}") for name in sorted(listed)}
     problems = []
-    for name, entry in sorted(listed.items()):
-        path = folder / name
+    for name, path in paths.items():
+        entry = listed[name]
         if not path.is_file():
             problems.append(f"{name}: listed in {MANIFEST} but missing")
-        elif sha256_bytes(path.read_bytes()) != entry.get("sha256"):
+        elif sha256_bytes(path.read_bytes()) != entry["sha256"]:
             problems.append(f"{name}: edited since the bundle was written (sha256 differs from {MANIFEST})")
     extra = sorted(p.name for p in folder.iterdir() if p.name not in listed and p.name not in (MANIFEST, SIGNATURE))
     problems += [f"{name}: not in {MANIFEST} (added after the bundle was written)" for name in extra]
     return problems
 
 
+def manifest_entries(index: dict) -> dict[str, dict]:
+    """manifest.json's {"files": {name: {"sha256": hex, ...}}}, checked (InputError naming what is wrong)."""
+    files = index.get("files")
+    require(isinstance(files, dict), f"{MANIFEST}: \"files\" is {type(files).__name__}, not an object of file "
+            "name -> {\"sha256\"}; the bundle is damaged: get the manifest as published")
+    wrong = sorted(repr(name) for name, entry in files.items()
+                   if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str))
+    require(not wrong, f"{MANIFEST}: the entries of {', '.join(wrong[:3])} hold no sha256 string; the bundle is "
+            "damaged: get the manifest as published")
+    return files
+
+
+def bundle_file(folder: Path, name: str) -> Path:
+    """A file of the bundle, inside it (no link leading out), present (InputError naming it if not)."""
+    path = inside(folder, name, f"the bundle {folder}")
+    require(path.is_file(), f"the bundle's {name} is missing from {folder} (deleted, or the folder was copied "
+            "in part); get the whole bundle as published")
+    return path
+
+
 def published_problems(folder: Path, expect: str | None, signer: str | None) -> list[str]:
     """manifest.json against the figure published with the evidence (--expect) and its signature
     (--signer): what ties the manifest, and through it every file, to whoever published it."""
-    data = (folder / MANIFEST).read_bytes()
+    data = bundle_file(folder, MANIFEST).read_bytes()
     problems = []
     if expect is not None and sha256_bytes(data) != expect.strip().lower():
         problems.append(f"{MANIFEST}: sha256 {sha256_bytes(data)} is not the expected {expect} (--expect); this "
@@ -136,8 +159,8 @@ def published_problems(folder: Path, expect: str | None, signer: str | None) -> 
     return problems
 
 
-def _read_json(path: Path) -> dict:
-    require(path.is_file(), f"{path} is missing; pass the folder `acr-scan export --bundle` wrote")
+def _read_json(folder: Path, name: str) -> dict:
+    path = bundle_file(folder, name)
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -146,20 +169,74 @@ def _read_json(path: Path) -> dict:
     return value
 
 
+def model_record(folder: Path) -> dict:
+    """model.json, checked: {"files": [{"path", "role", "sha256"}, ...]} (InputError naming what is wrong)."""
+    record = _read_json(folder, MODEL)
+    files = record.get("files")
+    fields = ("path", "role", "sha256")
+    require(isinstance(files, list) and all(isinstance(f, dict) and all(isinstance(f.get(k), str) for k in fields)
+                                            for f in files),
+            f"{MODEL}: \"files\" is not a list of {{\"path\", \"role\", \"sha256\"}} strings; the bundle is damaged")
+    return record
+
+
+def bundle_config(folder: Path, model: str) -> dict:
+    """run_config.json's "config", checked to make the configs a re-check needs (InputError if not)."""
+    saved = _read_json(folder, "run_config.json").get("config")
+    damaged = "the bundle's run_config.json is not a run configuration"
+    require(isinstance(saved, dict) and all(isinstance(saved.get(k), dict) for k in ("model", "prompt"))
+            and all(isinstance(saved.get(k, {}), dict) for k in ("engines", "search")),
+            f"{damaged} (no \"config\" object with \"model\" and \"prompt\" objects); the bundle is damaged")
+    try:
+        ModelConfig(**{**saved["model"], "model": model}), PromptConfig(**saved["prompt"])
+        EngineConfig(**saved.get("engines", {}))
+    except TypeError as err:  # an unknown or missing key
+        raise InputError(f"{damaged} ({err}); the bundle is damaged") from err
+    return saved
+
+
+def _ids(value, nullable: bool = False) -> bool:
+    """A list of token ids (ints >= 0; not bools), or None where `nullable`."""
+    if value is None:
+        return nullable
+    return isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value)
+
+
 def evidence_rows(folder: Path, problems: list[str]) -> list[dict]:
     """The rows of evidence.jsonl; a line that is no row is a problem (named by its line), not a crash."""
     rows = []
-    for number, line in enumerate((folder / EVIDENCE).read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+    text = bundle_file(folder, EVIDENCE).read_text(encoding="utf-8", errors="replace")
+    for number, line in enumerate(text.splitlines(), 1):
         try:
             row = json.loads(line)
         except json.JSONDecodeError as err:
             problems.append(f"{EVIDENCE} line {number}: not JSON ({err.msg}); the row cannot be re-checked")
             continue
-        if isinstance(row, dict) and isinstance(row.get("prompt"), str) and isinstance(row.get("target_ids"), list):
+        if (isinstance(row, dict) and isinstance(row.get("prompt"), str) and _ids(row.get("target_ids"))
+                and row["target_ids"] and _ids(row.get("prompt_ids"), nullable=True)):
             rows.append(row)
         else:
-            problems.append(f"{EVIDENCE} line {number}: no prompt string and target_ids; it cannot be re-checked")
+            problems.append(f"{EVIDENCE} line {number}: no prompt string and target_ids (a list of token ids); "
+                            "it cannot be re-checked")
     return rows
+
+
+def in_vocabulary(rows: list[dict], size: int, problems: list[str]) -> list[dict]:
+    """The rows whose target ids the model has; each other one is a problem, not a crash of generation."""
+    kept = []
+    for row in rows:
+        outside = [i for i in row["target_ids"] if i >= size]
+        if outside:
+            problems.append(f"{EVIDENCE} row {row.get('span_id')!r}: target id {outside[0]} is outside the model's "
+                            f"vocabulary of {size}; it cannot be re-checked with this model")
+        else:
+            kept.append(row)
+    return kept
+
+
+def vocabulary_size(engine) -> int:
+    """Rows of the model's input embedding: the ids a re-check may feed it (teacher-forced margins)."""
+    return engine.model.get_input_embeddings().num_embeddings
 
 
 def verify_bundle(bundle: str, model: str, dtype: str | None = None, verify_engine: str | None = None,
@@ -170,13 +247,15 @@ def verify_bundle(bundle: str, model: str, dtype: str | None = None, verify_engi
     require(folder.is_dir(), f"--bundle {bundle}: no such folder; pass the folder `acr-scan export --bundle` wrote")
     problems = manifest_problems(folder)
     problems += published_problems(folder, expect, signer)
-    problems += identity_problems(_read_json(folder / MODEL), model)
-    saved = _read_json(folder / "run_config.json").get("config", {})
+    problems += identity_problems(model_record(folder), model)
+    saved = bundle_config(folder, model)
     rows = evidence_rows(folder, problems)
+    recorded = _read_json(folder, RECIPE)
     engine = open_engine(saved, model, dtype, verify_engine)
     try:
         now = recipe(engine.template, engine.stop_ids(), saved.get("model", {}).get("trust_remote_code", False))
-        problems += recipe_problems(_read_json(folder / RECIPE), now)
+        problems += recipe_problems(recorded, now)
+        rows = in_vocabulary(rows, vocabulary_size(engine), problems)
         return recheck_rows(engine, rows, _fragile_below(saved, fragile_margin), problems)
     finally:
         engine.close()

@@ -13,7 +13,7 @@ import logging
 from functools import partial
 
 from scanner.config import ExecutorConfig, PassageConfig, ScanConfig
-from scanner.engine.check import check_model
+from scanner.engine.check import check_model, check_template
 from scanner.engine.draft import check_draft
 from scanner.engine.positions import check_span_fits, declared_positions
 from scanner.executors.local import LocalExecutor
@@ -53,9 +53,10 @@ def run_scan(config: ScanConfig, out: str, progress=None, executor: ExecutorConf
 
 def validate(config: ScanConfig, out: str) -> Corpus:
     """Every check that needs no run directory, before one is made or locked."""
-    RunDir(out)  # the path's own checks (empty, object-store URI)
+    RunDir(out).require_own_folder()  # the path's own checks (empty, object-store URI), no others' files in it
     corpus = open_corpus(config.corpus)
     check_model(config.model)  # a bad --model leaves no run directory to refuse the corrected command
+    check_template(config.model, config.prompt)  # likewise a template that cannot score a first token
     if config.search.gcg.draft.enabled:  # likewise a draft of another tokenizer
         check_draft(config.model, config.search.gcg.draft.model)
     check_span_fits(config.spans.span_tokens, config.screen.context_tokens, config.search.tau,

@@ -13,6 +13,7 @@ from scanner.engine.hf import HFEngine
 from scanner.errors import InputError
 from scanner.search.miniprompt import AcrResult, Target, effective_cap
 from scanner.search.miniprompt import measure_many as measure_targets
+from scanner.search.progress import QUIET, SearchObserver
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +44,11 @@ def record(engine: HFEngine, result, model: ModelConfig) -> dict:
 def measure_many(model: ModelConfig, prompt: PromptConfig, search: SearchConfig,
                  targets: list[dict], engine: HFEngine | None = None,
                  engines: EngineConfig | None = None,
-                 calibration: CalibrationConfig | None = None) -> Iterator[dict]:
+                 calibration: CalibrationConfig | None = None, observer: SearchObserver = QUIET) -> Iterator[dict]:
     """Records in the order of `targets`, each as soon as it and those before it are done; several
     targets share forwards where `engines.targets_per_forward` asks; memorized ones calibrated
-    (stages/calibrate.py). An error stops the run."""
+    (stages/calibrate.py). An error stops the run. `observer` sees each search move (search/progress.py;
+    its index: the target's)."""
     from scanner.stages.calibrate import calibrate_record
 
     calibration = calibration or CalibrationConfig(seed=search.seed)
@@ -56,7 +58,7 @@ def measure_many(model: ModelConfig, prompt: PromptConfig, search: SearchConfig,
     jobs = [(Target(t["text"], t.get("natural_prefix")), search) for t in targets]
     finished: dict[int, AcrResult] = {}
     emitted = 0
-    for index, result in measure_targets(engine, jobs, batched.width(engine, engines.targets_per_forward)):
+    for index, result in measure_targets(engine, jobs, batched.width(engine, engines.targets_per_forward), observer):
         if isinstance(result, Exception):
             raise result
         finished[index] = result

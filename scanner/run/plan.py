@@ -19,7 +19,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from scanner.config import ExecutorConfig, PassageConfig, ScanConfig, parse_budget
-from scanner.errors import InputError
+from scanner.engine.check import check_model, check_template
+from scanner.errors import InputError, require
 from scanner.measures.plan import (
     check_workers,
     drawn_size,
@@ -32,11 +33,11 @@ from scanner.measures.plan import (
 from scanner.run.driver import run_scan
 from scanner.run.tasks import outcome
 from scanner.stages.read import open_corpus
-from scanner.stages.sample import write_sample
+from scanner.stages.sample import RECORD_FILE, SAMPLE_FILE, write_sample
 from scanner.storage.cost import run_cost
 from scanner.storage.integrity import read_json_object
 from scanner.storage.passages import PASSAGES_FILE
-from scanner.storage.rundir import PHASE_PLANS, RunDir
+from scanner.storage.rundir import CONFIG_FILE, PHASE_PLANS, RunDir, foreign_entries
 
 CANDIDATE = ("memorized", "not_memorized", "not_searched", "failed")
 RESULT_COLUMNS = ["doc_row", "token_end", "screen_s", "status", "acr_kind", "search_s", "steps", "rejected_early"]
@@ -81,6 +82,18 @@ def check_draw(run_dir: Path, draw: Draw) -> None:
                          "those again to resume it, or a new --out")
 
 
+def check_plan_folder(out: Path) -> None:
+    """InputError unless --out is absent, empty or a plan's own folder: a plan never writes into a run
+    directory or among others' files."""
+    if not out.is_dir():
+        return
+    require(not (out / CONFIG_FILE).exists(), f"--out {out} is a scan's run directory; a plan writes into its own "
+            "folder (sample.parquet, sample.json, run/): pass a new --out")
+    foreign = foreign_entries(out, {SAMPLE_FILE, RECORD_FILE, "run"})
+    require(not foreign, f"--out {out} holds files that are not a plan's ({', '.join(map(repr, foreign[:3]))}); "
+            "a plan writes into a new folder, an empty one or its own: pass a new --out")
+
+
 def plan_scan(config: ScanConfig, out: str, sample: str, *, workers: int, efficiency: float,
               executor: ExecutorConfig | None = None, passages: PassageConfig | None = None,
               progress=None, screen_sample: str = "1.0") -> dict:
@@ -93,7 +106,10 @@ def plan_scan(config: ScanConfig, out: str, sample: str, *, workers: int, effici
     size = sample_size(screen_kind, screen_amount, corpus.num_rows, "--screen-sample")
     seed = config.search.seed
     draw, run_dir = Draw(kind, amount, seed), Path(out) / "run"
+    check_plan_folder(Path(out))
     check_draw(run_dir, draw)
+    check_model(config.model)  # a model the scan would refuse, refused before the sample is written
+    check_template(config.model, config.prompt)
     path = write_sample(corpus, size, seed, out)
     share = size / corpus.num_rows if corpus.num_rows else 1.0
     stats = run_scan(plan_config(config, path, share), str(run_dir), progress, executor, passages=passages, draw=draw)

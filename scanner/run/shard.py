@@ -28,6 +28,7 @@ from scanner.measures import extraction
 from scanner.results.rows import base_row, failed_row, screened_row, searched_row
 from scanner.schema import results_schema
 from scanner.search.miniprompt import Target, measure_many
+from scanner.search.progress import QUIET, SearchObserver
 from scanner.stages.anchor import screen_with_anchors
 from scanner.stages.calibrate import calibrate_rows
 from scanner.stages.read import Document
@@ -48,16 +49,18 @@ def _is_candidate(row: dict, config: ScanConfig) -> bool:
 
 
 def search_rows(engine: HFEngine, rows: list[dict], config: ScanConfig, width: int,
-                decided: dict[str, str] | None = None, stage: str = "search") -> tuple[dict, dict]:
+                decided: dict[str, str] | None = None, stage: str = "search",
+                observer: SearchObserver = QUIET) -> tuple[dict, dict]:
     """MiniPrompt on the candidates' rows, `width` at a time sharing forwards: their new rows by span_id,
     and the steps, forwards and seconds of the searches by stage (deciding, shrinking) summed. `decided`:
     {span_id: the prompt its verdict-only search found}, which these searches shrink from. A span that
-    raises is a failed row, never a lost unit. `stage`: the unit's kind, recorded with every attempt."""
+    raises is a failed row, never a lost unit. `stage`: the unit's kind, recorded with every attempt;
+    `observer` sees the searches move (run/heartbeat.py)."""
     decided = decided or {}
     jobs = [(Target(r["text"], r["certificate_prompt"], list(r["target_ids"]), decided.get(r["span_id"])),
              replace(config.search, seed=span_seed(config.search.seed, r["span_id"]))) for r in rows]
     searched, stages = {}, {}
-    for index, result in measure_many(engine, jobs, width):
+    for index, result in measure_many(engine, jobs, width, observer):
         row = rows[index]
         if isinstance(result, Exception):
             log.error("span %s failed", row["span_id"], exc_info=result)

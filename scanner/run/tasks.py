@@ -26,11 +26,13 @@ from scanner.measures.compression import thresholds as compression_thresholds
 from scanner.measures.overlap import token_string
 from scanner.results.rows import certified_row as settled_by_certificate
 from scanner.results.rows import failed_row, measured_prompt
+from scanner.run.heartbeat import UnitProgress
 from scanner.run.model_record import check_loaded
 from scanner.run.passages import write_passages
 from scanner.run.shard import calibrate, open_engine, screen_shard, search_rows, shard_log
 from scanner.schema import results_schema
 from scanner.search.miniprompt import effective_cap
+from scanner.search.progress import QUIET, SearchObserver, SearchProgress
 from scanner.stages.spans import tokenize_document
 from scanner.storage.rundir import RunDir, Shard
 from scanner.storage.store import Store
@@ -102,9 +104,10 @@ def certified_row(engine, row: dict, config: ScanConfig) -> dict | None:
     return settled_by_certificate(row, check, value, flags, engine.verify_info(), config.search.fragile_margin)
 
 
-def _certify(engine, rows: list[dict], config: ScanConfig) -> dict:
+def _certify(engine, rows: list[dict], config: ScanConfig, observer: SearchObserver = QUIET) -> dict:
     out = {}
-    for row in rows:
+    for index, row in enumerate(rows):
+        observer.started(progress := SearchProgress(index, row["target_tokens"]))
         start = time.perf_counter()
         try:
             settled = certified_row(engine, row, config)
@@ -113,6 +116,7 @@ def _certify(engine, rows: list[dict], config: ScanConfig) -> dict:
             settled = failed_row(row, err, during="certificate")
         if settled is not None:
             out[row["span_id"]] = {**settled, "search_s": time.perf_counter() - start}
+        observer.finished(progress)
     return out
 
 
@@ -149,15 +153,17 @@ def measured_prompts(rows: dict, texts: dict, k: int) -> dict:
 
 
 def run_unit(engine, unit: Unit, rows: list[dict], config: ScanConfig, width: int, docs,
-             texts=lambda rows: {}) -> tuple[pa.Table, dict]:
+             texts=lambda rows: {}, observer: SearchObserver = QUIET) -> tuple[pa.Table, dict]:
     """A unit's new rows (certified or searched, then calibrated, their prompts measured) and its stats;
     `docs(rows)` gives the documents calibration needs (only with a reference model), `texts(rows)` the
-    documents' texts and token strings the prompts are measured against."""
+    documents' texts and token strings the prompts are measured against; `observer` sees its candidates
+    move (run/heartbeat.py)."""
     start, verified = time.perf_counter(), engine.verify_s  # calibration verifies too: read before it
     if unit.kind == "certify":
-        new, stages = _certify(engine, rows, config), None
+        new, stages = _certify(engine, rows, config, observer), None
     else:
-        new, stages = search_rows(engine, rows, unit_search(config, unit.kind), width, unit.decided(), unit.kind)
+        new, stages = search_rows(engine, rows, unit_search(config, unit.kind), width, unit.decided(), unit.kind,
+                                  observer)
     verify_s = engine.verify_s - verified
     new.update(calibrate(engine, new, docs(new.values()), config))
     new = measured_prompts(new, texts([r for r in new.values() if r["prompt"] is not None]), config.work_text_tokens)
@@ -206,10 +212,15 @@ class Worker:
         if isinstance(task, PassagesTask):
             table = write_passages(self.run, self.config, self.corpus, self.engine, task.passages)
             return {"task": task.name, "passages": table.num_rows, "pid": os.getpid()}
-        with shard_log(self.run.path / "logs" / f"{task.name}.log"):
-            table, stats = run_unit(self.engine, task, self._rows(task), self.config,
-                                    int(self.meta[b"targets_per_forward"]), self._docs, self._texts)
-        Store(self.run.path, task.kind).write(task.index, table.replace_schema_metadata(self.meta), stats)
+        rows = self._rows(task)
+        watcher = UnitProgress(self.run.path, task.name, [r["span_id"] for r in rows])
+        try:
+            with shard_log(self.run.path / "logs" / f"{task.name}.log"):
+                table, stats = run_unit(self.engine, task, rows, self.config, int(self.meta[b"targets_per_forward"]),
+                                        self._docs, self._texts, watcher)
+            Store(self.run.path, task.kind).write(task.index, table.replace_schema_metadata(self.meta), stats)
+        finally:
+            watcher.close()  # committed or failed: no longer running
         return {**stats, "pid": os.getpid()}
 
     def _screen(self, shard: Shard) -> dict:

@@ -172,9 +172,11 @@ def score_step(scorer: TargetScorer, candidates: torch.Tensor, draft: DraftConfi
 
 def run_gcg(scorer: TargetScorer, init: list[int], steps: int, config: GCGConfig,
             generator: torch.Generator, verify_limit: int,
-            stop: Callable[[GCGOutcome], str | None] | None = None) -> Generator[Request, Any, GCGOutcome]:
+            stop: Callable[[GCGOutcome], str | None] | None = None,
+            on_step: Callable[[GCGOutcome], None] | None = None) -> Generator[Request, Any, GCGOutcome]:
     """Optimize a prompt of len(init) tokens for at most `steps` steps; stop at a verified match, or
-    when `stop` (asked after every step) gives a reason why the run will not get there (outcome.stopped)."""
+    when `stop` (asked after every step) gives a reason why the run will not get there (outcome.stopped).
+    `on_step(outcome)` is told after every scored step (a watcher's hook: it must stay cheap)."""
     engine, target_ids = scorer.engine, scorer.target.tolist()
     current = torch.tensor(init, dtype=torch.long)
     outcome = GCGOutcome(success=None, best_ids=list(init), best_loss=float("inf"))
@@ -201,6 +203,8 @@ def run_gcg(scorer: TargetScorer, init: list[int], steps: int, config: GCGConfig
         outcome.losses.append(min(float(scores.loss[best]), outcome.best_loss))
         outcome.rights.append(int(scores.right[best]))
         outcome.top_rights.append(int(scores.right.max()))
+        if on_step is not None:
+            on_step(outcome)
         if outcome.success is not None:
             outcome.best_ids, outcome.best_loss = outcome.success.prompt_ids or current.tolist(), 0.0
             return outcome

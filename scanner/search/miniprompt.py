@@ -30,6 +30,7 @@ from scanner.search.gcg import (
     keep_typeable,
     run_gcg,
 )
+from scanner.search.progress import QUIET, SearchObserver, SearchProgress
 from scanner.search.reject import HOPELESS, decide
 from scanner.search.schedule import Attempt, make_schedule
 
@@ -187,25 +188,59 @@ def _stop_rule(config: SearchConfig, attempt: Attempt, target_tokens: int) -> Ca
     return lambda outcome: decide(outcome.top_rights, target_tokens, rule)
 
 
+@dataclass
+class _Watch:
+    """A search's SearchProgress and whoever observes it."""
+
+    observer: SearchObserver
+    progress: SearchProgress
+
+    def length_started(self, attempt: Attempt, trial: int, steps: int) -> None:
+        p = self.progress
+        p.length, p.trial, p.step, p.steps, p.right = attempt.length, trial, 0, steps, 0
+        self.observer.length_started(p)
+
+    def stepped(self, outcome: GCGOutcome) -> None:
+        p = self.progress
+        p.step, p.right = outcome.steps, max(p.right, outcome.top_rights[-1])
+        self.observer.stepped(p)
+
+    def length_finished(self, state: _State, outcome: GCGOutcome) -> GCGOutcome:
+        p = self.progress
+        p.step, p.total_steps = outcome.steps, state.steps
+        if outcome.top_rights:
+            p.right = max(p.right, max(outcome.top_rights))
+        p.outcome = ("found a prompt" if outcome.success is not None
+                     else f"rejected early ({outcome.stopped})" if outcome.stopped else "failed")
+        if outcome.success is not None:
+            p.prompt_tokens, p.right = len(outcome.success.prompt_ids or []) or p.length, p.target_tokens
+        self.observer.length_finished(p)
+        return outcome
+
+
 def _run_length(scorer: TargetScorer, attempt: Attempt, state: _State, config: SearchConfig,
-                generator: torch.Generator) -> Generator[Request, Any, GCGOutcome]:
+                generator: torch.Generator, watch: _Watch) -> Generator[Request, Any, GCGOutcome]:
     if attempt.warm == "none":
-        return _record(state, attempt, 0, "none", (yield from _empty_prompt(scorer)))
+        watch.length_started(attempt, 0, 0)
+        outcome = _record(state, attempt, 0, "none", (yield from _empty_prompt(scorer)))
+        return watch.length_finished(state, outcome)
     outcome = None
     for trial in range(attempt.tries):
         init = None
+        watch.length_started(attempt, trial, attempt.steps)
         if trial == 0 and attempt.warm == "shrink" and state.best is not None:
             success, init = yield from _shrink(scorer, state.best.prompt_ids, attempt.length, state,
                                                config.verify_retries)
             if success is not None:  # a deletion already works: no optimization at this length
                 outcome = GCGOutcome(success=success, best_ids=success.prompt_ids, best_loss=0.0)
-                return _record(state, attempt, 0, "deletion", outcome)
+                return watch.length_finished(state, _record(state, attempt, 0, "deletion", outcome))
         elif trial == 0 and attempt.warm == "grow" and state.best_failed:
             init = _grow(scorer.engine, state.best_failed, attempt.length, generator)
         init = init or random_prompt(scorer.engine, attempt.length, generator)
         stop = _stop_rule(config, attempt, scorer.target.numel())
-        outcome = yield from run_gcg(scorer, init, attempt.steps, config.gcg, generator, config.verify_retries, stop)
-        _record(state, attempt, trial, attempt.warm if trial == 0 else "random", outcome)
+        outcome = yield from run_gcg(scorer, init, attempt.steps, config.gcg, generator, config.verify_retries, stop,
+                                     watch.stepped)
+        watch.length_finished(state, _record(state, attempt, trial, attempt.warm if trial == 0 else "random", outcome))
         if outcome.success is not None or outcome.stopped:  # a stopped attempt gets no restarts
             break
     return outcome
@@ -246,26 +281,32 @@ class Target:
 
 
 def measure(engine: HFEngine, text: str, config: SearchConfig, natural_prefix: str | None = None,
-            target_ids: list[int] | None = None) -> AcrResult:
+            target_ids: list[int] | None = None, observer: SearchObserver = QUIET) -> AcrResult:
     """The ACR of one target text: MiniPrompt under `config.schedule`, every success verified."""
-    return _finish(run_one(engine, search(engine, Target(text, natural_prefix, target_ids), config)))
+    return _finish(run_one(engine, search(engine, Target(text, natural_prefix, target_ids), config, observer)))
 
 
-def measure_many(engine: HFEngine, jobs: list[tuple[Target, SearchConfig]],
-                 width: int) -> Iterator[tuple[int, AcrResult | Exception]]:
+def measure_many(engine: HFEngine, jobs: list[tuple[Target, SearchConfig]], width: int,
+                 observer: SearchObserver = QUIET) -> Iterator[tuple[int, AcrResult | Exception]]:
     """`measure` of every (target, config), up to `width` sharing forwards; (index, result or the
-    error that ended that target) as each finishes."""
-    searches = (search(engine, target, config) for target, config in jobs)
+    error that ended that target) as each finishes. `observer` sees each search move (its index: the job's)."""
+    searches = (search(engine, target, config, observer, index) for index, (target, config) in enumerate(jobs))
     for done in run_many(engine, searches, width):
+        if done.error is not None:
+            observer.failed(done.index, done.error)
         yield done.index, done.error or _finish(done)
 
 
-def search(engine: HFEngine, target: Target, config: SearchConfig) -> Generator[Request | Stage, Any, AcrResult]:
+def search(engine: HFEngine, target: Target, config: SearchConfig, observer: SearchObserver = QUIET,
+           index: int = 0) -> Generator[Request | Stage, Any, AcrResult]:
     """MiniPrompt of one target as a generator of model requests (wall_s and forwards left 0: the
-    driver attributes them), announcing SHRINKING after its first verified success."""
+    driver attributes them), announcing SHRINKING after its first verified success; `observer` is told
+    how it moves (search/progress.py), as job `index`."""
     text = target.text
     target_ids = list(target.target_ids) if target.target_ids is not None else engine.encode_target(text)
     cap = effective_cap(engine, len(target_ids), config)
+    watch = _Watch(observer, SearchProgress(index, len(target_ids), cap))
+    observer.started(watch.progress)
     generator = torch.Generator().manual_seed(config.seed)
     scorer = TargetScorer(engine, target_ids, config.gcg.loss)
     scorer.draft = draft_scorer(engine, target_ids, config)
@@ -276,9 +317,10 @@ def search(engine: HFEngine, target: Target, config: SearchConfig) -> Generator[
     certificate = len(state.best.prompt_ids) if state.best and not decided else None
     schedule = make_schedule(len(target_ids), cap, config, has_template=engine.template.has_fixed_tokens,
                              known_length=certificate, decided_length=len(decided.prompt_ids) if decided else None)
+    watch.progress.prompt_tokens = len(state.best.prompt_ids) if state.best else None
     shrinking, bounded = bool(target.decided_prompt), False
     while (attempt := schedule.next()) is not None:
-        outcome = yield from _run_length(scorer, attempt, state, config, generator)
+        outcome = yield from _run_length(scorer, attempt, state, config, generator, watch)
         if outcome.stopped == HOPELESS:  # the model does not know the text: "not memorized" now
             break
         ok = outcome.success is not None
@@ -293,6 +335,8 @@ def search(engine: HFEngine, target: Target, config: SearchConfig) -> Generator[
         if ok and not shrinking:  # a verdict is found: what follows only tightens it, a cost of its own
             shrinking = True
             yield Stage(SHRINKING)
+    watch.progress.prompt_tokens = len(state.best.prompt_ids) if state.best else None
+    observer.finished(watch.progress)
     return replace(_result(engine, text, target_ids, cap, config, state, certificate), bounded=bounded,
                    decided_tokens=len(decided.prompt_ids) if decided else None)
 

@@ -134,11 +134,12 @@ def _pick_id_column(config: CorpusConfig, names: list[str]) -> str | None:
 
 def _check_columns(file: str, schema: pa.Schema, config: CorpusConfig, id_column: str | None) -> None:
     names = schema.names
-    wanted = [(config.text_column, "--text-column"), (id_column, "--id-column")]
-    wanted += [(name, "--keep-column") for name in config.keep_columns]
-    for name, option in wanted:
+    wanted = [(config.text_column, "pass --text-column with one of them"),
+              (id_column, "pass --id-column with one of them")]
+    wanted += [(name, f"drop '{name}' from --keep-columns or name one of them there") for name in config.keep_columns]
+    for name, fix in wanted:
         require(name is None or name in names, f"column '{name}' not found in '{file}'; columns are "
-                f"[{', '.join(names)}]; pass {option} with one of them")
+                f"[{', '.join(names)}]; {fix}")
     text_type = schema.field(config.text_column).type
     require(_is_text(text_type), f"text column '{config.text_column}' in '{file}' has type {text_type}, "
             "not a string type; cast it to string (pyarrow.compute.cast(column, pa.string())) and rewrite "

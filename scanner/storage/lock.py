@@ -5,13 +5,18 @@ the other is rewriting; the second one could print a wrong summary and exit 0. T
 created by a hard link from a complete temp file, so it appears atomically and whole (O_EXCL on a
 file we then write could leave an empty lock behind a kill). A lock whose holder ran on this host and
 no longer runs is stale and is taken over; one from another host cannot be checked from here, so the
-message names it and the fix. The scan driver (run/driver.py) is its one taker, so it is not
-re-entrant: a second taker in the same process is refused like any other.
+message names it and the fix. A pid alone does not name a process: after a kill the pid is free, and a
+later process (any `sleep`) may get it. So the lock records its holder's start time and the boot it
+started in (/proc), and a live pid that started at another time is another process: the lock is stale.
+A lock without them (written by hand, or by an older release) is held only by a live acr-scan. The
+scan driver (run/driver.py) is its one taker, so it is not re-entrant: a second taker in the same
+process is refused like any other.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -27,8 +32,26 @@ log = logging.getLogger(__name__)
 LOCK_FILE = "lock"
 
 
+def identity(pid: int) -> dict:
+    """What tells process `pid` from a later one given the same pid: its start time (clock ticks after
+    boot, field 22 of /proc/PID/stat) and the boot's id, with its command line; {} without /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="utf-8").strip()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        started = int(stat.rsplit(")", 1)[-1].split()[19])  # after "(comm)", which may hold spaces: field 3 on
+    except (OSError, IndexError, ValueError):
+        return {}
+    return {"started": started, "boot": boot, "command": [a.decode("utf-8", "replace") for a in argv if a]}
+
+
+def holder_of(pid: int) -> dict:
+    """The lock's content for process `pid` of this host."""
+    return {"host": socket.gethostname(), "pid": pid, "since": datetime.now(UTC).isoformat(), **identity(pid)}
+
+
 def _holder() -> dict:
-    return {"host": socket.gethostname(), "pid": os.getpid(), "since": datetime.now(UTC).isoformat()}
+    return holder_of(os.getpid())
 
 
 def _read(path: Path) -> dict | None:
@@ -53,10 +76,56 @@ def _alive(pid) -> bool:
     return True
 
 
+def _is_acr_scan(command: list[str]) -> bool:
+    """`acr-scan ...` or `python -m scanner ...`: the commands that take a run directory's lock."""
+    names = [os.path.basename(a) for a in command]
+    return "acr-scan" in names or any(a == "-m" and b == "scanner" for a, b in itertools.pairwise(command))
+
+
+def _same_process(holder: dict, pid: int) -> bool:
+    """Whether live `pid` is the process that wrote the lock (module docstring)."""
+    now = identity(pid)
+    if not now:
+        return True  # no /proc here: the live pid is all that can be checked
+    if "started" in holder:
+        return holder.get("started") == now["started"] and holder.get("boot") == now["boot"]
+    return _is_acr_scan(now["command"])
+
+
 def _is_stale(holder: dict) -> bool:
     if not holder:
         return True
-    return holder.get("host") == socket.gethostname() and not _alive(holder.get("pid"))
+    if holder.get("host") != socket.gethostname():
+        return False  # another host's processes cannot be checked from here
+    pid = holder.get("pid")
+    return not _alive(pid) or not _same_process(holder, pid)
+
+
+def _gone(holder: dict) -> str:
+    """Why a stale lock's holder is gone, for the warning and for `status`."""
+    pid = holder.get("pid")
+    if not holder:
+        return "the lock file is unreadable"
+    if not _alive(pid):
+        return f"pid {pid} no longer runs"
+    command = " ".join(identity(pid).get("command", []))[:200]
+    return f"pid {pid} is now another process ({command or 'unknown'}), not the scan that took the lock"
+
+
+def scan_process(run_dir: str | Path) -> dict:
+    """Whether a scan holds the run directory now (for `status`): running True (a live holder on this
+    host), False (no lock: the scan ended or was stopped; or its holder is gone: killed), None (held
+    from another host, which cannot be checked from here); with the lock's holder and the reason."""
+    holder = _read(Path(run_dir) / LOCK_FILE)
+    if holder is None:
+        return {"running": False, "lock": None, "why": "no scan holds the run directory's lock"}
+    about = {"lock": {k: holder.get(k) for k in ("host", "pid", "since")}}
+    if holder and holder.get("host") != socket.gethostname():
+        return {"running": None, **about, "why": f"the lock is held from host {holder.get('host')}, which "
+                "cannot be checked from here"}
+    if _is_stale(holder):
+        return {"running": False, **about, "why": f"the lock's holder is gone: {_gone(holder)} (killed?)"}
+    return {"running": True, **about, "why": f"acr-scan pid {holder.get('pid')} holds the lock"}
 
 
 def _try_create(path: Path) -> bool:
@@ -89,8 +158,8 @@ def _acquire(run_dir: Path) -> None:
             continue
         if not _is_stale(holder):
             raise _refuse(run_dir, holder)
-        log.warning("run directory %s: taking over the lock of pid %s on %s, which no longer runs",
-                    run_dir, holder.get("pid"), holder.get("host"))
+        log.warning("run directory %s: taking over the lock of pid %s on %s: %s", run_dir, holder.get("pid"),
+                    holder.get("host"), _gone(holder))
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
     raise _refuse(run_dir, _read(path) or {})

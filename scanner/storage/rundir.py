@@ -36,8 +36,8 @@ from scanner import __version__
 from scanner.errors import InputError, require
 from scanner.schema import SCHEMA_VERSION, results_schema
 from scanner.storage.atomic import TMP_SUFFIX, atomic_write_json, remove_file
-from scanner.storage.integrity import read_json_object, reopen_damaged
-from scanner.storage.store import RESULTS, Store, has_work
+from scanner.storage.integrity import read_json_object, reopen_damaged, shard_problem
+from scanner.storage.store import PHASES, RESULTS, Store, has_work
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,10 @@ PLAN_FILE = "plan.json"
 STATS_FILE = "stats.json"
 FOLDERS = ("results", "done", "logs", "stats")
 PHASE_PLANS = ("certify_plan.json", "search_plan.json", "tighten_plan.json")  # scanner/run/phases.py
+# Everything a scan writes at the top of its run directory (lock: storage/lock.py; provenance.json:
+# run/driver.py; passages.parquet: storage/passages.py; the phases' folders: store.py).
+RUN_ENTRIES = {CONFIG_FILE, PLAN_FILE, STATS_FILE, *FOLDERS, *PHASE_PLANS, *PHASES, "lock", "provenance.json",
+               "passages.parquet", "progress", "model.json"}
 FIX = "use a new --out or delete it"
 SHOWN_VALUE = 60  # characters of a changed value shown in the error; nested configs can be long
 
@@ -333,6 +337,17 @@ class RunDir:
                 f"'{self.path}' is not a run directory (no {CONFIG_FILE}); pass the --out folder of "
                 "`acr-scan scan`")
 
+    def require_own_folder(self) -> None:
+        """InputError unless --out is absent, empty, a run directory (run_config.json: resume checks it),
+        or one a scan stopped before writing run_config.json (its own entries only): a scan never mixes
+        its files with others' (a plan's folder, a folder of documents)."""
+        if not self.path.is_dir() or (self.path / CONFIG_FILE).is_file():
+            return
+        foreign = foreign_entries(self.path, RUN_ENTRIES)
+        require(not foreign, f"--out {self.path} holds files that are not a run directory's "
+                f"({', '.join(map(repr, foreign[:3]))}{', ...' if len(foreign) > 3 else ''}); a scan writes into a "
+                "new folder, an empty one or its own run directory: pass a new --out")
+
     def reopen(self, shard: int) -> None:
         """Make a finished shard pending again (its files are rewritten when it runs)."""
         self.results.reopen(shard)
@@ -391,8 +406,14 @@ class RunDir:
         atomic_write_json(self.path / STATS_FILE, merged)
         return merged
 
-    def _merged_stats(self) -> dict:
-        done = self.done_shards()
+    def damaged(self) -> dict[int, str]:
+        """{shard: cause} of the finished shards whose results file is missing, cut short or of another
+        row count than their done marker says (integrity.shard_problem without the sha256): what
+        export, report and verify refuse and a relaunch computes again."""
+        return {s: why for s in self.done_shards() if (why := shard_problem(self, s, hashed=False))}
+
+    def _merged_stats(self, skip=()) -> dict:
+        done = [s for s in self.done_shards() if s not in skip]
         total: dict = {}
         for shard in done:
             stats = read_json_object(self.stats_path(shard))
@@ -409,12 +430,21 @@ class RunDir:
         """Progress from the stats of finished shards, without writing anything. `elapsed_s` is work
         seconds summed over shards; the ETA divides the remaining work by `workers` running at once."""
         require(workers >= 1, f"workers {workers} must be >= 1")
-        stats = self._merged_stats()
+        damaged = self.damaged()  # not counted: their rows cannot be read
+        stats = self._merged_stats(skip=damaged)
         done, total = stats["shards_done"], stats["shards_total"]
         throughput, eta = _eta(stats, total - done, workers)
         return {"shards_done": done, "shards_total": total, "rows": stats.get("rows", 0),
                 "status_counts": stats.get("status_counts", {}), "elapsed_s": stats.get("seconds", 0),
-                "spans_per_s": throughput, "eta_s": eta}
+                "spans_per_s": throughput, "eta_s": eta,
+                "damaged_shards": {f"{s:05d}": f"{why}; relaunch the scan (the same command) to compute it again"
+                                   for s, why in damaged.items()}}
+
+
+def foreign_entries(folder: Path, own: set[str]) -> list[str]:
+    """The names in `folder` that are neither in `own` nor a writer's hidden temp file."""
+    return sorted(p.name for p in folder.iterdir()
+                  if p.name not in own and not (p.name.startswith(".") and p.name.endswith(TMP_SUFFIX)))
 
 
 def _shared_metadata(metadatas: list[dict]) -> dict:

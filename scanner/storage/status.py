@@ -21,6 +21,7 @@ from pathlib import Path
 
 from scanner.measures import budget as bm
 from scanner.storage.integrity import read_json_object
+from scanner.storage.lock import scan_process
 from scanner.storage.passages import PASSAGES_FILE
 from scanner.storage.rundir import CONFIG_FILE, PHASE_PLANS, PLAN_FILE, Plan, RunDir
 from scanner.storage.store import Store
@@ -141,7 +142,8 @@ def _left_by_budget(budget: bm.Budget, spent: float, mine: float, done: int, lef
 
 
 def _write(run: RunDir, plan: Plan) -> dict:
-    commits = _commits(run.results)
+    damaged = run.damaged()  # a shard whose results file is cut short is not written (a relaunch redoes it)
+    commits = [(t, i) for t, i in _commits(run.results) if i not in damaged]
     shards_per_s = wall_rate(commits, {i: 1 for _, i in commits})
     return {"shards_done": len(commits), "shards_total": len(plan), "shards_per_s": shards_per_s,
             "eta_s": eta(len(plan) - len(commits), shards_per_s), "commits": commits}
@@ -177,9 +179,11 @@ def _phase(sections: dict) -> str:
 
 def progress(run: RunDir, workers: int = 1) -> dict:
     """The phase and every phase's progress, as plain values; `eta_s` is the current phase's (0 once
-    complete, None where not yet known) and `elapsed_s` the work seconds every phase recorded so far."""
+    complete, None where not yet known or where no scan runs: a killed run's phase is where it stopped)
+    and `elapsed_s` the work seconds every phase recorded so far; `scan_process`: whether a scan runs."""
+    process = scan_process(run.path)
     if not (run.path / PLAN_FILE).exists():
-        return {"phase": "starting", "eta_s": None, "elapsed_s": 0.0, "last_commit": None}
+        return {"phase": "starting", "eta_s": None, "elapsed_s": 0.0, "last_commit": None, "scan_process": process}
     plan = run.load_plan()
     saved = (read_json_object(run.path / CONFIG_FILE) or {}).get("config", {})
     budget = bm.parse_budget(saved.get("search_budget"))
@@ -194,8 +198,11 @@ def progress(run: RunDir, workers: int = 1) -> dict:
     for section in sections.values():
         section.pop("commits", None)  # mtimes are for the rates, not for the reader
     current = sections.get(phase, {}).get("eta_s") if phase != "complete" else 0.0
+    if process["running"] is False and phase != "complete":
+        current = None  # nothing is running: no end to expect until a relaunch
     return {"phase": phase, "eta_s": current, "last_commit": max(commits, default=None),
-            "elapsed_s": sum(sections[k]["work_s"] for k in ("screen", "certify", "search", "tighten")), **sections}
+            "elapsed_s": sum(sections[k]["work_s"] for k in ("screen", "certify", "search", "tighten")),
+            "scan_process": process, **sections}
 
 
 def phase_counts(run: RunDir) -> dict:

@@ -171,6 +171,14 @@ def train_model(tokenizer, docs: list[str], spec, device: str = "cpu"):
                          pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False)
     model = LlamaForCausalLM(config).to(device)
     stream = torch.tensor(_stream(tokenizer, docs), device=device)
+    return fit(model, stream, spec).cpu()
+
+
+def fit(model, stream, spec):
+    """Train `model` on random `spec.train_context` windows of the token `stream` (a 1-D tensor); the
+    trainer of every model the studies build."""
+    import torch
+
     opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=spec.lr, total_steps=spec.steps, pct_start=0.1)
     gen = torch.Generator().manual_seed(spec.seed)
@@ -184,8 +192,8 @@ def train_model(tokenizer, docs: list[str], spec, device: str = "cpu"):
         opt.step()
         sched.step()
         if step % 100 == 0 or step == spec.steps - 1:
-            log.info("tiny model step %d loss %.3f", step, loss.item())
-    return model.eval().cpu()
+            log.info("training step %d loss %.3f", step, loss.item())
+    return model.eval()
 
 
 def _widen(weight, heads: int, old: int, new: int, rotary: bool):

@@ -1,0 +1,81 @@
+"""A running unit's progress in the run directory: progress/<unit>.json, written atomically by the worker
+that runs the unit (at most every few seconds, run/heartbeat.py) and removed when the unit commits or
+fails. `acr-scan status` and `--watch` read them (`running`), so they see inside a unit that runs for
+minutes or hours, on this machine or on a Ray actor writing to the shared run directory.
+
+A file whose unit is committed (its done marker exists: a worker killed between the commit and the
+removal) is no running unit; a file whose worker died stays until a relaunch reruns its unit, and its
+heartbeat's age says so."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from scanner.storage.atomic import atomic_write_json, remove_file
+from scanner.storage.integrity import read_json_object
+from scanner.storage.store import Store
+
+PROGRESS_DIR = "progress"
+UNIT_NAME = re.compile(r"(certify|search|tighten)-(\d{5})")
+# Live fields a reader passes on (numbers, or a span id below); anything else in a file is dropped.
+LIVE_NUMBERS = ("candidate", "length", "trial", "step", "steps", "right", "target_tokens", "prompt_tokens",
+                "total_steps", "elapsed_s")
+UNIT_NUMBERS = ("candidates_done", "candidates_total", "started", "heartbeat", "pid")
+SPAN_ID = re.compile(r"[\w.:-]{1,80}")
+
+
+def progress_path(run_path: str | Path, unit: str) -> Path:
+    return Path(run_path) / PROGRESS_DIR / f"{unit}.json"
+
+
+def write_progress(path: Path, record: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, record)
+
+
+def clear_progress(path: Path) -> None:
+    remove_file(path)
+
+
+def _number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _live(entry) -> dict | None:
+    """One live search of a progress file, its fields checked (None when it is not an object)."""
+    if not isinstance(entry, dict):
+        return None
+    out = {k: entry[k] for k in LIVE_NUMBERS if _number(entry.get(k))}
+    span = entry.get("span_id")
+    out["span_id"] = span if isinstance(span, str) and SPAN_ID.fullmatch(span) else None
+    return out
+
+
+def _unit(path: Path, run_path: Path, now: float) -> dict | None:
+    """A running unit's record as read from `path`, checked; None when it is unreadable, not a unit's
+    or its unit is committed."""
+    name = UNIT_NAME.fullmatch(path.stem)
+    record = read_json_object(path) if name else None
+    if record is None or not _number(record.get("heartbeat")):
+        return None
+    if Store(run_path, name.group(1)).done_path(int(name.group(2))).exists():
+        return None
+    out = {"unit": path.stem, **{k: record[k] for k in UNIT_NUMBERS if _number(record.get(k))}}
+    live = record.get("live") if isinstance(record.get("live"), list) else []
+    out["live"] = [entry for entry in map(_live, live) if entry is not None]
+    out["heartbeat_age_s"] = round(max(0.0, now - record["heartbeat"]), 3)
+    return out
+
+
+def running(run_path: str | Path, now: float | None = None) -> list[dict]:
+    """Every running unit's progress (`status`'s `running`), by unit name: candidates done of the unit's
+    total, its live searches (candidate, span id, prompt length, step, steps, tokens right) and the age
+    of its heartbeat in seconds."""
+    now = time.time() if now is None else now
+    folder = Path(run_path) / PROGRESS_DIR
+    if not folder.is_dir():
+        return []
+    units = (_unit(path, Path(run_path), now) for path in sorted(folder.glob("*.json")))
+    return [unit for unit in units if unit is not None]
