@@ -137,6 +137,9 @@ def bundle_problems(folder: Path, expect: str | None, signer: str | None) -> lis
         index = None
     files = index.get("files") if isinstance(index, dict) else None
     for name, entry in (files.items() if isinstance(files, dict) else []):
+        reason = escape_reason(folder, name)
+        if reason:  # never hashed, never read: a manifest must not point this script at a file elsewhere
+            raise Refused(f"{folder / name} {reason}; refused (the bundle is damaged or was altered)")
         path = plain_file(folder, name)
         if path is None:
             problems.append(f"{name!r}: listed in {MANIFEST} but not a file inside the bundle")
