@@ -180,6 +180,15 @@ RECHECK_MALFORMED = [
 ]
 
 
+def remanifest(folder: Path) -> None:
+    """What an attacker who edits a bundle also does when no --expect is given: a manifest of the edited
+    files, so that the parsers behind the manifest check meet the damage."""
+    from scanner.results.bundle import MANIFEST, manifest
+
+    files = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file() and not p.name.startswith(MANIFEST)}
+    (folder / MANIFEST).write_text(json.dumps(manifest(files)))
+
+
 def test_recheck_script_names_a_malformed_file(scanned, tiny_dir, tmp_path):
     _, _, bundle = scanned
     for number, (name, text, words) in enumerate(RECHECK_MALFORMED):
@@ -188,6 +197,7 @@ def test_recheck_script_names_a_malformed_file(scanned, tiny_dir, tmp_path):
             (copy / name).unlink()
         else:
             (copy / name).write_text(text)
+        remanifest(copy)
         assert_clean(recheck(copy, "--model", tiny_dir), 2, words)
 
 
@@ -226,6 +236,7 @@ def test_recheck_script_skips_a_damaged_row_and_prints_ids_escaped(scanned, tiny
     copy = shutil.copytree(bundle, tmp_path / "bundle")
     with open(copy / "evidence.jsonl", "a") as f:
         f.write("{damaged\n")
+    remanifest(copy)
     done = recheck(copy, "--model", tiny_dir)
     rows = len((copy / "evidence.jsonl").read_text().splitlines())
     assert_clean(done, 1, f"DAMAGED evidence row {rows}: not JSON", "MATCH doc-0\\x1b]0;pwned\\x07",

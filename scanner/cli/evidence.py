@@ -46,7 +46,42 @@ def recheck_lines(recheck) -> list[str]:
     return lines
 
 
-def verify_lines(recheck, table=None, bundle: str | None = None) -> list[str]:
+def _published_line(digest: str, expect: str | None, signer: str | None) -> str:
+    """What tied the manifest to its publisher: --expect, --signer, or nothing (a rewritten manifest,
+    its files re-hashed, passes every other check)."""
+    checked = [what for what, given in (("the expected digest (--expect)", expect), (f"its signature by {signer}", signer))
+               if given]
+    if checked:
+        return f"manifest.json sha256 {digest}, checked against {' and '.join(checked)}"
+    return (f"manifest.json sha256 {digest}: NOT checked against a published figure; a rewritten manifest "
+            "passes the checks above, so compare it with the figure published with the evidence "
+            "(--expect SHA256) or check its signature (--signer KEY.pub)")
+
+
+def completeness_line(bundle: str) -> str:
+    """Whether the scan was complete when the bundle was written, and its denominators."""
+    import json
+    from pathlib import Path
+
+    from scanner.errors import InputError
+    from scanner.results.bundle import DENOMINATORS
+    from scanner.results.denominators import denominators_line
+    from scanner.results.verify import bundle_file
+
+    try:  # through the confinement rule: a link named denominators.json must not read a file elsewhere
+        counts = json.loads(bundle_file(Path(bundle), DENOMINATORS).read_text(encoding="utf-8"))
+        line = denominators_line(counts["run"])
+    except (OSError, ValueError, KeyError, TypeError, InputError):
+        return f"the bundle has no readable {DENOMINATORS}: it does not say whether its scan was complete"
+    if counts.get("complete") is True:
+        return f"the scan was complete when exported; {line}"
+    return (f"PARTIAL: the scan was unfinished when exported (phase {counts.get('phase')}, "
+            f"{counts.get('shards_done')} of {counts.get('shards_total')} shards): the evidence covers its finished "
+            f"part only; {line}")
+
+
+def verify_lines(recheck, table=None, bundle: str | None = None, expect: str | None = None,
+                 signer: str | None = None) -> list[str]:
     """A bundle's problems first (files, model, recipe), then the re-check's lines."""
     lines = [f"PROBLEM {problem}" for problem in recheck.problems]
     if bundle is not None:
@@ -58,7 +93,7 @@ def verify_lines(recheck, table=None, bundle: str | None = None) -> list[str]:
         digest = sha256_bytes(bundle_file(Path(bundle), MANIFEST).read_bytes())
         state = (f"{len(recheck.problems)} problem(s) in the bundle" if recheck.problems else
                  "bundle intact: every file matches its manifest, the model's files match model.json")
-        lines += [state, f"{MANIFEST} sha256 {digest} (compare it with the figure published with the evidence)"]
+        lines += [state, _published_line(digest, expect, signer), completeness_line(bundle)]
     lines += recheck_lines(recheck)
     if table is not None:  # a run's: the flagged spans by whose words their prompts hold, and the counts
         from scanner.results.denominators import denominators, denominators_line
@@ -70,7 +105,7 @@ def verify_lines(recheck, table=None, bundle: str | None = None) -> list[str]:
 
 
 def verify_main(run, bundle: str | None, model: str | None, dtype: str | None, verify_engine: str | None,
-                fragile_margin: float | None) -> int:
+                fragile_margin: float | None, expect: str | None = None, signer: str | None = None) -> int:
     """Run the re-check, print it, return the exit code (0: all reproduce and the bundle is intact; 3: not)."""
     from scanner.errors import require
     from scanner.results.verify import verify_bundle, verify_run
@@ -78,9 +113,10 @@ def verify_main(run, bundle: str | None, model: str | None, dtype: str | None, v
     if bundle is not None:
         require(run is None, "pass RUN_DIR or --bundle DIR, not both")
         require(model is not None, "--bundle needs --model: the model files to check the evidence against")
-        recheck = verify_bundle(bundle, model, dtype, verify_engine, fragile_margin)
-        lines = verify_lines(recheck, bundle=bundle)
+        recheck = verify_bundle(bundle, model, dtype, verify_engine, fragile_margin, expect, signer)
+        lines = verify_lines(recheck, bundle=bundle, expect=expect, signer=signer)
     else:
+        require(expect is None and signer is None, "--expect and --signer check a bundle; pass --bundle DIR")
         recheck = verify_run(str(run.path), model, dtype, verify_engine, fragile_margin)
         lines = verify_lines(recheck, table=run.read_results())
     for line in lines:  # ids, names and prompts are the bundle's or the corpus's: printed terminal-safe
@@ -88,9 +124,14 @@ def verify_main(run, bundle: str | None, model: str | None, dtype: str | None, v
     return 0 if recheck.ok else 3
 
 
-def export_bundle(run, bundle: str, tau: str, calibrated: bool, model: str | None) -> None:
+def export_bundle(run, bundle: str, tau: str, calibrated: bool, model: str | None, sign: str | None = None) -> None:
     from scanner.results.bundle import MANIFEST, write_bundle
 
-    done = write_bundle(run, bundle, tau=tau, calibrated=calibrated, model=model)
-    echo(f"bundle of {done['rows']} rows written to {bundle} ({done['files']} files); {MANIFEST} sha256 "
-               f"{done['manifest_sha256']}; re-check it with: python {bundle}/recheck.py --model MODEL")
+    done = write_bundle(run, bundle, tau=tau, calibrated=calibrated, model=model, sign=sign)
+    signed = f", signed ({MANIFEST}.sig)" if done["signed"] else ""
+    echo(f"bundle of {done['rows']} rows written to {bundle} ({done['files']} files{signed}); {MANIFEST} sha256 "
+         f"{done['manifest_sha256']} (publish it with the evidence); re-check it with: python "
+               f"{bundle}/recheck.py --model MODEL --expect {done['manifest_sha256']}")
+    if not done["complete"]:
+        echo("warning: the scan is unfinished; the bundle says so (denominators.json) and covers its "
+                   "finished part only", err=True)

@@ -269,13 +269,18 @@ def status_command(run_dir, workers, watch, interval, iterations) -> None:
               help="Only elicitations whose prompt holds none of the work's text (prompt_source free).")
 @click.option("--bundle", default=None, help="A new folder: the flagged spans as a bundle anyone re-verifies "
               "(evidence, configuration, model hashes, manifest, a standalone recheck.py).")
-@click.option("--model", "model", default=None, help="--bundle: where the model is now (default: the run's).")
-def export_command(run_dir, out, tau, all_rows, calibrated, passages, free_only, bundle, model) -> None:
+@click.option("--model", "model", default=None, help="--bundle: where the model is now (default: the run's); "
+              "refused unless its files are the bytes the run recorded.")
+@click.option("--sign", "sign", default=None, help="--bundle: sign manifest.json with this unencrypted ssh-ed25519 "
+              "private key (manifest.json.sig, as `ssh-keygen -Y sign` writes it).")
+def export_command(run_dir, out, tau, all_rows, calibrated, passages, free_only, bundle, model, sign) -> None:
     """The memorized spans (or --passages) with the prompts that reproduce them, as evidence; the run's
     denominators go beside the file (OUT.denominators.json)."""
     from scanner.results.denominators import denominators, denominators_line
     from scanner.results.export import denominators_path, export, export_passages
 
+    if sign is not None and bundle is None:
+        raise InputError(f"--sign {sign} signs a bundle; pass --bundle DIR")
     if (out is None) == (bundle is None) or (bundle is not None and (all_rows or passages)):
         raise InputError("pass --out FILE or --bundle DIR (one of them; --bundle takes neither --all nor "
                          "--passages)")
@@ -285,7 +290,7 @@ def export_command(run_dir, out, tau, all_rows, calibrated, passages, free_only,
     if bundle is not None:
         from scanner.cli.evidence import export_bundle
 
-        export_bundle(run, bundle, tau, calibrated, model)
+        export_bundle(run, bundle, tau, calibrated, model, sign)
         click.echo(denominators_line(denominators(table)))
         return
     if passages:
@@ -356,7 +361,10 @@ def report_command(run_dir, out, corpus, context_chars) -> None:
               help="Re-check with this engine's generation: hf or vllm (default: the run's).")
 @click.option("--fragile-margin", type=float, default=None,
               help="Generation margin (logits) below which a success is fragile (default: the run's).")
-def verify_command(run_dir, model, bundle, dtype, verify_engine, fragile_margin) -> None:
+@click.option("--expect", default=None, help="--bundle: the manifest.json sha256 published with the evidence.")
+@click.option("--signer", default=None, help="--bundle: the signer's ssh-ed25519 public key file; manifest.json.sig "
+              "must be its signature.")
+def verify_command(run_dir, model, bundle, dtype, verify_engine, fragile_margin, expect, signer) -> None:
     """Regenerate greedily from every flagged prompt of RUN_DIR (or of --bundle) and list every one that
     does not reproduce (exit 3 if any, or if the bundle's files or the model's differ)."""
     # Span-based on purpose: every passage's evidence is its spans' prompts, so checking the spans checks
@@ -366,7 +374,7 @@ def verify_command(run_dir, model, bundle, dtype, verify_engine, fragile_margin)
     if run_dir is None and bundle is None:
         raise InputError("pass RUN_DIR (a scan's --out folder) or --bundle DIR")
     run = readable_run(run_dir) if run_dir is not None else None
-    code = verify_main(run, bundle, model, dtype, verify_engine, fragile_margin)
+    code = verify_main(run, bundle, model, dtype, verify_engine, fragile_margin, expect, signer)
     if code:
         sys.exit(code)
 

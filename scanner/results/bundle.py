@@ -1,12 +1,15 @@
 """`acr-scan export RUN --bundle DIR`: evidence anyone re-verifies without trusting this package.
 
 The bundle holds the flagged rows (evidence.jsonl, the export's columns), the run's configuration and
-provenance as the run directory keeps them, the model's identity (sha256 of every weight, tokenizer and
-config file; hub id and revision where known: model.json), the scan's engine, dtype and device and the
+provenance as the run directory keeps them, the model's identity (model.json: the run's own record, made
+when the scan started, of the sha256 of every weight, tokenizer and config file; hub id and revision
+where known; never hashed again at export, and a --model with other bytes is refused), the run's
+denominators and whether it was complete (denominators.json), the scan's engine, dtype and device and the
 library versions at export (environment.json), the input recipe (recipe.json: the fixed text and ids
 around the prompt, BOS, EOS), a standalone re-check (recheck.py: torch and transformers only), a README,
-and manifest.json with the sha256 of every other file. It is written beside DIR and renamed into place,
-so a bundle is whole or absent. `acr-scan verify --bundle` (results/verify.py) checks all of it.
+and manifest.json with the sha256 of every other file; with --sign KEY, manifest.json.sig
+(results/signing.py). It is written beside DIR and renamed into place, so a bundle is whole or absent.
+`acr-scan verify --bundle` (results/verify.py) checks all of it.
 """
 
 from __future__ import annotations
@@ -23,14 +26,19 @@ from pathlib import Path
 from scanner import __version__
 from scanner.config import ModelConfig, PromptConfig
 from scanner.confine import inside
-from scanner.engine.identity import model_identity
+from scanner.engine.identity import model_identity, record_problems
 from scanner.engine.recipe import input_recipe
 from scanner.errors import require
 from scanner.results import recheck
+from scanner.results.denominators import denominators
 from scanner.results.export import RUN_FLAG, WRITERS, select_rows
+from scanner.results.signing import sign_manifest
+from scanner.storage.model_record import read_record
 from scanner.storage.rundir import RunDir
+from scanner.storage.status import progress
 
 EVIDENCE, MANIFEST, MODEL, RECIPE, ENVIRONMENT = "evidence.jsonl", "manifest.json", "model.json", "recipe.json", "environment.json"
+DENOMINATORS, SIGNATURE = "denominators.json", recheck.SIGNATURE
 COPIED = ("run_config.json", "provenance.json")  # as the run directory holds them, byte for byte
 LIBRARIES = ("torch", "transformers", "tokenizers", "safetensors", "huggingface_hub", "accelerate", "vllm",
              "pyarrow", "numpy")
@@ -38,19 +46,25 @@ NEEDED = ("prompt", "target_ids", "prompt_ids")
 README = """# acr-scanner evidence bundle
 
 Every row of evidence.jsonl is a span of text and a prompt string that, typed into the model named in
-model.json (files identified by sha256) as recipe.json says, makes greedy decoding reproduce the span.
+model.json (files identified by sha256, recorded when the scan started) as recipe.json says, makes
+greedy decoding reproduce the span. denominators.json says what the rows were drawn from and whether
+the scan was complete when they were exported.
 
 Re-check every row with torch and transformers only (not acr-scanner):
 
-    python recheck.py --model PATH_TO_THE_MODEL      # add --dtype float32 for another numeric path
+    python recheck.py --model PATH_TO_THE_MODEL --expect MANIFEST_SHA256 [--signer KEY.pub]
 
-It prints each row's match and the smallest logit margin of the generation; exit 0 iff all match.
-With acr-scanner installed, `acr-scan verify --bundle THIS_FOLDER --model PATH` also checks every file
-against manifest.json (an edited byte is named) and the model's files against model.json.
+It first checks every file against manifest.json, manifest.json's sha256 against the published figure
+(--expect), its signature (manifest.json.sig, if --signer) and the model's files against model.json,
+and generates nothing if one differs; then it prints each row's match and the smallest logit margin of
+the generation (add --dtype float32 for another numeric path); exit 0 iff all match. With acr-scanner
+installed, `acr-scan verify --bundle THIS_FOLDER --model PATH --expect SHA256` checks the same.
+A signature is also checked by `ssh-keygen -Y verify -n acr-scanner-bundle -s manifest.json.sig`.
 
 Files: evidence.jsonl (the rows), run_config.json and provenance.json (the run's configuration and
-provenance), model.json, environment.json (the scan's engine, dtype and device; library versions at
-export), recipe.json, recheck.py, manifest.json (sha256 of every other file; publish its own sha256).
+provenance), model.json, denominators.json, environment.json (the scan's engine, dtype and device;
+library versions at export), recipe.json, recheck.py, manifest.json (sha256 of every other file; publish
+its own sha256), manifest.json.sig (when signed).
 """
 
 
@@ -85,9 +99,30 @@ def environment(provenance: dict, rows: list[dict]) -> dict:
                                      "libraries": _versions()}}
 
 
+def model_json(run: RunDir, model_config: ModelConfig, model: str | None) -> dict:
+    """The run's record of its model's files; a --model whose files are other bytes is refused."""
+    record = read_record(run.path)
+    if model is not None:
+        problems = record_problems(record["files"], model_identity(model_config)["files"])
+        require(not problems, f"--model {model}: not the model this run scanned ({run.path / MODEL} recorded "
+                f"its files when the scan started): {'; '.join(problems[:5])}; pass the folder that holds those "
+                "files, or leave --model out (model.json comes from the run's record)")
+    return record
+
+
+def completeness(run: RunDir, table, tau: str, calibrated: bool, rows: int) -> dict:
+    """denominators.json: the run's counts, whether it was complete, and the selection the rows are."""
+    state = progress(run)
+    plan = run.load_plan()
+    return {"complete": state["phase"] == "complete", "phase": state["phase"],
+            "shards_done": len(run.done_shards()), "shards_total": len(plan), "documents_total": plan.num_docs,
+            "run": denominators(table), "selection": {"tau": tau, "calibrated": calibrated}, "rows": rows}
+
+
 def bundle_files(run: RunDir, tau: str, calibrated: bool, model: str | None) -> dict[str, bytes]:
     """Every file of the bundle but the manifest, by name."""
-    rows = select_rows(run.read_results(), tau, calibrated=calibrated)
+    table = run.read_results()
+    rows = select_rows(table, tau, calibrated=calibrated)
     missing = [c for c in NEEDED if c not in rows.column_names]
     require(not missing, f"the run's results lack {missing}, which a re-check needs (a run made before they "
             "were recorded); scan it again into a new run directory")
@@ -103,7 +138,8 @@ def bundle_files(run: RunDir, tau: str, calibrated: bool, model: str | None) -> 
     copied = {name: inside(run.path, name, f"the run directory {run.path}").read_bytes() for name in COPIED}
     provenance = json.loads(copied["provenance.json"])
     return {EVIDENCE: evidence.getvalue(), **copied,
-            MODEL: _json(model_identity(model_config)),
+            MODEL: _json(model_json(run, model_config, model)),
+            DENOMINATORS: _json(completeness(run, table, tau, calibrated, rows.num_rows)),
             ENVIRONMENT: _json(environment(provenance, rows.to_pylist())),
             RECIPE: _json(input_recipe(model_config, PromptConfig(**config["prompt"]))),
             "recheck.py": Path(recheck.__file__).read_bytes(), "README.md": README.encode("utf-8")}
@@ -115,22 +151,25 @@ def manifest(files: dict[str, bytes]) -> dict:
 
 
 def write_bundle(run: RunDir, out: str | Path, tau: str = RUN_FLAG, calibrated: bool = False,
-                 model: str | None = None) -> dict:
-    """Write the bundle into `out` (absent or an empty folder); returns its rows, files and the sha256
-    of its manifest (the one figure to publish beside the evidence)."""
+                 model: str | None = None, sign: str | None = None) -> dict:
+    """Write the bundle into `out` (absent or an empty folder); returns its rows, files, whether the run
+    was complete and the sha256 of its manifest (the one figure to publish beside the evidence); `sign`:
+    an ssh-ed25519 private key that signs the manifest (manifest.json.sig)."""
     out = Path(out)
     require(not out.exists() or (out.is_dir() and not any(out.iterdir())),
             f"--bundle {out}: exists and is not an empty folder; name a new folder (a bundle is never mixed "
             "with other files)")
     files = bundle_files(run, tau, calibrated, model)
     index = _json(manifest(files))
+    signature = {SIGNATURE: sign_manifest(index, sign)} if sign is not None else {}
     temp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(temp, ignore_errors=True)
     temp.mkdir(parents=True)
-    for name, data in {**files, MANIFEST: index}.items():
+    for name, data in {**files, MANIFEST: index, **signature}.items():
         (temp / name).write_bytes(data)
     if out.exists():
         out.rmdir()
     os.replace(temp, out)
     rows = sum(1 for line in files[EVIDENCE].splitlines() if line.strip())
-    return {"rows": rows, "files": len(files) + 1, "manifest_sha256": sha256_bytes(index)}
+    return {"rows": rows, "files": len(files) + 1 + len(signature), "manifest_sha256": sha256_bytes(index),
+            "complete": json.loads(files[DENOMINATORS])["complete"], "signed": bool(signature)}

@@ -1,16 +1,23 @@
 """Re-check an acr-scanner evidence bundle with nothing but torch and transformers.
 
     python recheck.py --model PATH [--bundle DIR] [--dtype float32] [--device cpu]
+                      [--expect MANIFEST_SHA256] [--signer KEY.pub]
 
-For every row of evidence.jsonl: build the model's input from the prompt *string* as recipe.json says
-(the fixed text around it, BOS), check that it gives the ids the scan recorded, generate greedily
+First the bundle and the model, with hashlib alone: every file against manifest.json, manifest.json's
+own sha256 against --expect (the figure published with the evidence), its signature against --signer
+(an ssh-ed25519 public key: the `ssh-keygen -Y sign` format, checked here in pure Python), and every
+model file against model.json; any difference is printed and nothing is generated (exit 1). Then, for
+every row of evidence.jsonl: build the model's input from the prompt *string* as recipe.json says (the
+fixed text around it, BOS), check that it gives the ids the scan recorded, generate greedily
 len(target_ids) tokens and compare them with the span's ids. Prints each row's match and the smallest
 logit margin of the generation (the generated token's logit minus the best other logit, and where), then
 a total; exits 0 only when every row matches. It imports nothing of acr-scanner (it is copied as is into
-every bundle); `acr-scan verify --bundle` also checks the bundle's hashes and the model's files.
+every bundle).
 """
 
 import argparse
+import base64
+import hashlib
 import json
 import re
 import sys
@@ -90,6 +97,203 @@ def read_bundle(folder: Path) -> tuple[dict, list, dict]:
     return recipe, [evidence_row(line) for line in lines if line.strip()], environment
 
 
+MANIFEST, SIGNATURE, NAMESPACE = "manifest.json", "manifest.json.sig", "acr-scanner-bundle"
+CHUNK = 1 << 22
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def plain_file(folder: Path, name: str) -> Path | None:
+    """folder/name when name is a plain relative path inside folder and a regular file, not a link."""
+    parts = Path(name).parts
+    if not parts or Path(name).is_absolute() or any(p in ("..", ".") or "\\" in p for p in parts):
+        return None
+    path = folder.joinpath(*parts)
+    inside = all(not folder.joinpath(*parts[:i]).is_symlink() for i in range(1, len(parts) + 1))
+    return path if inside and path.is_file() else None
+
+
+def bundle_problems(folder: Path, expect: str | None, signer: str | None) -> list[str]:
+    """Every bundle file against manifest.json; the manifest's sha256 against `expect`; its signature."""
+    manifest = plain_file(folder, MANIFEST)
+    if manifest is None:
+        return [f"{MANIFEST} is missing"]
+    data = manifest.read_bytes()
+    problems = []
+    digest = hashlib.sha256(data).hexdigest()
+    if expect is not None and digest != expect.strip().lower():
+        problems.append(f"{MANIFEST} sha256 {digest} is not the expected {expect}: not the published bundle")
+    if signer is not None:
+        problems += signature_problems(folder, data, signer)
+    try:
+        index = json.loads(data)
+    except ValueError:
+        index = None
+    files = index.get("files") if isinstance(index, dict) else None
+    for name, entry in (files.items() if isinstance(files, dict) else []):
+        reason = escape_reason(folder, name)
+        if reason:  # never hashed, never read: a manifest must not point this script at a file elsewhere
+            raise Refused(f"{folder / name} {reason}; refused (the bundle is damaged or was altered)")
+        path = plain_file(folder, name)
+        if path is None:
+            problems.append(f"{name!r}: listed in {MANIFEST} but not a file inside the bundle")
+        elif not isinstance(entry, dict) or sha256_file(path) != entry.get("sha256"):
+            problems.append(f"{name!r}: edited since the bundle was written (sha256 differs from {MANIFEST})")
+    return problems if isinstance(files, dict) else problems + [f"{MANIFEST} lists no files"]
+
+
+def model_problems(folder: Path, model: str) -> list[str]:
+    """Every file model.json names (the scan's own record) against the model's files, by sha256."""
+    record = bundle_json(folder, "model.json")
+    root = Path(model)
+    problems = []
+    files = record.get("files")
+    for entry in files if isinstance(files, list) else [None]:
+        if not isinstance(entry, dict):
+            problems.append("model.json does not list the model's files ({path, sha256} each); the bundle is damaged")
+            continue
+        path = root if root.is_file() else plain_file(root, str(entry.get("path")))
+        if path is None:
+            problems.append(f"model file {entry.get('path')!r}: missing in {model}")
+        elif sha256_file(path) != entry.get("sha256"):
+            problems.append(f"model file {entry.get('path')!r}: other bytes than the scan's (sha256 differs "
+                            "from model.json)")
+    return problems
+
+
+# Ed25519 signature verification (RFC 8032, section 5.1.7), pure Python: the check must not need a
+# cryptography library. Points in extended coordinates (X, Y, Z, T), x = X/Z, y = Y/Z, x*y = T/Z.
+P = 2**255 - 19
+L = 2**252 + 27742317777372353535851937790883648493
+D = -121665 * pow(121666, P - 2, P) % P
+SQRT_M1 = pow(2, (P - 1) // 4, P)
+
+
+def point_add(a: tuple, b: tuple) -> tuple:
+    x1, y1, z1, t1 = a
+    x2, y2, z2, t2 = b
+    e, h = (y1 + x1) * (y2 + x2) - (y1 - x1) * (y2 - x2), (y1 + x1) * (y2 + x2) + (y1 - x1) * (y2 - x2)
+    f, g = 2 * z1 * z2 - 2 * t1 * t2 * D, 2 * z1 * z2 + 2 * t1 * t2 * D
+    return (e * f % P, g * h % P, f * g % P, e * h % P)
+
+
+def point_mul(scalar: int, point: tuple) -> tuple:
+    out = (0, 1, 1, 0)
+    while scalar:
+        if scalar & 1:
+            out = point_add(out, point)
+        point, scalar = point_add(point, point), scalar >> 1
+    return out
+
+
+def point_encode(point: tuple) -> bytes:
+    x, y, z, _ = point
+    inverse = pow(z, P - 2, P)
+    x, y = x * inverse % P, y * inverse % P
+    return (y | (x & 1) << 255).to_bytes(32, "little")
+
+
+def point_decode(data: bytes) -> tuple | None:
+    y = int.from_bytes(data, "little")
+    sign, y = y >> 255, y & ((1 << 255) - 1)
+    if y >= P:
+        return None
+    x2 = (y * y - 1) * pow(D * y * y + 1, P - 2, P) % P
+    x = pow(x2, (P + 3) // 8, P)
+    if (x * x - x2) % P:
+        x = x * SQRT_M1 % P
+    if (x * x - x2) % P or (x == 0 and sign):
+        return None
+    x = P - x if x & 1 != sign else x
+    return (x, y, 1, x * y % P)
+
+
+BASE = point_decode(bytes.fromhex("58" + "66" * 31))
+
+
+def ed25519_verify(public: bytes, message: bytes, signature: bytes) -> bool:
+    """RFC 8032: [S]B == R + [k]A, k = SHA-512(R || A || M) mod L."""
+    if len(public) != 32 or len(signature) != 64:
+        return False
+    a, r, s = point_decode(public), point_decode(signature[:32]), int.from_bytes(signature[32:], "little")
+    if a is None or r is None or s >= L:
+        return False
+    k = int.from_bytes(hashlib.sha512(signature[:32] + public + message).digest(), "little") % L
+    left, right = point_mul(s, BASE), point_add(r, point_mul(k, a))
+    return (left[0] * right[2] - right[0] * left[2]) % P == 0 and (left[1] * right[2] - right[1] * left[2]) % P == 0
+
+
+# The `ssh-keygen -Y sign` signature format (OpenSSH's PROTOCOL.sshsig), ssh-ed25519 keys only.
+def ssh_strings(data: bytes, count: int) -> tuple[list[bytes], bytes]:
+    """`count` SSH strings (uint32 length, bytes) off the front of data, and what follows."""
+    out = []
+    for _ in range(count):
+        if len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+            raise ValueError("cut short")
+        size = int.from_bytes(data[:4], "big")
+        out.append(data[4:4 + size])
+        data = data[4 + size:]
+    return out, data
+
+
+def ssh_string(data: bytes) -> bytes:
+    return len(data).to_bytes(4, "big") + data
+
+
+def signed_data(message: bytes, namespace: str = NAMESPACE) -> bytes:
+    """What an SSHSIG signature signs: the preamble, namespace and SHA-512 of the message."""
+    return (b"SSHSIG" + ssh_string(namespace.encode()) + ssh_string(b"") + ssh_string(b"sha512")
+            + ssh_string(hashlib.sha512(message).digest()))
+
+
+def public_key(text: str) -> bytes:
+    """The 32-byte key of an OpenSSH public key line ('ssh-ed25519 AAAA... comment'), or of an
+    allowed_signers line ('who ssh-ed25519 AAAA...')."""
+    words = text.split()
+    if "ssh-ed25519" not in words[:-1]:
+        raise ValueError("not an ssh-ed25519 public key line ('ssh-ed25519 AAAA... comment')")
+    (kind, key), _ = ssh_strings(base64.b64decode(words[words.index("ssh-ed25519") + 1]), 2)
+    if kind != b"ssh-ed25519" or len(key) != 32:
+        raise ValueError("not an ssh-ed25519 public key")
+    return key
+
+
+def sshsig_verify(armored: str, message: bytes, public: bytes, namespace: str = NAMESPACE) -> str | None:
+    """None when `armored` is a valid SSHSIG signature of message by public key in namespace, else why not."""
+    lines = [line.strip() for line in armored.strip().splitlines()]
+    if len(lines) < 3 or lines[0] != "-----BEGIN SSH SIGNATURE-----" or lines[-1] != "-----END SSH SIGNATURE-----":
+        return "not an SSH signature (-----BEGIN SSH SIGNATURE-----)"
+    blob = base64.b64decode("".join(lines[1:-1]))
+    if blob[:6] != b"SSHSIG" or int.from_bytes(blob[6:10], "big") != 1:
+        return "not an SSHSIG version 1 signature"
+    (key, space, _, hashing, signature), _ = ssh_strings(blob[10:], 5)
+    (_, signer), _ = ssh_strings(key, 2)
+    (kind, raw), _ = ssh_strings(signature, 2)
+    if signer != public:
+        return "signed by another key than --signer"
+    if space.decode() != namespace or hashing != b"sha512" or kind != b"ssh-ed25519":
+        return f"signed for namespace {space.decode()!r} with {hashing.decode()}/{kind.decode()}, not {namespace!r} sha512/ssh-ed25519"
+    return None if ed25519_verify(public, signed_data(message, namespace), raw) else "the signature does not match"
+
+
+def signature_problems(folder: Path, manifest: bytes, signer: str) -> list[str]:
+    """manifest.json's signature (manifest.json.sig) checked against the --signer public key (a file)."""
+    sig = plain_file(folder, SIGNATURE)
+    if sig is None:
+        return [f"{SIGNATURE} is missing: the bundle is not signed"]
+    try:
+        why = sshsig_verify(sig.read_text(encoding="ascii"), manifest, public_key(Path(signer).read_text()))
+    except (ValueError, UnicodeDecodeError) as err:  # binascii.Error is a ValueError
+        why = f"unreadable ({err})"
+    return [f"{SIGNATURE}: {why}; the manifest is not signed by {signer}"] if why else []
+
+
 def load(model: str, dtype: str, device: str, trust_remote_code: bool):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -99,6 +303,17 @@ def load(model: str, dtype: str, device: str, trust_remote_code: bool):
     weights = AutoModelForCausalLM.from_pretrained(where, dtype=getattr(torch, dtype),
                                                    trust_remote_code=trust_remote_code, **extra)
     return tokenizer, weights.to(device).eval()
+
+
+def completeness(folder: Path) -> str:
+    """Whether the scan was complete when the bundle was written, and what the rows were drawn from."""
+    counts = bundle_json(folder, "denominators.json")
+    run = counts.get("run") if isinstance(counts.get("run"), dict) else {}
+    state = "the scan was complete" if counts.get("complete") else (
+        f"the scan was UNFINISHED when exported (phase {counts.get('phase')}, {counts.get('shards_done')} of "
+        f"{counts.get('shards_total')} shards): the rows cover its finished part only")
+    return (f"{state}; {counts.get('rows')} rows drawn from {run.get('documents')} documents, {run.get('spans')} "
+            f"spans, {run.get('candidates')} candidates, {run.get('memorized')} memorized")
 
 
 def input_ids(tokenizer, recipe: dict, prompt: str) -> list[int]:
@@ -153,14 +368,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bundle", default=str(Path(__file__).resolve().parent), help="Default: this folder.")
     parser.add_argument("--dtype", default=None, help="Default: the dtype the scan verified in.")
     parser.add_argument("--device", default=None, help="Default: cuda when available, else cpu.")
+    parser.add_argument("--expect", default=None, help="The manifest.json sha256 published with the evidence.")
+    parser.add_argument("--signer", default=None, help="The signer's ssh-ed25519 public key file (KEY.pub).")
     args = parser.parse_args(argv)
+    folder = Path(args.bundle)
     try:
         if not Path(args.model).exists():  # never a hub download: the evidence names local files
             raise Refused(f"--model {args.model}: no such folder or file; pass the model's folder (or .gguf file)")
-        recipe, rows, environment = read_bundle(Path(args.bundle))
+        problems = bundle_problems(folder, args.expect, args.signer) + model_problems(folder, args.model)
+        if not problems:
+            recipe, rows, environment = read_bundle(folder)
+            summary = completeness(folder)
     except Refused as err:
         print(f"error: {safe(err)}", file=sys.stderr)
         return 2
+    for problem in problems:
+        print(f"PROBLEM {safe(problem)}")
+    if problems:
+        print(f"{len(problems)} problem(s): nothing generated (the evidence or the model is not the one published)")
+        return 1
+    print(f"bundle and model files match {MANIFEST} and model.json; {summary}")
     import torch
 
     scan = environment.get("scan")

@@ -22,7 +22,8 @@ from scanner.confine import inside
 from scanner.engine.identity import identity_problems
 from scanner.engine.recipe import recipe, recipe_problems
 from scanner.errors import InputError, require
-from scanner.results.bundle import EVIDENCE, MANIFEST, MODEL, RECIPE, sha256_bytes
+from scanner.results import recheck
+from scanner.results.bundle import EVIDENCE, MANIFEST, MODEL, RECIPE, SIGNATURE, sha256_bytes
 from scanner.storage.rundir import RunDir
 
 
@@ -118,7 +119,7 @@ def manifest_problems(folder: Path) -> list[str]:
             problems.append(f"{name}: listed in {MANIFEST} but missing")
         elif sha256_bytes(path.read_bytes()) != entry["sha256"]:
             problems.append(f"{name}: edited since the bundle was written (sha256 differs from {MANIFEST})")
-    extra = sorted(p.name for p in folder.iterdir() if p.name not in listed and p.name != MANIFEST)
+    extra = sorted(p.name for p in folder.iterdir() if p.name not in listed and p.name not in (MANIFEST, SIGNATURE))
     problems += [f"{name}: not in {MANIFEST} (added after the bundle was written)" for name in extra]
     return problems
 
@@ -141,6 +142,21 @@ def bundle_file(folder: Path, name: str) -> Path:
     require(path.is_file(), f"the bundle's {name} is missing from {folder} (deleted, or the folder was copied "
             "in part); get the whole bundle as published")
     return path
+
+
+def published_problems(folder: Path, expect: str | None, signer: str | None) -> list[str]:
+    """manifest.json against the figure published with the evidence (--expect) and its signature
+    (--signer): what ties the manifest, and through it every file, to whoever published it."""
+    data = bundle_file(folder, MANIFEST).read_bytes()
+    problems = []
+    if expect is not None and sha256_bytes(data) != expect.strip().lower():
+        problems.append(f"{MANIFEST}: sha256 {sha256_bytes(data)} is not the expected {expect} (--expect); this "
+                        "is not the bundle that was published")
+    if signer is not None:
+        require(Path(signer).is_file(), f"--signer {signer}: no such file; pass the signer's public key file "
+                "(KEY.pub, one 'ssh-ed25519 AAAA...' line)")
+        problems += recheck.signature_problems(folder, data, signer)
+    return problems
 
 
 def _read_json(folder: Path, name: str) -> dict:
@@ -224,11 +240,13 @@ def vocabulary_size(engine) -> int:
 
 
 def verify_bundle(bundle: str, model: str, dtype: str | None = None, verify_engine: str | None = None,
-                  fragile_margin: float | None = None) -> Recheck:
-    """The manifest, the model's files, the input recipe, then every row generated again from `model`."""
+                  fragile_margin: float | None = None, expect: str | None = None, signer: str | None = None) -> Recheck:
+    """The manifest (against --expect and --signer), the model's files, the input recipe, then every row
+    generated again from `model`."""
     folder = Path(bundle)
     require(folder.is_dir(), f"--bundle {bundle}: no such folder; pass the folder `acr-scan export --bundle` wrote")
     problems = manifest_problems(folder)
+    problems += published_problems(folder, expect, signer)
     problems += identity_problems(model_record(folder), model)
     saved = bundle_config(folder, model)
     rows = evidence_rows(folder, problems)

@@ -17,6 +17,7 @@ from scanner.engine.check import check_model, check_template
 from scanner.engine.draft import check_draft
 from scanner.engine.positions import check_span_fits, declared_positions
 from scanner.executors.local import LocalExecutor
+from scanner.run.model_record import ModelRecord, record_model
 from scanner.run.phases import Phases, run_phases
 from scanner.run.tasks import Worker
 from scanner.stages.read import Corpus, open_corpus
@@ -39,9 +40,10 @@ def run_scan(config: ScanConfig, out: str, progress=None, executor: ExecutorConf
     with run_lock(out):  # before prepare, which deletes temp files a live writer owns
         run = RunDir(out)
         plan = run.prepare(config.to_dict(), corpus.fingerprint(), corpus.num_rows, config.docs_per_shard)
+        model = record_model(run, config.model)  # before any worker loads it: the run's identity is its bytes
         phases = Phases(config, run, plan, corpus, passages, draw)
         _announce(phases, progress)
-        execute = open_executor(executor, config, run, plan, corpus)
+        execute = open_executor(executor, config, run, plan, corpus, model)
         try:
             failed = run_phases(phases, execute, progress)
         finally:
@@ -70,11 +72,12 @@ def _announce(phases: Phases, progress) -> None:
         start(sum(s.num_docs for s in pending))
 
 
-def open_executor(executor: ExecutorConfig, config: ScanConfig, run: RunDir, plan: Plan, corpus: Corpus):
+def open_executor(executor: ExecutorConfig, config: ScanConfig, run: RunDir, plan: Plan, corpus: Corpus,
+                  model: ModelRecord):
     """The executor that runs the phases' tasks, each on a Worker of this scan."""
-    on_setup = partial(write_provenance, run)
+    on_setup = partial(write_provenance, run, {"model_hash_s": round(model.seconds, 3)})
     if executor.kind == "local":  # the driver's corpus, already open; one model load in this process
-        return LocalExecutor(lambda: Worker(config, str(run.path), corpus), on_setup)
+        return LocalExecutor(lambda: Worker(config, str(run.path), corpus, model.seen), on_setup)
     from scanner.executors.ray import RayExecutor  # Ray is imported only when asked for
 
     # Actors open the corpus themselves from shared storage: the factory pickles configs and paths only.
@@ -82,6 +85,7 @@ def open_executor(executor: ExecutorConfig, config: ScanConfig, run: RunDir, pla
                        expected_tasks=len(plan))
 
 
-def write_provenance(run: RunDir, meta: dict[str, str]) -> None:
-    # Model and tokenizer identities are known only once loaded: beside run_config.json.
-    atomic_write_json(run.path / "provenance.json", dict(meta))
+def write_provenance(run: RunDir, driver: dict, meta: dict[str, str]) -> None:
+    # Model and tokenizer identities are known only once loaded: beside run_config.json; `driver`: what
+    # the driver measured (the seconds its hashing of the model's files took).
+    atomic_write_json(run.path / "provenance.json", {**meta, **{k: str(v) for k, v in driver.items()}})

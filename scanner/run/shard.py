@@ -155,7 +155,8 @@ def tokenizer_hash(tokenizer) -> str:
 
 
 def model_hash(model: str) -> str:
-    """A cheap identity of local weights: names and sizes of the files, and config.json's bytes."""
+    """A cheap identity of a draft model's local weights: names and sizes of the files, and config.json's
+    bytes (the scanned model's identity is its bytes: run/model_record.py, set by the Worker)."""
     path = Path(model)
     if not path.exists():
         return ""
@@ -170,7 +171,7 @@ def model_hash(model: str) -> str:
 
 def provenance(config: ScanConfig, engine: HFEngine) -> dict[bytes, bytes]:
     values = {"model": config.model.model, "model_revision": config.model.revision or "",
-              "model_hash": model_hash(config.model.model), "tokenizer_hash": tokenizer_hash(engine.tokenizer),
+              "tokenizer_hash": tokenizer_hash(engine.tokenizer),
               "package_version": __version__, "config_hash": config_hash(run_identity(config.to_dict())),
               "bos": engine.template.bos_policy, "device": engine.device, "dtype": engine.dtype,
               "verify_engine": json.dumps(engine.verify_info(), sort_keys=True),

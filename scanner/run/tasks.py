@@ -27,6 +27,7 @@ from scanner.measures.overlap import token_string
 from scanner.results.rows import certified_row as settled_by_certificate
 from scanner.results.rows import failed_row, measured_prompt
 from scanner.run.heartbeat import UnitProgress
+from scanner.run.model_record import check_loaded
 from scanner.run.passages import write_passages
 from scanner.run.shard import calibrate, open_engine, screen_shard, search_rows, shard_log
 from scanner.schema import results_schema
@@ -180,11 +181,12 @@ class Worker:
     """Runs any task of a scan and commits it. The same class is the local executor's worker and each
     Ray actor's state; heavy objects are built in `setup()` where it runs, never pickled."""
 
-    def __init__(self, config: ScanConfig, out: str, corpus=None) -> None:
+    def __init__(self, config: ScanConfig, out: str, corpus=None, seen: dict | None = None) -> None:
         self.config, self.run = config, RunDir(out)
         self.engine = self.meta = None
         self._kept: OrderedDict[str, tuple[str, str]] = OrderedDict()  # documents' texts (_texts)
         self.corpus = corpus  # the driver's, already validated; a Ray actor opens its own in setup()
+        self.seen = seen  # the driver's stamps of the model files, for a worker in its process only
 
     def setup(self, cpus: float | None = None) -> dict:
         """Load the engines (once) and open the corpus; returns the provenance for provenance.json.
@@ -197,6 +199,8 @@ class Worker:
             torch.set_num_threads(max(1, int(cpus)))
         if self.engine is None:
             self.engine, self.meta = open_engine(self.config)
+            # The files just loaded are the run's recorded bytes, or this worker scans nothing.
+            self.meta[b"model_hash"] = check_loaded(self.run, self.config.model, self.seen).encode()
         self.corpus = self.corpus or open_corpus(self.config.corpus)  # workers read the corpus from shared storage
         return {k.decode(): v.decode() for k, v in self.meta.items()}
 

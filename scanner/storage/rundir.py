@@ -146,6 +146,17 @@ def run_identity(config: dict) -> dict:
     return {**config, "corpus": {k: v for k, v in corpus.items() if k != "path"}}
 
 
+def _hash_holds(saved: dict) -> bool:
+    """Whether the saved configuration still gives its recorded config_hash (computed over the run's
+    identity; before run_identity existed, over the whole configuration)."""
+    config = saved["config"]
+    try:
+        now = {config_hash(run_identity(config)), config_hash(config)}
+    except TypeError:  # NaN or a live object: not what a scan writes
+        return False
+    return saved.get("config_hash") in now
+
+
 _ABSENT = object()
 
 
@@ -314,6 +325,10 @@ class RunDir:
         require(isinstance(saved, dict) and isinstance(saved.get("config"), dict),
                 f"{self.path / CONFIG_FILE} is not a run configuration (a JSON object with a 'config' "
                 f"object); the run directory is damaged, {FIX}")
+        require(_hash_holds(saved), f"{self.path / CONFIG_FILE} was edited after the run started: its "
+                "configuration no longer gives the config_hash recorded beside it, so the finished results were "
+                "made under another configuration than the file says; restore the file as the scan wrote it, "
+                f"or {FIX}")
         return saved
 
     def require_run(self) -> None:
