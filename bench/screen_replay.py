@@ -28,7 +28,7 @@ from screen_memory import random_engine, teacher_forced_pass
 from screen_modes import corpus, screen
 from screen_tokens import best_of, sliced_pass
 
-from scanner.config import ModelConfig, PromptConfig, ScreenConfig
+from scanner.config import ModelConfig, PromptConfig, ScreenConfig, SpanConfig
 from scanner.engine.hf import HFEngine
 from scanner.engine.loading import load_model
 from scanner.engine.teacher import teacher_scores
@@ -63,7 +63,7 @@ def record(args, config: ScreenConfig) -> tuple[list, list[list[int]], int]:
     docs = corpus(plain.tokenizer, args.docs, args.passages, args.words, args.seed)
     screen(hooked, docs, config)
     ids = [tokenize_document(d.text, plain.tokenizer)[0] for d, _ in docs]
-    return hooked.screener.calls, ids, chunk_tokens(plain, config)  # the stream's own chunk
+    return hooked.screener.calls, ids, chunk_tokens(plain, config, config.context_tokens + SpanConfig().span_tokens)  # the stream's own
 
 
 def replay(engine: HFEngine, calls: list, kinds: tuple[bool, ...]) -> None:

@@ -92,7 +92,9 @@ def test_window_mode_resolves_from_the_template(loaded, engine):
     assert resolve_window(engine, ScreenConfig()) == "stream" and resolve_window(chat, ScreenConfig()) == "exact"
     with pytest.raises(InputError, match="--screen-window exact or auto"):
         resolve_window(chat, ScreenConfig(window="stream"))
-    assert window_info(engine, ScreenConfig())["chunk_tokens"] == engine.max_positions - 1  # capped: 255
+    info = window_info(engine, ScreenConfig(), 32)
+    assert info["chunk_tokens"] == engine.max_positions - 1  # capped: 255
+    assert info["chunk_capped_by"] == f"positions ({engine.max_positions})" and info["chunk_tokens_asked"] == 1024
     with pytest.raises(InputError, match="--screen-window 'sliding' is not one of"):
         ScreenConfig(window="sliding")
     with pytest.raises(InputError, match="--chat puts the template's suffix between them"):  # refused before a load

@@ -80,6 +80,7 @@ class HFEngine:
         self.allowed_mask = torch.zeros(rows, dtype=torch.bool, device=self.device)
         self.allowed_mask[self.allowed_ids] = True
         self.max_positions = _max_positions(self.model)
+        self.attention_window = _sliding_window(self.model)
         self._keeps_logits = "logits_to_keep" in inspect.signature(self.model.forward).parameters
         self.chunk_size: int | None = None  # learned on OOM; persists across targets
         self.batchable: bool | None = None  # several targets per forward work (engine/batched.py)
@@ -271,6 +272,16 @@ def smallest(values: list[float]) -> tuple[float | None, int | None]:
         return None, None
     at = min(range(len(values)), key=values.__getitem__)
     return float(values[at]), at
+
+
+def _sliding_window(model) -> int | None:
+    """The sliding window of local attention layers (Mistral, Gemma 2/3, Qwen2 when enabled); None if none.
+    A token further back than the window is out of sight of those layers."""
+    config = model.config.get_text_config()
+    window = getattr(config, "sliding_window", None)
+    if not isinstance(window, int) or window <= 0 or getattr(config, "use_sliding_window", True) is False:
+        return None
+    return window
 
 
 def _max_positions(model) -> int | None:

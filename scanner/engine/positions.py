@@ -1,8 +1,9 @@
 """A model's context length read from its files, before any weights load.
 
 A scan whose spans cannot fit the model's context used to screen past it and end with every
-candidate `failed` and exit 0; refusing it up front needs the length before a run directory exists
-(a corrected command would otherwise be refused as a changed configuration).
+candidate `failed` and exit 0. The length is read before a run directory exists: a span that cannot fit
+is refused there (a corrected command would otherwise be refused as a changed configuration), and a
+context that cannot fit is capped there, so that the run's configuration records the context it used.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import json
 import math
 from pathlib import Path
 
-from scanner.errors import require
+from scanner.errors import InputError
 
 CONFIG_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 
@@ -49,17 +50,19 @@ def declared_positions(model: str) -> int | None:
     return None
 
 
-def check_span_fits(span_tokens: int, context_tokens: int, tau: float, positions: int | None) -> None:
-    """The screen reads context + span; the search must at least try the decisive prompt length
-    ceil(|y|/τ) - 1 before the span. One position is left for BOS."""
+def fit_context(span_tokens: int, context_tokens: int, tau: float, positions: int | None) -> int:
+    """The context tokens the screen can read before a span on a model of `positions`: context_tokens, or
+    fewer where they would not fit (a model of 1,024 positions asked for more). The screen's stream
+    re-reads context + span at each chunk's start and must advance by a span at least, so context
+    + 2 spans + BOS fit. Context only adds evidence, so it is capped; the span and its decisive prompt
+    length ceil(|y|/τ) - 1 are what ACR measures, so a span that cannot fit with them is refused."""
     if positions is None:
-        return
-    needed = span_tokens + max(context_tokens, math.ceil(span_tokens / tau) - 1) + 1
-    # The largest span s with s + max(context, ceil(s/τ) - 1) + 1 <= positions.
-    fits = max((s for s in range(1, positions) if s + max(context_tokens, math.ceil(s / tau) - 1) + 1
-                <= positions), default=0)
-    require(needed <= positions, f"--span-tokens {span_tokens} does not fit the model's context of "
-            f"{positions} positions: the screen reads --context-tokens {context_tokens} before each span "
-            f"and the search needs a prompt of up to {math.ceil(span_tokens / tau) - 1} tokens, {needed} "
-            f"positions in all; pass --span-tokens {fits} or less" + (" (or fewer --context-tokens)"
-                                                                      if context_tokens > fits else ""))
+        return context_tokens
+    decisive = math.ceil(span_tokens / tau) - 1
+    if span_tokens + decisive + 1 <= positions:
+        return min(context_tokens, max(0, positions - 1 - 2 * span_tokens))
+    # The largest span s with s + ceil(s/τ) - 1 + 1 <= positions.
+    fits = max((s for s in range(1, positions) if s + math.ceil(s / tau) <= positions), default=0)
+    raise InputError(f"--span-tokens {span_tokens} does not fit the model's context of {positions} positions: "
+                     f"the search needs a prompt of up to {decisive} tokens before the span and a position for "
+                     f"BOS, {span_tokens + decisive + 1} positions in all; pass --span-tokens {fits} or less")

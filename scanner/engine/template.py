@@ -100,7 +100,12 @@ def _chat_parts(tokenizer, config: PromptConfig) -> tuple[str, str]:
     messages = [{"role": "user", "content": content}]
     if config.system_prompt:
         messages.insert(0, {"role": "system", "content": config.system_prompt})
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except Exception as err:  # the template's own raise_exception (jinja2's TemplateError), e.g. Gemma's
+        fix = ("this template has no system role: drop --system-prompt, or put it in --instruction"
+               if config.system_prompt else "drop --chat, or fix the template")
+        raise InputError(f"--chat: the model's chat template refused the messages ({err}); {fix}") from err
     if text.count(SLOT) != 1:
         raise InputError("--chat: the chat template does not keep the user text verbatim; drop --chat")
     prefix, suffix = text.split(SLOT)

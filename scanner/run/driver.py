@@ -10,12 +10,13 @@ picks the executor and the worker it runs; the executor only decides where each 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from functools import partial
 
 from scanner.config import ExecutorConfig, PassageConfig, ScanConfig
 from scanner.engine.check import check_model, check_template
 from scanner.engine.draft import check_draft
-from scanner.engine.positions import check_span_fits, declared_positions
+from scanner.engine.positions import declared_positions, fit_context
 from scanner.executors.local import LocalExecutor
 from scanner.run.model_record import ModelRecord, record_model
 from scanner.run.phases import Phases, run_phases
@@ -36,6 +37,7 @@ def run_scan(config: ScanConfig, out: str, progress=None, executor: ExecutorConf
     to screen; `corpus`: the corpus already opened and validated by the caller; `draw`: `acr-scan plan`'s
     sample of the search (scanner/run/phases.py)."""
     executor = executor or ExecutorConfig()
+    config = fit_positions(config)
     corpus = corpus or validate(config, out)
     with run_lock(out):  # before prepare, which deletes temp files a live writer owns
         run = RunDir(out)
@@ -59,9 +61,22 @@ def validate(config: ScanConfig, out: str) -> Corpus:
     check_template(config.model, config.prompt)  # likewise a template that cannot score a first token
     if config.search.gcg.draft.enabled:  # likewise a draft of another tokenizer
         check_draft(config.model, config.search.gcg.draft.model)
-    check_span_fits(config.spans.span_tokens, config.screen.context_tokens, config.search.tau,
-                    declared_positions(config.model.model))
     return corpus
+
+
+def fit_positions(config: ScanConfig) -> ScanConfig:
+    """The config with --context-tokens capped to the model's positions (a refusal where the span itself
+    cannot fit). Capped before the run directory records the config, so a relaunch of the same command
+    caps alike and resumes."""
+    positions = declared_positions(config.model.model)
+    asked = config.screen.context_tokens
+    context = fit_context(config.spans.span_tokens, asked, config.search.tau, positions)
+    if context == asked:
+        return config
+    log.warning("--context-tokens %d capped to %d: the model has %d positions, which must hold the context, "
+                "two %d-token spans (the screen's stream advances a span a chunk) and BOS", asked, context,
+                positions, config.spans.span_tokens)
+    return replace(config, screen=replace(config.screen, context_tokens=context))
 
 
 def _announce(phases: Phases, progress) -> None:

@@ -176,7 +176,7 @@ def provenance(config: ScanConfig, engine: HFEngine) -> dict[bytes, bytes]:
               "bos": engine.template.bos_policy, "device": engine.device, "dtype": engine.dtype,
               "verify_engine": json.dumps(engine.verify_info(), sort_keys=True),
               "screen_engine": json.dumps(engine.screen_info(), sort_keys=True),
-              "screen_window": json.dumps(window_info(engine, config.screen), sort_keys=True),
+              "screen_window": json.dumps(window_info(engine, config.screen, config.spans.span_tokens), sort_keys=True),
               "targets_per_forward": batched.width(engine, config.engines.targets_per_forward)}
     if engine.draft is not None:  # probe sampling: which draft, its tokenizer and what loading it cost
         values.update(draft_model=engine.draft_name, draft_model_hash=model_hash(engine.draft_name),

@@ -106,8 +106,8 @@ def screen_with_anchors(engine: HFEngine, doc: Document, tokens: tuple[list[int]
     ids, offsets = tokens
     # One document's streamed windows (stream mode), shared by its windows and its anchored spans: the
     # anchors lie in text the windows' chunks already scored, so they cost no forward of their own.
-    stream = DocumentStream(ids, screen_config.context_tokens + spans_config.span_tokens,
-                            chunk_tokens(engine, screen_config))
+    overlap = screen_config.context_tokens + spans_config.span_tokens
+    stream = DocumentStream(ids, overlap, chunk_tokens(engine, screen_config, overlap))
     results = _screen(engine, ids, spans, screen_config, work, stream)
     anchors: list[Span] = []
     if spans_config.anchors:

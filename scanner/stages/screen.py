@@ -96,7 +96,8 @@ def _windows(engine: HFEngine, doc_ids: list[int], spans: list[Span], config: Sc
         return _score(engine, seqs, [len(s.target_ids) for s in spans], True, config, work)
     length = len(spans[0].target_ids)
     if stream is None or stream.ids is not doc_ids or stream.overlap < config.context_tokens + length:
-        stream = DocumentStream(doc_ids, config.context_tokens + length, chunk_tokens(engine, config))
+        overlap = config.context_tokens + length
+        stream = DocumentStream(doc_ids, overlap, chunk_tokens(engine, config, overlap))
     got, forwarded = stream_windows(engine, stream, [(s.token_start, s.token_end) for s in spans], config)
     if work is not None:
         work.add(*forwarded)

@@ -19,6 +19,7 @@ text, so a template with suffix tokens screens exact windows (ScreenConfig.windo
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import torch
@@ -29,11 +30,28 @@ from scanner.engine.teacher import teacher_scores
 from scanner.engine.token_scores import TokenScores
 from scanner.errors import require
 
+log = logging.getLogger(__name__)
 
-def chunk_tokens(engine: HFEngine, config: ScreenConfig) -> int:
-    """Document tokens per chunk: the configured length, within the model's positions."""
-    room = (engine.max_positions or config.chunk_tokens + len(engine.template.prefix_ids))
-    return min(config.chunk_tokens, room - len(engine.template.prefix_ids))
+
+def chunk_limit(engine: HFEngine, overlap: int) -> tuple[int | None, str]:
+    """The most tokens a chunk may hold with the template's prefix, and why. The model's positions bound
+    it. So does a sliding window (Mistral, Gemma, Phi-3): inside it every token of a chunk sees the whole
+    chunk before it in every layer, local ones too, so a span's context is what window_info says it is.
+    A window too short to advance a chunk by its overlap (context + span) is left to the positions: a
+    cap there would forward every token more than twice."""
+    limits = [(engine.max_positions, "positions")] if engine.max_positions else []
+    window = getattr(engine, "attention_window", None)
+    if window and window - len(engine.template.prefix_ids) >= 2 * overlap:
+        limits.append((window, "sliding window"))
+    return min(limits) if limits else (None, "")
+
+
+def chunk_tokens(engine: HFEngine, config: ScreenConfig, overlap: int) -> int:
+    """Document tokens per chunk: the configured length, within the model's positions and sliding window
+    (chunk_limit); `overlap`: the context + span tokens each chunk re-reads from the one before."""
+    room, _ = chunk_limit(engine, overlap)
+    prefix = len(engine.template.prefix_ids)
+    return config.chunk_tokens if room is None else min(config.chunk_tokens, room - prefix)
 
 
 def resolve_window(engine: HFEngine, config: ScreenConfig) -> str:
@@ -47,14 +65,24 @@ def resolve_window(engine: HFEngine, config: ScreenConfig) -> str:
     return config.window
 
 
-def window_info(engine: HFEngine, config: ScreenConfig) -> dict:
+def window_info(engine: HFEngine, config: ScreenConfig, span_tokens: int) -> dict:
     """How this engine screens windows, as provenance records it: the resolved mode and the context a
-    span's statistics see (exactly context_tokens, or from context_tokens up to the chunk)."""
+    span's statistics see (exactly context_tokens, or from context_tokens up to the chunk); the model's
+    positions and sliding window beside it."""
     window = resolve_window(engine, config)
+    limits = {"positions": engine.max_positions, "sliding_window": getattr(engine, "attention_window", None)}
     if window == "exact":
-        return {"window": "exact", "context_tokens": config.context_tokens}
-    return {"window": "stream", "context_tokens": config.context_tokens, "chunk_tokens": chunk_tokens(engine, config),
-            "context": "at least context_tokens + the token's offset in its span, up to chunk_tokens"}
+        return {"window": "exact", "context_tokens": config.context_tokens, **limits}
+    overlap = config.context_tokens + span_tokens
+    chunk = chunk_tokens(engine, config, overlap)
+    info = {"window": "stream", "context_tokens": config.context_tokens, "chunk_tokens": chunk,
+            "context": "at least context_tokens + the token's offset in its span, up to chunk_tokens", **limits}
+    if chunk < config.chunk_tokens:  # capped: said once, where provenance records it
+        room, why = chunk_limit(engine, overlap)
+        log.info("--chunk-tokens %d capped to %d: the model's %s is %d tokens, %d of them the template's prefix",
+                 config.chunk_tokens, chunk, why, room, room - chunk)
+        info.update(chunk_tokens_asked=config.chunk_tokens, chunk_capped_by=f"{why} ({room})")
+    return info
 
 
 @dataclass
