@@ -146,9 +146,18 @@ CASES = [
          ("done marker is unreadable",), scanned_first=True),
     Case("lost-plan", lambda ctx: (ctx["out"] / "plan.json").unlink(), 0, ("rebuilt it from run_config.json",),
          scanned_first=True),
+    # A killed run's unit progress (its worker gone): removed under the lock before any unit starts.
+    Case("stale-progress", lambda ctx: _stale_progress(ctx["out"]), 0, ("progress/search-00000.json: left by a "
+         "worker that stopped",), scanned_first=True),
     Case("corpus-by-another-path", lambda ctx: ["--out", "run", "CORPUS=" + os.path.relpath(ctx["corpus"], ctx["root"])],
          0, (), scanned_first=True),
 ]
+
+
+def _stale_progress(out: Path) -> None:
+    (out / "progress").mkdir(exist_ok=True)
+    (out / "progress" / "search-00000.json").write_text(json.dumps(
+        {"unit": "search-00000", "pid": _dead_pid(), "heartbeat": 1.0, "candidates_done": 0, "live": []}))
 
 
 def _truncate(path: Path) -> None:
@@ -187,6 +196,7 @@ def test_fault_is_reported_then_the_run_resumes_to_the_reference_table(case, ref
         assert again.returncode == 0, again.stderr[-3000:]
     assert comparable(ctx["out"]) == want
     assert not (ctx["out"] / "lock").exists(), "the lock is released"
+    assert not list((ctx["out"] / "progress").glob("*.json")), "no unit's progress outlives the scan"
 
 
 def test_status_does_not_count_a_truncated_results_file(reference, tmp_path):

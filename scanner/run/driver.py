@@ -24,6 +24,7 @@ from scanner.run.tasks import Worker
 from scanner.stages.read import Corpus, open_corpus
 from scanner.storage.atomic import atomic_write_json
 from scanner.storage.lock import run_lock
+from scanner.storage.progress import clear_stale
 from scanner.storage.rundir import Plan, RunDir
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,9 @@ def run_scan(config: ScanConfig, out: str, progress=None, executor: ExecutorConf
         run = RunDir(out)
         plan = run.prepare(config.to_dict(), corpus.fingerprint(), corpus.num_rows, config.docs_per_shard)
         model = record_model(run, config.model)  # before any worker loads it: the run's identity is its bytes
+        for name in clear_stale(run.path):  # under the lock: no unit runs yet, each file is a stopped worker's
+            log.warning("progress/%s: left by a worker that stopped (the run was killed); removed, its unit "
+                        "is rerun where it is not done", name)
         phases = Phases(config, run, plan, corpus, passages, draw)
         _announce(phases, progress)
         execute = open_executor(executor, config, run, plan, corpus, model)

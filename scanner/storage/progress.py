@@ -4,8 +4,8 @@ fails. `acr-scan status` and `--watch` read them (`running`), so they see inside
 minutes or hours, on this machine or on a Ray actor writing to the shared run directory.
 
 A file whose unit is committed (its done marker exists: a worker killed between the commit and the
-removal) is no running unit; a file whose worker died stays until a relaunch reruns its unit, and its
-heartbeat's age says so."""
+removal) is no running unit; a file whose worker died stays, its heartbeat's age saying so, until a
+relaunch removes it before any unit starts (clear_stale)."""
 
 from __future__ import annotations
 
@@ -37,6 +37,17 @@ def write_progress(path: Path, record: dict) -> None:
 
 def clear_progress(path: Path) -> None:
     remove_file(path)
+
+
+def clear_stale(run_path: str | Path) -> list[str]:
+    """Remove every progress file: called under the run's lock before any unit starts, when each one is
+    left by a worker that stopped (a killed run), so status shows no unit running that is not. Returns
+    the names removed."""
+    folder = Path(run_path) / PROGRESS_DIR
+    stale = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    for path in stale:
+        remove_file(path)
+    return [path.name for path in stale]
 
 
 def _number(value) -> bool:
