@@ -441,7 +441,8 @@ def verify_command(run_dir, model, bundle, dtype, verify_engine, fragile_margin)
 
 @cli.command("demo")
 @click.option("--workdir", default=None, help="Where the tiny model is trained (default: a cache folder).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the tiny model's training, the demo's texts and its searches.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per target.")
 def demo_command(workdir, seed, as_json) -> None:
     """Run the embedded demo on a tiny model.

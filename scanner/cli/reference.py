@@ -73,7 +73,8 @@ def option_line(ctx: click.Context, param: click.Option) -> str:
         about.append(f"({default})")
     if param.multiple:
         about.append("(may be repeated)")
-    return f"- `{term}`: " + " ".join(a for a in about if a)
+    text = " ".join(a for a in about if a)
+    return f"- `{term}`: {text}" if text else f"- `{term}`"
 
 
 def command_markdown(group: click.Group, name: str) -> list[str]:
