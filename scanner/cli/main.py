@@ -85,7 +85,15 @@ def _json_target(file: str, number: int, line: str) -> dict:
 @click.option("-v", "--verbose", count=True, help="-v for info logs, -vv for debug logs.")
 @click.version_option(package_name="acr-scanner")
 def cli(verbose: int) -> None:
-    """Measure LLM memorization with the Adversarial Compression Ratio."""
+    """Measure LLM memorization with the Adversarial Compression Ratio.
+
+    \b
+    Example:
+      acr-scan demo
+
+    `acr` measures texts; `ingest`, `scan`, `status`, `report` and `export` scan a corpus; `plan` projects
+    a scan's cost; `verify` re-checks a run or an evidence bundle. `acr-scan COMMAND --help` for each.
+    """
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
     handler = logging.StreamHandler()  # log lines quote ids and names too: printed terminal-safe
     handler.setFormatter(SafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -107,8 +115,15 @@ class SafeFormatter(logging.Formatter):
 @option(TARGETS, "--json", "as_json", is_flag=True, help="One JSON object per target.")
 @click.argument("texts", nargs=-1)
 def acr_command(texts, file, as_json, natural_prefix, **options) -> None:
-    """ACR of each TEXT (or of each line of --file) against --model. On a terminal, without --json, stderr
-    shows each target's search: the prompt length tried, the GCG step, the target tokens right, the time."""
+    """Measure the ACR of texts against a model.
+
+    \b
+    Example:
+      acr-scan acr --model ~/.cache/acr-scanner/tiny "Call me Ishmael."
+
+    The ACR of each TEXT (or of each line of --file) against --model. On a terminal, without --json, stderr shows each target's search: the prompt length tried, the GCG
+    step, the target tokens right, the time.
+    """
     from scanner.engine.check import check_model
 
     # Before the heavy imports (torch, transformers): a bad --file or --model fails in a moment.
@@ -136,7 +151,15 @@ def acr_command(texts, file, as_json, natural_prefix, **options) -> None:
 @click.argument("corpus")
 @all_scan_options
 def scan_command(corpus, out, **options) -> None:
-    """Scan a Parquet CORPUS (file, directory or glob) span by span into the run directory --out."""
+    """Scan a Parquet corpus into a run directory.
+
+    \b
+    Example:
+      acr-scan scan corpus.parquet --model M --out run/
+
+    Scans CORPUS (a Parquet file, directory or glob) span by span into the run directory --out.
+    Relaunching the same command resumes; `status`, `report`, `export` and `verify` read the run directory.
+    """
     from scanner.cli.progress import run_with_progress
 
     executor = executor_config(options)
@@ -167,9 +190,16 @@ def scan_command(corpus, out, **options) -> None:
 @option(PLAN, "--json", "as_json", is_flag=True, help="The projection as one JSON object.")
 @all_scan_options
 def plan_command(corpus, out, sample, screen_sample, workers, efficiency, as_json, **options) -> None:
-    """Screen CORPUS (or a --screen-sample of its documents) with the scan's options, search a --sample of
-    the candidates the scan would search (into --out: sample.parquet, run/), then project the whole scan:
-    tokens, screen, candidates, search, passages, wall time and worker-hours."""
+    """Project a scan's cost from a sample of it.
+
+    \b
+    Example:
+      acr-scan plan corpus.parquet --model M --sample 0.05 --workers 8 --out plan/
+
+    Screens CORPUS (or a --screen-sample of its documents) with the scan's options, searches a --sample
+    of the candidates the scan would search (into --out: sample.parquet, run/), then projects the whole
+    scan: tokens, screen, candidates, search, passages, wall time and worker-hours.
+    """
     from scanner.cli.plan import plan_lines
     from scanner.cli.progress import ProgressBar
     from scanner.run.plan import plan_scan
@@ -203,7 +233,14 @@ def plan_command(corpus, out, sample, screen_sample, workers, efficiency, as_jso
 @click.option("--encoding", default=None,
               help="Text files that are not UTF-8: decode with this codec instead of detecting it.")
 def ingest_command(sources, out, log_path, text_field, id_field, title_field, author_field, strip, encoding) -> None:
-    """Folders, files or globs of .txt/.md, .epub and .jsonl(.gz/.zst) into one Parquet corpus for scan."""
+    """Turn text, EPUB and JSONL files into one Parquet corpus.
+
+    \b
+    Example:
+      acr-scan ingest books/ --out corpus.parquet --strip gutenberg
+
+    SOURCES are folders, files or globs of .txt/.md, .epub and .jsonl(.gz/.zst); `scan` reads the corpus.
+    """
     from scanner.ingest import IngestConfig, ingest
 
     config = IngestConfig(sources=tuple(sources), out=out, log=log_path, text_field=text_field, id_field=id_field,
@@ -221,10 +258,17 @@ def ingest_command(sources, out, log_path, text_field, id_field, title_field, au
 @click.option("--interval", type=float, default=10.0, show_default=True, help="--watch: seconds between refreshes.")
 @click.option("--iterations", type=int, default=None, help="--watch: stop after this many refreshes.")
 def status_command(run_dir, workers, watch, interval, iterations) -> None:
-    """The phase (starting, screen, certify, search, write, passages, complete), each phase's progress,
+    """Show where a run stands (JSON, or a live view with --watch).
+
+    \b
+    Example:
+      acr-scan status run/ --watch
+
+    The phase (starting, screen, certify, search, write, passages, complete), each phase's progress,
     shards done and total, rows by status, throughput, the current phase's ETA, and inside each running
     unit its candidates done, the live candidate's prompt length, step and tokens right, and the age of
-    its heartbeat (`running`) (JSON; --watch: a live view)."""
+    its heartbeat (`running`).
+    """
     from scanner.storage.rundir import RunDir
 
     if not watch:
@@ -274,8 +318,16 @@ def status_command(run_dir, workers, watch, interval, iterations) -> None:
 @click.option("--sign", "sign", default=None, help="--bundle: sign manifest.json with this unencrypted ssh-ed25519 "
               "private key (manifest.json.sig, as `ssh-keygen -Y sign` writes it).")
 def export_command(run_dir, out, tau, all_rows, calibrated, passages, free_only, bundle, model, sign) -> None:
-    """The memorized spans (or --passages) with the prompts that reproduce them, as evidence; the run's
-    denominators go beside the file (OUT.denominators.json)."""
+    """Export the flagged spans with their prompts.
+
+    \b
+    Examples:
+      acr-scan export run/ --out flagged.jsonl
+      acr-scan export run/ --bundle evidence/ --sign ~/.ssh/id_ed25519
+
+    The memorized spans (or --passages) with the prompts that reproduce them; the run's denominators go beside the file (OUT.denominators.json). --bundle writes a folder anyone
+    re-verifies with `acr-scan verify --bundle` or its standalone recheck.py.
+    """
     from scanner.results.denominators import denominators, denominators_line
     from scanner.results.export import denominators_path, export, export_passages
 
@@ -330,8 +382,15 @@ def readable_run(run_dir: str):
 @click.option("--context-chars", default=1200, show_default=True,
               help="Characters of the book each side of a passage (0: the passage alone).")
 def report_command(run_dir, out, corpus, context_chars) -> None:
-    """One self-contained HTML page: summary, ACR histogram, a row per document with findings and a
-    summary of the rest, memorized passages; and a page per passage in the book's surrounding text."""
+    """Write a run's HTML report.
+
+    \b
+    Example:
+      acr-scan report run/ --out report.html
+
+    One self-contained page: summary, ACR histogram, a row per document with findings and a summary of the rest,
+    memorized passages; beside it a page per passage in the book's surrounding text.
+    """
     from scanner.cli.output import work_text_tokens
     from scanner.cli.pages import surroundings_of
     from scanner.results.report import write_report
@@ -365,8 +424,17 @@ def report_command(run_dir, out, corpus, context_chars) -> None:
 @click.option("--signer", default=None, help="--bundle: the signer's ssh-ed25519 public key file; manifest.json.sig "
               "must be its signature.")
 def verify_command(run_dir, model, bundle, dtype, verify_engine, fragile_margin, expect, signer) -> None:
-    """Regenerate greedily from every flagged prompt of RUN_DIR (or of --bundle) and list every one that
-    does not reproduce (exit 3 if any, or if the bundle's files or the model's differ)."""
+    """Re-check flagged prompts by greedy generation.
+
+    \b
+    Examples:
+      acr-scan verify run/ --dtype float32
+      acr-scan verify --bundle evidence/ --model M --expect SHA256 --signer signer.pub
+
+    Regenerates from every flagged prompt of RUN_DIR (or of --bundle) and lists every one that does not
+    reproduce (exit 3 if any, or if the bundle's files or the model's
+    differ).
+    """
     # Span-based on purpose: every passage's evidence is its spans' prompts, so checking the spans checks
     # the passages; an extension is re-checked by generation from passages.parquet's extension_prompt.
     from scanner.cli.evidence import verify_main
@@ -381,10 +449,20 @@ def verify_command(run_dir, model, bundle, dtype, verify_engine, fragile_margin,
 
 @cli.command("demo")
 @click.option("--workdir", default=None, help="Where the tiny model is trained (default: a cache folder).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the tiny model's training, the demo's texts and its searches.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per target.")
 def demo_command(workdir, seed, as_json) -> None:
-    """The embedded default: train a tiny model that memorized planted passages, measure them and unseen text."""
+    """Run the embedded demo on a tiny model.
+
+    \b
+    Example:
+      acr-scan demo
+
+    About two minutes on 2 CPU cores. Trains a tiny model that memorized planted passages (cached in --workdir), measures them and unseen
+    text, then scans a small corpus with the passages hidden in it and writes report.html and
+    flagged.jsonl beside the run.
+    """
     from scanner.cli.demo import run_demo
 
     run_demo(workdir=workdir, seed=seed, as_json=as_json, echo=click.echo)

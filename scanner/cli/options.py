@@ -101,7 +101,8 @@ def search_options(f):
                help="fast: verdict first, warm starts; paper: the authors' exact search."),
         option(SEARCH, "--tau", type=float, default=default_of(SearchConfig, "tau"), show_default=True,
                help="Memorization threshold on ACR."),
-        option(SEARCH, "--seed", type=int, default=default_of(SearchConfig, "seed"), show_default=True),
+        option(SEARCH, "--seed", type=int, default=default_of(SearchConfig, "seed"), show_default=True,
+               help="Random seed of the search."),
         option(SEARCH, "--cap-factor", type=int, default=default_of(SearchConfig, "cap_factor"), show_default=True,
                help="Longest prompt tried: this x target tokens."),
         option(SEARCH, "--steps", type=int, default=None,
@@ -223,11 +224,14 @@ def search_config(o: dict) -> SearchConfig:
 def scan_options(f):
     return stack(f, [
         option(CORPUS, "--out", "out", required=True, help="Run directory (created, or resumed when it exists)."),
-        option(CORPUS, "--text-column", default=default_of(CorpusConfig, "text_column"), show_default=True),
+        option(CORPUS, "--text-column", default=default_of(CorpusConfig, "text_column"), show_default=True,
+               help="The corpus column that holds the text."),
         option(CORPUS, "--id-column", default=None, help="Default: id, else doc_id, else file:row."),
         option(CORPUS, "--keep-columns", default="", help="Comma-separated corpus columns carried through."),
-        option(CORPUS, "--allow-duplicate-ids", is_flag=True),
-        option(SPANS, "--span-tokens", type=int, default=default_of(SpanConfig, "span_tokens"), show_default=True),
+        option(CORPUS, "--allow-duplicate-ids", is_flag=True,
+               help="Scan documents that share an id (spans are keyed by their corpus row); refused otherwise."),
+        option(SPANS, "--span-tokens", type=int, default=default_of(SpanConfig, "span_tokens"), show_default=True,
+               help="Tokens per span: the text a verdict is about."),
         option(SPANS, "--stride", type=int, default=None,
                help="Default: --span-tokens; larger only with --allow-gaps."),
         option(SPANS, "--allow-gaps", is_flag=True, help="Admit a --stride larger than --span-tokens (text between "
@@ -269,7 +273,8 @@ def scan_options(f):
         option(SPANS, "--min-match-rate", type=float, default=default_of(ScanConfig, "min_match_rate"),
                show_default=True,
                help="Screen: spans below this greedy-match rate and without a certificate are not searched."),
-        option(BUDGET, "--max-candidates-per-doc", type=int, default=None),
+        option(BUDGET, "--max-candidates-per-doc", type=int, default=None,
+               help="Keep at most this many candidates of each document; default: all."),
         option(BUDGET, "--max-candidates", type=int, default=None,
                help="Search at most this many candidates, corpus-wide, best screen evidence first; the "
                     "rest stay not_searched."),
@@ -284,7 +289,7 @@ def scan_options(f):
         option(BUDGET, "--unit-size", type=int, default=default_of(ScanConfig, "unit_size"), show_default=True,
                help="Candidates per search unit, the resumable unit of the search phase."),
         option(CORPUS, "--docs-per-shard", type=int, default=default_of(ScanConfig, "docs_per_shard"),
-               show_default=True),
+               show_default=True, help="Documents per shard, the resumable unit of the screen."),
         option(CORPUS, "--work-text-tokens", type=int, default=default_of(ScanConfig, "work_text_tokens"),
                show_default=True,
                help="Evidence: a prompt that shares a run of this many tokens with its document is "
@@ -307,7 +312,7 @@ def executor_options(f):
         option(EXECUTOR, "--gpus-per-actor", type=float, default=None,
                help="GPUs per actor; default 1 where the cluster has GPUs, else 0 (CPU actors)."),
         option(EXECUTOR, "--cpus-per-actor", type=float, default=default_of(ExecutorConfig, "cpus_per_actor"),
-               show_default=True),
+               show_default=True, help="CPUs each Ray actor reserves; its torch threads unless --threads."),
         option(EXECUTOR, "--max-retries", type=int, default=default_of(ExecutorConfig, "max_retries"),
                show_default=True, help="Re-runs of a shard whose actor died or whose node was lost."),
     ])
