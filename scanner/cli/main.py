@@ -17,6 +17,7 @@ from scanner.cli.options import (
     engine_config,
     engine_options,
     executor_config,
+    executor_options,
     model_config,
     model_options,
     passage_config,
@@ -34,7 +35,7 @@ from scanner.cli.output import (
     terminal_safe,
     work_text_tokens,
 )
-from scanner.cli.sections import PLAN, TARGETS, SectionedCommand, option
+from scanner.cli.sections import COMPARE, MODEL, PLAN, TARGETS, SectionedCommand, option
 from scanner.config import DTYPES, ENGINES
 from scanner.errors import InputError
 
@@ -369,6 +370,54 @@ def verify_command(run_dir, model, bundle, dtype, verify_engine, fragile_margin)
     code = verify_main(run, bundle, model, dtype, verify_engine, fragile_margin)
     if code:
         sys.exit(code)
+
+
+@cli.command("compare", cls=SectionedCommand)
+@click.argument("run_dir")
+@option(COMPARE, "--out", "out", required=True, help="A new folder for the comparison (or its own, to resume).")
+@option(MODEL, "--model", "model", required=True,
+        help="Model B (HF hub id, local directory or .gguf) with run A's tokenizer: fine-tuned, unlearned, quantized...")
+@option(MODEL, "--revision", default=None, help="Hub revision of B.")
+@option(MODEL, "--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N.")
+@option(MODEL, "--dtype", default="auto", show_default=True, type=click.Choice(DTYPES))
+@option(MODEL, "--threads", type=int, default=None, help="CPU threads for torch.")
+@option(MODEL, "--trust-remote-code", is_flag=True, help="Allow B's repository's own code to run.")
+@option(COMPARE, "--spans", default=None,
+        help="Comma-separated span_id values of RUN to measure (default: its memorized and certified spans, "
+             "and the spans it searched and found not memorized, as controls).")
+@option(COMPARE, "--corpus", "corpus", default=None, help="Where RUN's corpus lies now (default: the scan's path).")
+@option(COMPARE, "--tighten", is_flag=True,
+        help="Shrink below each verdict on B (default: both searches stop at their verdict, as a scan's do).")
+@option(COMPARE, "--unit-size", type=int, default=8, show_default=True, help="Spans per resumable unit.")
+@executor_options
+def compare_command(run_dir, out, model, revision, device, dtype, threads, trust_remote_code, spans, corpus,
+                    tighten, unit_size, **options) -> None:
+    """Measure the spans of scan RUN_DIR (model A) on --model B: for each, B's certificate, completion test
+    (k-prefix, p_z, greedy-match rate) and MiniPrompt warm-started from A's prompt beside a cold search on
+    the same budget; a row with both sides and a verdict class per span in OUT/compare.parquet."""
+    from scanner.config import ModelConfig
+    from scanner.run.compare import compare_config, run_compare
+
+    readable_run(run_dir)
+    chosen = tuple(s.strip() for s in spans.split(",") if s.strip()) if spans is not None else None
+    b = ModelConfig(model=model, revision=revision, device=device, dtype=dtype, threads=threads,
+                    trust_remote_code=trust_remote_code)
+    config = compare_config(run_dir, b, chosen, tighten, unit_size, corpus)
+    summary = run_compare(config, out, executor_config(options))
+    if summary["failed"]:
+        for task, error in sorted(summary["failed"].items(), key=str):
+            echo(f"{task} failed: {error}", err=True)
+        click.echo("some spans or units failed and stay pending; relaunch the same command to retry them", err=True)
+        sys.exit(4)
+    click.echo(compare_line(summary, out))
+
+
+def compare_line(summary: dict, out: str) -> str:
+    classes = ", ".join(f"{k} {v}" for k, v in summary["classes"].items() if v)
+    cost = summary["warm_vs_cold"]
+    return (f"{summary['spans']} spans compared into {out}: {classes or 'none'}; warm vs cold search over "
+            f"{cost['spans']} spans with A's prompt: forwards {cost['warm']['forwards']} vs {cost['cold']['forwards']}, "
+            f"seconds {cost['warm']['s']:.1f} vs {cost['cold']['s']:.1f}")
 
 
 @cli.command("demo")
