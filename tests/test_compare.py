@@ -90,6 +90,21 @@ def test_a_relaunch_resumes_and_recomputes_only_a_lost_unit(run_a, same, tiny_di
     assert changed.returncode == 2 and "unit_size" in changed.stderr
 
 
+def test_the_report_and_the_export_carry_both_sides_and_both_models(run_a, same, tmp_path):
+    _, results = run_a
+    folder, _ = same
+    page = tmp_path / "compare.html"
+    assert cli("report", str(folder), "--out", str(page)).returncode == 0
+    html = page.read_text()
+    assert "ACR on A against ACR on B" in html and html.count("<circle") == len(rows(folder))
+    assert "still_memorized" in html and "<h4>B's prompt</h4>" in html
+    exported = cli("export", str(folder), "--out", str(tmp_path / "pairs.csv"))
+    assert exported.returncode == 0, exported.stderr
+    models = json.loads((tmp_path / "pairs.csv.models.json").read_text())["models"]
+    assert models["a"]["run"] == str((folder.parent / "a").resolve()) and models["b"]["tokenizer_hash"]
+    assert cli("export", str(folder), "--bundle", str(tmp_path / "b")).returncode == 2
+
+
 def random_model(tiny_dir, out, seed=1):
     """A model of the tiny model's shape and tokenizer with fresh random weights."""
     import torch

@@ -276,7 +276,15 @@ def export_command(run_dir, out, tau, all_rows, calibrated, passages, free_only,
     denominators go beside the file (OUT.denominators.json)."""
     from scanner.results.denominators import denominators, denominators_line
     from scanner.results.export import denominators_path, export, export_passages
+    from scanner.results.report_compare import export_compare, is_comparison
 
+    if is_comparison(run_dir):  # a comparison exports its table, both models' identities beside it
+        if bundle is not None or out is None:
+            raise InputError(f"{run_dir} is a comparison (acr-scan compare): pass --out FILE (.csv, .jsonl, .parquet); "
+                             "for a bundle of B's evidence, scan the corpus with B and export that run's --bundle")
+        count = export_compare(run_dir, out)
+        click.echo(f"{count} compared spans written to {out}; both models' identities in {out}.models.json")
+        return
     if (out is None) == (bundle is None) or (bundle is not None and (all_rows or passages)):
         raise InputError("pass --out FILE or --bundle DIR (one of them; --bundle takes neither --all nor "
                          "--passages)")
@@ -331,8 +339,12 @@ def report_command(run_dir, out, corpus, context_chars) -> None:
     from scanner.cli.output import work_text_tokens
     from scanner.cli.pages import surroundings_of
     from scanner.results.report import write_report
+    from scanner.results.report_compare import is_comparison, write_compare_report
     from scanner.storage.passages import passages_path, read_passages
 
+    if is_comparison(run_dir):
+        click.echo(f"comparison report written to {write_compare_report(run_dir, out)}")
+        return
     if context_chars < 0:  # a negative reach cut the passage itself, and every page said the corpus was absent
         raise InputError(f"--context-chars {context_chars}: must be 0 or more (0: the passage alone); "
                          "pass e.g. --context-chars 1200")

@@ -504,12 +504,3 @@ def summarize(rows: list[dict]) -> dict:
                              "memorized_warm": sum(bool(r["warm_memorized"]) for r in both),
                              "memorized_cold": sum(bool(r["cold_memorized"]) for r in both)}}
 
-
-def read_compare(out: str) -> tuple[pa.Table, dict]:
-    """A finished comparison's table and summary (InputError naming the fix if it is none or unfinished)."""
-    folder = Path(out)
-    require((folder / IDENTITY).is_file(), f"'{out}' is not a comparison (no {IDENTITY}); pass the --out folder of "
-            "`acr-scan compare`")
-    require((folder / TABLE).is_file() and (folder / SUMMARY).is_file(), f"the comparison in '{out}' is unfinished "
-            f"(no {TABLE}); relaunch the same `acr-scan compare` command to finish it")
-    return pq.read_table(folder / TABLE), read_json_object(folder / SUMMARY) or {}
