@@ -17,6 +17,7 @@ from scanner.cli.options import (
     engine_config,
     engine_options,
     executor_config,
+    executor_options,
     model_config,
     model_options,
     passage_config,
@@ -34,7 +35,7 @@ from scanner.cli.output import (
     terminal_safe,
     work_text_tokens,
 )
-from scanner.cli.sections import PLAN, TARGETS, SectionedCommand, option
+from scanner.cli.sections import COMPARE, MODEL, PLAN, TARGETS, SectionedCommand, option
 from scanner.config import DTYPES, ENGINES
 from scanner.errors import InputError
 
@@ -330,7 +331,15 @@ def export_command(run_dir, out, tau, all_rows, calibrated, passages, free_only,
     """
     from scanner.results.denominators import denominators, denominators_line
     from scanner.results.export import denominators_path, export, export_passages
+    from scanner.results.report_compare import export_compare, is_comparison
 
+    if is_comparison(run_dir):  # a comparison exports its table, both models' identities beside it
+        if bundle is not None or out is None:
+            raise InputError(f"{run_dir} is a comparison (acr-scan compare): pass --out FILE (.csv, .jsonl, .parquet); "
+                             "for a bundle of B's evidence, scan the corpus with B and export that run's --bundle")
+        count = export_compare(run_dir, out)
+        click.echo(f"{count} compared spans written to {out}; both models' identities in {out}.models.json")
+        return
     if sign is not None and bundle is None:
         raise InputError(f"--sign {sign} signs a bundle; pass --bundle DIR")
     if (out is None) == (bundle is None) or (bundle is not None and (all_rows or passages)):
@@ -394,8 +403,12 @@ def report_command(run_dir, out, corpus, context_chars) -> None:
     from scanner.cli.output import work_text_tokens
     from scanner.cli.pages import surroundings_of
     from scanner.results.report import write_report
+    from scanner.results.report_compare import is_comparison, write_compare_report
     from scanner.storage.passages import passages_path, read_passages
 
+    if is_comparison(run_dir):
+        click.echo(f"comparison report written to {write_compare_report(run_dir, out)}")
+        return
     if context_chars < 0:  # a negative reach cut the passage itself, and every page said the corpus was absent
         raise InputError(f"--context-chars {context_chars}: must be 0 or more (0: the passage alone); "
                          "pass e.g. --context-chars 1200")
@@ -445,6 +458,62 @@ def verify_command(run_dir, model, bundle, dtype, verify_engine, fragile_margin,
     code = verify_main(run, bundle, model, dtype, verify_engine, fragile_margin, expect, signer)
     if code:
         sys.exit(code)
+
+
+@cli.command("compare", cls=SectionedCommand)
+@click.argument("run_dir")
+@option(COMPARE, "--out", "out", required=True, help="A new folder for the comparison (or its own, to resume).")
+@option(MODEL, "--model", "model", required=True,
+        help="Model B (HF hub id, local directory or .gguf) with run A's tokenizer: fine-tuned, unlearned, quantized...")
+@option(MODEL, "--revision", default=None, help="Hub revision of B.")
+@option(MODEL, "--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N.")
+@option(MODEL, "--dtype", default="auto", show_default=True, type=click.Choice(DTYPES))
+@option(MODEL, "--threads", type=int, default=None, help="CPU threads for torch.")
+@option(MODEL, "--trust-remote-code", is_flag=True, help="Allow B's repository's own code to run.")
+@option(COMPARE, "--spans", default=None,
+        help="Comma-separated span_id values of RUN to measure (default: its memorized and certified spans, "
+             "and the spans it searched and found not memorized, as controls).")
+@option(COMPARE, "--corpus", "corpus", default=None, help="Where RUN's corpus lies now (default: the scan's path).")
+@option(COMPARE, "--tighten", is_flag=True,
+        help="Shrink below each verdict on B (default: both searches stop at their verdict, as a scan's do).")
+@option(COMPARE, "--unit-size", type=int, default=8, show_default=True, help="Spans per resumable unit.")
+@executor_options
+def compare_command(run_dir, out, model, revision, device, dtype, threads, trust_remote_code, spans, corpus,
+                    tighten, unit_size, **options) -> None:
+    """Measure a scan's spans on a second model (before/after).
+
+    \b
+    Examples:
+      acr-scan compare run/ --model unlearned/ --out run-b/
+      acr-scan report run-b/ --out compare.html
+
+    For each span of RUN_DIR (model A) on --model B: B's certificate, completion test (k-prefix, p_z,
+    greedy-match rate) and MiniPrompt warm-started from A's prompt beside a cold search on the same
+    budget; a row with both sides and a verdict class per span in OUT/compare.parquet.
+    """
+    from scanner.config import ModelConfig
+    from scanner.run.compare import compare_config, run_compare
+
+    readable_run(run_dir)
+    chosen = tuple(s.strip() for s in spans.split(",") if s.strip()) if spans is not None else None
+    b = ModelConfig(model=model, revision=revision, device=device, dtype=dtype, threads=threads,
+                    trust_remote_code=trust_remote_code)
+    config = compare_config(run_dir, b, chosen, tighten, unit_size, corpus)
+    summary = run_compare(config, out, executor_config(options))
+    if summary["failed"]:
+        for task, error in sorted(summary["failed"].items(), key=str):
+            echo(f"{task} failed: {error}", err=True)
+        click.echo("some spans or units failed and stay pending; relaunch the same command to retry them", err=True)
+        sys.exit(4)
+    click.echo(compare_line(summary, out))
+
+
+def compare_line(summary: dict, out: str) -> str:
+    classes = ", ".join(f"{k} {v}" for k, v in summary["classes"].items() if v)
+    cost = summary["warm_vs_cold"]
+    return (f"{summary['spans']} spans compared into {out}: {classes or 'none'}; warm vs cold search over "
+            f"{cost['spans']} spans with A's prompt: forwards {cost['warm']['forwards']} vs {cost['cold']['forwards']}, "
+            f"seconds {cost['warm']['s']:.1f} vs {cost['cold']['s']:.1f}")
 
 
 @cli.command("demo")

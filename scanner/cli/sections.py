@@ -10,6 +10,7 @@ from click.formatting import measure_table
 CORPUS = "Corpus and output"
 TARGETS = "Targets and output"
 PLAN = "Plan"
+COMPARE = "Comparison"
 MODEL = "Model"
 PROMPT = "Prompt"
 SPANS = "Spans and screen"
@@ -23,7 +24,7 @@ PASSAGES = "Passages"
 EXECUTOR = "Executor"
 OTHER = "Other"
 # The order of the headings in --help; a command shows those it has options in.
-SECTIONS = (CORPUS, TARGETS, PLAN, MODEL, PROMPT, SPANS, EXTRACTION, SEARCH, REJECT, BUDGET, ENGINE,
+SECTIONS = (CORPUS, TARGETS, PLAN, COMPARE, MODEL, PROMPT, SPANS, EXTRACTION, SEARCH, REJECT, BUDGET, ENGINE,
             CALIBRATION, PASSAGES, EXECUTOR, OTHER)
 
 

@@ -115,6 +115,7 @@ def _finish(done) -> AcrResult:
 class _State:
     best: Verification | None = None  # shortest verified prompt so far
     best_failed: list[int] | None = None  # lowest-loss prompt of the longest failed length
+    warm_ids: list[int] | None = None  # a warm start's prompt that did not verify: GCG starts from it
     steps: int = 0
     rejected: int = 0
     stopped: int = 0  # attempts the early-rejection rule stopped
@@ -236,6 +237,8 @@ def _run_length(scorer: TargetScorer, attempt: Attempt, state: _State, config: S
                 return watch.length_finished(state, _record(state, attempt, 0, "deletion", outcome))
         elif trial == 0 and attempt.warm == "grow" and state.best_failed:
             init = _grow(scorer.engine, state.best_failed, attempt.length, generator)
+        elif trial == 0 and attempt.warm == "previous" and state.warm_ids and len(state.warm_ids) == attempt.length:
+            init = list(state.warm_ids)
         init = init or random_prompt(scorer.engine, attempt.length, generator)
         stop = _stop_rule(config, attempt, scorer.target.numel())
         outcome = yield from run_gcg(scorer, init, attempt.steps, config.gcg, generator, config.verify_retries, stop,
@@ -278,6 +281,9 @@ class Target:
     # A prompt a verdict-only search found (or a certificate that settled the span): the search only
     # shrinks below it, where that search would have gone on (FastSchedule decided_length).
     decided_prompt: str | None = None
+    # A prompt found for this target on another model (`acr-scan compare`): checked by generation first;
+    # if it elicits the target it is the search's first success, else GCG starts from it at its length.
+    warm_prompt: str | None = None
 
 
 def measure(engine: HFEngine, text: str, config: SearchConfig, natural_prefix: str | None = None,
@@ -315,10 +321,18 @@ def search(engine: HFEngine, target: Target, config: SearchConfig, observer: Sea
     decided = _certificate(engine, target.decided_prompt, target_ids)
     state = _State(best=decided or _certificate(engine, target.natural_prefix, target_ids))
     certificate = len(state.best.prompt_ids) if state.best and not decided else None
+    warm = None if decided or state.best else _warm_start(engine, target.warm_prompt, target_ids, state)
     schedule = make_schedule(len(target_ids), cap, config, has_template=engine.template.has_fixed_tokens,
-                             known_length=certificate, decided_length=len(decided.prompt_ids) if decided else None)
+                             known_length=certificate or warm, decided_length=len(decided.prompt_ids) if decided else None,
+                             warm_length=len(state.warm_ids) if state.warm_ids else None)
     watch.progress.prompt_tokens = len(state.best.prompt_ids) if state.best else None
     shrinking, bounded = bool(target.decided_prompt), False
+    if warm is not None and acr_math.is_memorized(acr_math.acr(len(target_ids), warm, cap), config.tau, True):
+        yield Stage(SHRINKING)  # the warm prompt is the verdict: what follows only tightens it
+        shrinking = True
+        if config.verdict_only:
+            bounded = schedule.next() is not None
+            schedule = _Ended()
     while (attempt := schedule.next()) is not None:
         outcome = yield from _run_length(scorer, attempt, state, config, generator, watch)
         if outcome.stopped == HOPELESS:  # the model does not know the text: "not memorized" now
@@ -339,6 +353,32 @@ def search(engine: HFEngine, target: Target, config: SearchConfig, observer: Sea
     observer.finished(watch.progress)
     return replace(_result(engine, text, target_ids, cap, config, state, certificate), bounded=bounded,
                    decided_tokens=len(decided.prompt_ids) if decided else None)
+
+
+class _Ended:
+    """A schedule with nothing left to try."""
+
+    def next(self) -> None:
+        return None
+
+
+def _warm_start(engine: HFEngine, prompt: str | None, target_ids: list[int], state: _State) -> int | None:
+    """A warm start's prompt checked by generation, recorded as the trace's first attempt (no GCG step):
+    its length when it elicits the target (then it is `state.best`), else None with its ids kept for GCG
+    to start from (when they re-tokenize to themselves)."""
+    if not prompt:
+        return None
+    check = engine.verify(prompt, target_ids)
+    ids = list(check.prompt_ids or [])
+    ok = bool(check.verified_generation and ids)
+    state.trace.append({"length": len(ids), "trial": 0, "tries": 1, "warm": "previous", "max_steps": 0, "steps": 0,
+                        "best_loss": None, "success": ok, "rejected_early": None, "losses": [], "rights": [],
+                        "top_rights": [], "sampled": [], "scored": [], "agreement": []})
+    if ok:
+        state.best = check
+        return len(ids)
+    state.warm_ids = ids if ids and engine.retokenizes([ids])[0] else None
+    return None
 
 
 def draft_scorer(engine: HFEngine, target_ids: list[int], config: SearchConfig) -> TargetScorer | None:

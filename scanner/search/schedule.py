@@ -13,14 +13,16 @@ from scanner.config import SearchConfig
 from scanner.errors import InputError
 from scanner.measures.acr import decision_length
 
-WARM_KINDS = ("none", "random", "shrink", "grow")
+WARM_KINDS = ("none", "random", "shrink", "grow", "previous")
 
 
 @dataclass(frozen=True)
 class Attempt:
     length: int
     steps: int
-    warm: str  # none: n = 0, nothing to optimize; random; shrink: from the success above; grow: from below
+    # none: n = 0, nothing to optimize; random; shrink: from the success above; grow: from below;
+    # previous: from a prompt another model's search found (a warm start, FastSchedule warm_length)
+    warm: str
     tries: int  # runs (the first warm, the rest fresh) before the length is declared failed
     # Early rejection may stop it (search/reject.py): only while nothing is found, so a memorized
     # target's descent is never cut, and never under bound_unmemorized, which asks for that budget.
@@ -76,10 +78,13 @@ class FastSchedule:
        `paper_increment` or half, warm-started by inserting tokens into the best failed prompt) until
        a length succeeds or the cap is reached, then shrinks back as in 3.
     A certificate (`known_length`, e.g. a natural prefix) starts `hi` below the cap.
+    A warm start (`warm_length`: the length of a prompt found for this target on another model, which
+    did not verify here) takes the probe's place: one try at that length from that prompt (its one-token
+    edits, GCG's moves), then the decision length as without it.
     """
 
     def __init__(self, target_tokens: int, cap: int, config: SearchConfig, *, has_template: bool,
-                 known_length: int | None = None):
+                 known_length: int | None = None, warm_length: int | None = None):
         self.hi = cap
         self.found = known_length is not None
         if known_length is not None:
@@ -90,6 +95,8 @@ class FastSchedule:
         self._config = config
         # No probe under a certificate: the descent from it already works at short lengths.
         probe = config.probe_length if known_length is None else 0
+        self._warm = warm_length is not None and known_length is None and 0 < warm_length < self._decide
+        probe = warm_length if self._warm else probe
         self._probe = probe if 0 < probe < self._decide else None
         first = 0 if (config.try_empty and has_template and self.hi > 0) else (self._probe or self._decide)
         if first <= self.lo and config.bound_unmemorized and self.lo + 1 < self.hi:
@@ -106,6 +113,8 @@ class FastSchedule:
         # grow: from a failed prompt below (not the probe's: the decision length starts fresh, as without one)
         grow = n > self.lo >= 1 and self.lo != self._probe
         warm = "shrink" if shrinking else ("grow" if grow else "random")
+        if n == self._probe and self._warm and not self.found:
+            warm = "previous"
         steps = self._config.shrink_steps if shrinking and n < self._decide else self._config.decide_steps
         probing = n == self._probe and not self.found  # one try: the decision length has the restarts
         return Attempt(length=n, steps=steps, warm=warm, tries=1 if probing else 1 + self._config.restarts,
@@ -130,14 +139,17 @@ class FastSchedule:
 
 
 def make_schedule(target_tokens: int, cap: int, config: SearchConfig, *, has_template: bool,
-                  known_length: int | None = None, decided_length: int | None = None) -> PaperSchedule | FastSchedule:
+                  known_length: int | None = None, decided_length: int | None = None,
+                  warm_length: int | None = None) -> PaperSchedule | FastSchedule:
     """`cap`: no prompt of `cap` tokens or more is tried; it is |x*| when nothing succeeds.
     `decided_length`: a verdict-only search of this schedule first succeeded there; the schedule is
-    returned in the state that search left, to go on below the success."""
+    returned in the state that search left, to go on below the success. `warm_length`: FastSchedule's
+    warm start (the paper's search starts where the authors start, with or without one)."""
     if config.schedule == "paper":
         schedule = PaperSchedule(cap, config)
     else:
-        schedule = FastSchedule(target_tokens, cap, config, has_template=has_template, known_length=known_length)
+        schedule = FastSchedule(target_tokens, cap, config, has_template=has_template, known_length=known_length,
+                                warm_length=warm_length)
     return schedule if decided_length is None else _replayed(schedule, decided_length)
 
 

@@ -55,8 +55,9 @@ class Store:
     """One store's parts, numbered from 0: a phase's (screen, certify, search) or the results. Holds
     only paths, so it pickles to any worker."""
 
-    def __init__(self, run_path: str | Path, name: str, layout: Layout | None = None) -> None:
+    def __init__(self, run_path: str | Path, name: str, layout: Layout | None = None, schema=None) -> None:
         self.name, self.layout = name, layout or Layout.phase(name)
+        self.schema = schema  # the parts' Arrow schema; None: the results schema
         self.root = Path(run_path)
         self.path = self.root / self.layout.parts
 
@@ -98,7 +99,7 @@ class Store:
     def write(self, index: int, table: pa.Table, stats: dict) -> None:
         """Commit one part: stats, then the rows, then the done marker with the rows' sha256, each
         atomically. Writing a part again replaces it; a kill at any point leaves it pending or done."""
-        table = checked_table(f"{self.name} part {index:05d}", table)
+        table = checked_table(f"{self.name} part {index:05d}", table, self.schema)
         # Without the old marker, a kill mid-rewrite leaves the part pending, not done with new rows.
         remove_file(self.done_path(index))
         atomic_write_json(self.stats_path(index), {"rows": table.num_rows, **stats})
@@ -124,10 +125,10 @@ class Store:
         return [row for i in wanted for row in self.read(i).to_pylist()]
 
 
-def checked_table(what: str, table: pa.Table) -> pa.Table:
-    """The table with the results schema's field docs and the caller's metadata (provenance), or
-    ValueError naming the fields that differ from the results schema."""
-    schema = results_schema()
+def checked_table(what: str, table: pa.Table, schema: pa.Schema | None = None) -> pa.Table:
+    """The table with the results schema's (or `schema`'s) field docs and the caller's metadata
+    (provenance), or ValueError naming the fields that differ from it."""
+    schema = schema or results_schema()
     if not table.schema.equals(schema, check_metadata=False):
         diff = sorted(set(map(str, table.schema)) ^ set(map(str, schema)))
         raise ValueError(f"{what}: the table does not have the results schema; differing fields: {diff[:6]}")
