@@ -485,11 +485,12 @@ def compare_command(run_dir, out, model, revision, device, dtype, threads, trust
     \b
     Examples:
       acr-scan compare run/ --model unlearned/ --out run-b/
-      acr-scan report run-b/ --out compare.html
+      acr-scan compare run/ --model quantized.gguf --out run-q/ --executor ray
 
     For each span of RUN_DIR (model A) on --model B: B's certificate, completion test (k-prefix, p_z,
     greedy-match rate) and MiniPrompt warm-started from A's prompt beside a cold search on the same
-    budget; a row with both sides and a verdict class per span in OUT/compare.parquet.
+    budget; a row with both sides and a verdict class per span in OUT/compare.parquet (`report OUT` draws
+    the comparison page).
     """
     from scanner.config import ModelConfig
     from scanner.run.compare import compare_config, run_compare
