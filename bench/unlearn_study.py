@@ -1,0 +1,181 @@
+"""Before and after unlearning, with a known truth (issue 28): does ACR still find what the completion
+test says is forgotten? The paper's finding on Llama-2-7B-chat and "Who is Harry Potter": most forget
+targets stay compressible after unlearning, with ratios not far below the original model's.
+
+Per seed:
+  A   the tiny model (scanner/studies/tiny.py) trained with four canaries, each in 1 of 2 documents;
+  run A: a scan of one document per canary (canary with salad around it) and two salad documents;
+  B1  gradient ascent on the forget set (canaries 0 and 1) with a retain loss on the rest of the
+      training stream, stopped once greedy completion of every forget canary from its first PREFIX
+      tokens fails (or at --ga-steps);
+  B2  fine-tuning on the retain set only (forgetting by interference, no ascent), --ft-steps steps;
+  then `acr-scan compare run_A --model B` for each B, and the classes of the forget spans and of the
+  retain spans, ACR before and after, the warm start's forwards and seconds against the cold search's.
+
+    python bench/unlearn_study.py --out /tmp/unlearn --seeds 0,1      # JSON lines, then summary.json
+
+Minutes on a 2-core CPU per seed (the tiny model trains in about 20 s; most of the time is the cold
+searches of compare). Figures go to bench/RESULTS.md with this command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+FORGET = (0, 1)  # canary indices unlearned; the others are the retain set
+PREFIX = 6  # tokens given to the completion test of the stopping rule
+SCAN = ["--span-tokens", "12", "--stride", "6", "--context-tokens", "16", "--min-match-rate", "0.8",
+        "--steps", "10", "--candidates", "64", "--top-k", "64", "--restarts", "0", "--max-candidates", "4",
+        "--calibration-prompts", "0", "--extend-tokens", "0"]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "scanner", *map(str, args)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"acr-scan {args[0]} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return done
+
+
+def corpus(path: Path, canaries: tuple[str, ...], seed: int) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from scanner.studies.tiny import salad
+
+    rng = random.Random(seed)
+    rows = [{"id": f"canary-{i}", "text": f"{salad(rng, 8)}\n{c}\n{salad(rng, 6)}"} for i, c in enumerate(canaries)]
+    rows += [{"id": f"salad-{i}", "text": salad(rng, 30)} for i in range(2)]
+    pq.write_table(pa.Table.from_pylist(rows), path)
+
+
+def completes(model, tokenizer, text: str) -> bool:
+    """Greedy generation from the text's first PREFIX tokens (after BOS) reproduces the rest."""
+    import torch
+
+    ids = tokenizer(text).input_ids
+    head, rest = ids[:PREFIX + 1], ids[PREFIX + 1:]
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([head]), max_new_tokens=len(rest), do_sample=False,
+                             pad_token_id=tokenizer.pad_token_id)
+    return out[0, len(head):].tolist() == rest
+
+
+def retain_stream(tokenizer, spec):
+    import torch
+
+    from scanner.studies.tiny import _stream, documents
+
+    kept = [d for d in documents(spec) if not any(spec.canaries[i] in d for i in FORGET)]
+    return torch.tensor(_stream(tokenizer, kept))
+
+
+def gradient_ascent(model, tokenizer, spec, steps: int, lr: float, retain_weight: float) -> tuple[int, list[bool]]:
+    """Ascent on the forget canaries, descent on random retain windows, until no forget canary completes."""
+    import torch
+
+    forget = [torch.tensor([tokenizer(spec.canaries[i]).input_ids]) for i in FORGET]
+    stream, gen = retain_stream(tokenizer, spec), torch.Generator().manual_seed(spec.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    for step in range(1, steps + 1):
+        model.train()
+        ascent = sum(model(input_ids=f, labels=f).loss for f in forget) / len(forget)
+        starts = torch.randint(len(stream) - spec.train_context, (8,), generator=gen).tolist()
+        batch = torch.stack([stream[s:s + spec.train_context] for s in starts])
+        loss = -ascent + retain_weight * model(input_ids=batch, labels=batch).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        model.eval()
+        if step % 5 == 0 and not any(completes(model, tokenizer, spec.canaries[i]) for i in FORGET):
+            break
+    return step, [completes(model, tokenizer, c) for c in spec.canaries]
+
+
+def fine_tune(model, tokenizer, spec, steps: int, lr: float) -> tuple[int, list[bool]]:
+    from scanner.studies.tiny import fit
+
+    fit(model, retain_stream(tokenizer, spec), replace(spec, steps=steps, lr=lr, seed=spec.seed + 100))
+    return steps, [completes(model, tokenizer, c) for c in spec.canaries]
+
+
+def unlearned(a_dir: Path, out: Path, method: str, spec, args) -> dict:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(a_dir)
+    model = AutoModelForCausalLM.from_pretrained(a_dir, dtype="float32")
+    start = time.perf_counter()
+    if method == "gradient_ascent":
+        steps, still = gradient_ascent(model, tokenizer, spec, args.ga_steps, args.ga_lr, args.retain_weight)
+    else:
+        steps, still = fine_tune(model, tokenizer, spec, args.ft_steps, args.ft_lr)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return {"steps": steps, "seconds": round(time.perf_counter() - start, 1), "completes_after": still}
+
+
+def classes(rows: list[dict], docs: set[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in rows:
+        if r["doc_id"] in docs:
+            out[r["verdict_class"]] = out.get(r["verdict_class"], 0) + 1
+    return dict(sorted(out.items()))
+
+
+def one_seed(seed: int, root: Path, args) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    from scanner.studies.tiny import TinySpec, build_tiny
+
+    spec = TinySpec(seed=seed)
+    a_dir = build_tiny(root / "a", spec)
+    corpus(root / "corpus.parquet", spec.canaries, seed)
+    if not (root / "run-a" / "results").is_dir():
+        cli("scan", root / "corpus.parquet", "--model", a_dir, "--out", root / "run-a", *SCAN)
+    forget = {f"canary-{i}" for i in FORGET}
+    retain = {f"canary-{i}" for i in range(len(spec.canaries))} - forget
+    figures = []
+    for method in ("gradient_ascent", "fine_tune"):
+        b_dir = root / f"b-{method}"
+        made = unlearned(a_dir, b_dir, method, spec, args)
+        start = time.perf_counter()
+        cli("compare", root / "run-a", "--model", b_dir, "--out", root / f"cmp-{method}")
+        rows = pq.read_table(root / f"cmp-{method}" / "compare.parquet").to_pylist()
+        flagged_a = [r for r in rows if r["doc_id"] in forget and r["a_memorized"]]
+        pairs = [(r["a_acr"], r["b_acr"]) for r in flagged_a]
+        figures.append({
+            "seed": seed, "method": method, **made, "compare_s": round(time.perf_counter() - start, 1),
+            "forget_completion_fails": [not made["completes_after"][i] for i in FORGET],
+            "forget": classes(rows, forget), "retain": classes(rows, retain),
+            "controls": classes(rows, {"salad-0", "salad-1"}),
+            "forget_acr_a_b": pairs,
+            "warm": {"forwards": sum(r["warm_forwards"] or 0 for r in rows), "s": round(sum(r["warm_s"] or 0 for r in rows), 1)},
+            "cold": {"forwards": sum(r["cold_forwards"] or 0 for r in rows), "s": round(sum(r["cold_s"] or 0 for r in rows), 1)},
+        })
+        print(json.dumps(figures[-1]), flush=True)
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--seeds", default="0,1")
+    parser.add_argument("--ga-steps", type=int, default=200)
+    parser.add_argument("--ga-lr", type=float, default=1e-3)
+    parser.add_argument("--retain-weight", type=float, default=1.0)
+    parser.add_argument("--ft-steps", type=int, default=300)
+    parser.add_argument("--ft-lr", type=float, default=3e-3)
+    args = parser.parse_args()
+    out = Path(args.out)
+    figures = [f for seed in map(int, args.seeds.split(",")) for f in one_seed(seed, out / f"seed-{seed}", args)]
+    (out / "summary.json").write_text(json.dumps({"args": vars(args), "figures": figures}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
