@@ -23,15 +23,21 @@ where they run (in this process or on Ray actors) and never calls back.
 Budget accounting is resume-safe: what is spent is what committed search and tighten units recorded
 (their stats), so a relaunch continues where the last committed unit left off. Units start in rank
 order while budget is left: with the local executor one at a time, so a steps budget gives the same
-table on every run and relaunch. Under Ray up to one unit per actor is in flight when the budget runs
-out; those finish and are kept, so a run can overshoot by at most (actors) units, each at most
---unit-size candidates' GCG schedules (seconds: plus the time they were already running).
+table on every run and relaunch; a steps budget is checked between units, so it may be overshot by
+the units in flight (one per actor). A seconds budget is also a deadline (a wall-clock instant: the
+seconds left divided among the workers) that every unit carries to wherever it runs: past it no unit
+starts, no search of a running unit starts, and the searches running are cut between two GCG requests,
+so the overshoot is about one step per worker (bench/budget_overshoot.py). A unit cut so commits the
+verdicts it reached and records its cut searches (stats "cut"); it stays pending, and a relaunch with a
+larger --search-budget (a relaunch may change the budget) searches only those.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
+from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -178,8 +184,17 @@ class Phases:
         return bm.spent(stats, self.budget)
 
     def pending(self, units: list[Unit]) -> list[Unit]:
-        done = self.stores[units[0].kind].done() if units else set()
-        return [u for u in units if u.index not in done]
+        """Units not done, and units the search budget cut (their cut searches go on from where they are)."""
+        if not units:
+            return []
+        store = self.stores[units[0].kind]
+        done = store.done()
+        return [u for u in units if u.index not in done or store.stats(u.index).get("cut")]
+
+    def cut(self) -> dict[str, dict]:
+        """{span_id: what its search spent} of every search the budget cut in a done unit."""
+        return {span: spent for name in SEARCHED for store in [self.stores[name]]
+                for i in store.done_shards() for span, spent in store.stats(i).get("cut", {}).items()}
 
 
 def run_phases(phases: Phases, execute, progress=None) -> dict:
@@ -231,14 +246,20 @@ def _screen_search_write(phases: Phases, execute, progress) -> dict:
 
 
 def _spend(phases: Phases, execute, units: list[Unit]) -> dict:
-    """The pending units, started in rank order while the budget (shared by search and tighten) lasts."""
+    """The pending units, started in rank order while the budget (shared by search and tighten) lasts.
+    A seconds budget is also a deadline every unit carries (a wall-clock instant, plain data that reaches
+    Ray actors): the searches still running then are cut within a step, and their unit records them."""
     spent = {"value": phases.spent()}
+    deadline = bm.deadline(spent["value"], phases.budget, getattr(execute, "workers", 1), time.time())
+    pending = [replace(u, deadline=deadline) for u in phases.pending(units)]
 
     def finished(stats: dict) -> None:
         spent["value"] += bm.spent([stats], phases.budget)
 
-    return execute(phases.pending(units), lambda: bm.may_start(spent["value"], phases.budget),
-                   _logged(phases, lambda: spent["value"], finished))
+    def admit() -> bool:
+        return bm.may_start(spent["value"], phases.budget) and (deadline is None or time.time() < deadline)
+
+    return execute(pending, admit, _logged(phases, lambda: spent["value"], finished))
 
 
 def _counting(execute, counter: list[int]):
@@ -248,6 +269,7 @@ def _counting(execute, counter: list[int]):
             counter[0] += 1
             finished(stats)
         return execute(tasks, admit, count)
+    counted.workers = getattr(execute, "workers", 1)  # tasks in flight at once: the budget's deadline
     return counted
 
 
@@ -265,11 +287,13 @@ def _logged(phases: Phases, spent, then=None):
 def _reasons(phases: Phases, units: list[Unit], copies: dict) -> dict[str, str]:
     """Why each candidate that no search unit decided stays not_searched (its copies: the same)."""
     done = {kind: phases.stores[kind].done() for kind in SEARCHED}
-    out = {}
+    budget = f"--search-budget {phases.config.search_budget}"
+    out = {span: f"search budget spent during its search ({budget}, after {spent['steps']} GCG steps, "
+                 f"{spent['search_s']:.1f} s); a relaunch with a larger budget searches it"
+           for span, spent in phases.cut().items()}
     for unit in units:
         if unit.kind == "search" and unit.index not in done["search"]:
-            out.update({span: f"search budget spent (--search-budget {phases.config.search_budget})"
-                        for _, span in unit.spans})
+            out.update({span: f"search budget spent ({budget})" for _, span in unit.spans})
     for rep, items in copies.items():
         if rep in out:
             out.update({span: out[rep] for _, span in items})
