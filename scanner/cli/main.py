@@ -270,18 +270,21 @@ def status_command(run_dir, workers, watch, interval, iterations) -> None:
 @click.option("--bundle", default=None, help="A new folder: the flagged spans as a bundle anyone re-verifies "
               "(evidence, configuration, model hashes, manifest, a standalone recheck.py).")
 @click.option("--model", "model", default=None, help="--bundle: where the model is now (default: the run's).")
-def export_command(run_dir, out, tau, all_rows, calibrated, passages, free_only, bundle, model) -> None:
+@click.option("--without-shared-text", "no_shared", is_flag=True,
+              help="Leave out shared text: passages many documents hold (a header, a licence; the passages' "
+                   "shared_text, --shared-text-min-docs of the scan) and their spans.")
+def export_command(run_dir, out, tau, all_rows, calibrated, passages, free_only, bundle, model, no_shared) -> None:
     """The memorized spans (or --passages) with the prompts that reproduce them, as evidence; the run's
     denominators go beside the file (OUT.denominators.json)."""
     from scanner.results.denominators import denominators, denominators_line
-    from scanner.results.export import denominators_path, export, export_passages
+    from scanner.results.export import denominators_path, export, export_passages, without_shared
 
     if (out is None) == (bundle is None) or (bundle is not None and (all_rows or passages)):
         raise InputError("pass --out FILE or --bundle DIR (one of them; --bundle takes neither --all nor "
                          "--passages)")
     run = readable_run(run_dir)
     table = run.read_results()
-    about = {"work_text_tokens": work_text_tokens(run)}
+    about = {"work_text_tokens": work_text_tokens(run), "without_shared_text": no_shared}
     if bundle is not None:
         from scanner.cli.evidence import export_bundle
 
@@ -294,15 +297,25 @@ def export_command(run_dir, out, tau, all_rows, calibrated, passages, free_only,
         if tau != "1" or all_rows:
             raise InputError("--tau and --all select spans; --passages exports every passage of the run's "
                              "verdict (drop --tau/--all, or drop --passages)")
-        count = export_passages(read_passages(run), out, calibrated=calibrated, free_only=free_only, results=table,
-                                about=about)
+        found = read_passages(run)
+        count = export_passages(without_shared(found) if no_shared else found, out, calibrated=calibrated,
+                                free_only=free_only, results=table, about=about)
         click.echo(f"{count} passages written to {out}")
     else:
         count = export(table, out, tau=tau, all_rows=all_rows, calibrated=calibrated, free_only=free_only,
-                       about=about)
+                       about=about, leave_out=shared_spans(run) if no_shared else None)
         click.echo(f"{count} rows written to {out}")
     click.echo(f"{denominators_line(denominators(table))}; counts in {denominators_path(out)}")
     click.echo(calibration_line(table))
+
+
+def shared_spans(run) -> list[str]:
+    """The span_ids of the run's shared-text passages (--without-shared-text)."""
+    from scanner.results.report_shared import shared_mask
+    from scanner.storage.passages import read_passages
+
+    passages = read_passages(run)
+    return sorted({span for p in passages.filter(shared_mask(passages)).to_pylist() for span in p["span_ids"]})
 
 
 def readable_run(run_dir: str):

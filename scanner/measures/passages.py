@@ -130,6 +130,12 @@ def _calibrated(spans: tuple[dict, ...]) -> int | None:
     return sum(bool(s["calibrated_memorized"]) for s in spans)
 
 
+def _copies(spans: tuple[dict, ...]) -> int | None:
+    """Documents holding every span of the passage: the fewest of its spans' copies_in_corpus."""
+    counts = [s.get("copies_in_corpus") for s in spans]
+    return None if None in counts or not counts else min(counts)
+
+
 def passage_row(passage: Passage, tokenizer_id: str, text: str | None, others: int) -> dict:
     """One row of the passages table (scanner/schema.py passages_schema), extension columns unset.
     `text`: the document slice, or None to stitch it from the spans; `others`: spans inside the
@@ -147,6 +153,7 @@ def passage_row(passage: Passage, tokenizer_id: str, text: str | None, others: i
             "best_prompt_tokens": best.get("prompt_tokens"), "best_span_id": best["span_id"],
             "span_ids": passage.span_ids, "spans": len(passage.spans), "other_spans_inside": others,
             "calibrated_spans": _calibrated(passage.spans), "best_prompt_source": best.get("prompt_source"),
+            "copies_in_corpus": _copies(passage.spans), "shared_text": None,
             **no_extension()}
 
 

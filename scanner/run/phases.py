@@ -45,6 +45,7 @@ import pyarrow.parquet as pq
 from scanner.config import PassageConfig, ScanConfig
 from scanner.measures import budget as bm
 from scanner.results.rows import copied_row
+from scanner.run import occurrences
 from scanner.run.passages import needs_engine, write_passages
 from scanner.run.shard import shard_stats
 from scanner.run.tasks import UNIT_KINDS, PassagesTask, Unit
@@ -337,9 +338,9 @@ def _final(rows: dict, updates: list[dict]) -> dict:
     return rows
 
 
-def _verdicts(phases: Phases, copies: dict, updates: dict) -> dict[str, tuple[dict, dict]]:
-    """{span searched for copies: (its screen row, its final row)}, for the copies to take from; a span
-    no unit decided (cut by the budget) has none, and its copies stay candidates never searched."""
+def _verdicts(phases: Phases, copies, updates: dict) -> dict[str, tuple[dict, dict]]:
+    """{span of `copies` (span_ids) a unit decided: (its screen row, its final row)}, for the copies to
+    take from; a span no unit decided (cut by the budget) has none, and its copies stay candidates."""
     out = {}
     for shard, rows in updates.items():
         mine = [row for row in rows if row["span_id"] in copies]
@@ -351,12 +352,49 @@ def _verdicts(phases: Phases, copies: dict, updates: dict) -> dict[str, tuple[di
     return out
 
 
+def _elsewhere(phases: Phases, verdicts: dict) -> dict[int, list]:
+    """{shard: [occurrences.Found]}: the other places of the corpus where a memorized span's tokens stand."""
+    memorized = [final for _, final in verdicts.values() if final["status"] == "memorized" and not final["searched_as"]]
+    if phases.corpus is None or not memorized:
+        return {}
+    from scanner.engine.loading import load_tokenizer  # the tokenizer only, no weights
+
+    tokenizer = load_tokenizer(phases.config.model)[0]
+    meta = pq.read_schema(phases.stores["screen"].result_path(phases.plan.shards[0].shard)).metadata or {}
+    tokenizer_id = meta.get(b"tokenizer_hash", b"").decode()[:16]
+    found = {s.shard: occurrences.find(phases.corpus.documents(s.doc_start, s.doc_end), s.shard, memorized,
+                                       tokenizer, tokenizer_id) for s in phases.plan}
+    log.info("%d more places of %d memorized spans found by their text", sum(map(len, found.values())), len(memorized))
+    return found
+
+
+def _holders(phases: Phases, verdicts: dict, copies: dict, found: dict) -> dict[str, int]:
+    """{memorized span searched or certified: how many documents hold its tokens}: its own, its copies'
+    of the plans and those of the places found by its text (results' copies_in_corpus)."""
+    memorized = {span for span, (_, final) in verdicts.items() if final["status"] == "memorized"}
+    docs = {span: {verdicts[span][1]["doc_row"]} for span in memorized}
+    wanted = defaultdict(set)
+    for rep in memorized:
+        for shard, span in copies.get(rep, []):
+            wanted[shard].add(span)
+    rep_of = {span: rep for rep in memorized for _, span in copies.get(rep, [])}
+    for shard, spans in wanted.items():
+        for row in phases.stores["screen"].read(shard, spans).select(["span_id", "doc_row"]).to_pylist():
+            docs[rep_of[row["span_id"]]].add(row["doc_row"])
+    for places in found.values():
+        for place in places:
+            docs.setdefault(place.rep, set()).add(place.span.doc_row)
+    return {rep: len(held) for rep, held in docs.items()}
+
+
 def write_results(phases: Phases, units: list[Unit]) -> None:
-    """Phase 3: results/part-XXXXX.parquet per shard, screen rows updated by the units' rows and the
-    copies by the span searched for them."""
+    """Phase 3: results/part-XXXXX.parquet per shard, screen rows updated by the units' rows, the copies
+    by the span searched for them, and every other place of a memorized span's tokens by that span."""
     updates, copies = _updates(phases), phases.copies()
-    verdicts = _verdicts(phases, copies, updates)
+    verdicts = _verdicts(phases, set(copies) | {r["span_id"] for rows in updates.values() for r in rows}, updates)
     copy_of = {span: rep for rep, items in copies.items() for _, span in items}
+    found = _elsewhere(phases, verdicts)
+    holders = _holders(phases, verdicts, copies, found)
     reasons = _reasons(phases, units, copies)
     drawn = phases._plan(SEARCH_PLAN).get("drawn")
     cut = "not drawn into the plan's sample of the search" if drawn else "candidate budget spent (--max-candidates)"
@@ -368,10 +406,13 @@ def write_results(phases: Phases, units: list[Unit]) -> None:
             searched = verdicts.get(copy_of.get(span))
             if searched and searched[1]["status"] != "not_searched":
                 rows[span] = copied_row(row, *searched)
+        occurrences.apply(rows, found.get(shard.shard, []), verdicts, phases.config.search.tau)
         for row in rows.values():
             if row["status"] == "not_searched":
                 row["reason"] = reasons.get(row["span_id"], cut)
-        final = list(rows.values())
+            if row["status"] == "memorized":
+                row["copies_in_corpus"] = holders.get(row["searched_as"] or row["span_id"], 1)
+        final = list(rows.values())  # the places found by text after the shard's own rows
         stats = screen.stats(shard.shard)
         seconds = stats.get("seconds", 0.0) + sum(r["search_s"] for r in final)
         out = pa.Table.from_pylist(final, schema=results_schema()).replace_schema_metadata(table.schema.metadata)
