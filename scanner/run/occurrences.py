@@ -12,6 +12,7 @@ memorized texts (exact text, then exact token ids), once per run, in the driver.
 from __future__ import annotations
 
 import bisect
+import json
 import logging
 from dataclasses import dataclass
 
@@ -28,6 +29,7 @@ class Found:
     rep: str  # span_id of the memorized span whose verdict it takes
     shard: int
     span: Span
+    extra: str | None = None  # the document's other columns, as its screened rows hold them
 
 
 def places(text: str, needle: str) -> list[int]:
@@ -64,10 +66,11 @@ def find(docs, shard: int, memorized: list[dict], tokenizer, tokenizer_id: str) 
         if not hits:
             continue
         ids, offsets = tokenize_document(doc.text, tokenizer)
+        extra = json.dumps(doc.extra, ensure_ascii=False, default=str) if doc.extra else None  # as screen_document
         for rep, char in hits:
             span = _span_at(doc, ids, offsets, char, rep, tokenizer_id)
             if span is not None:
-                found.append(Found(rep["span_id"], shard, span))
+                found.append(Found(rep["span_id"], shard, span, extra))
     return found
 
 
@@ -81,7 +84,7 @@ def apply(rows: dict, found: list[Found], verdicts: dict, tau: float) -> int:
         if row is not None and (row["status"] == "memorized" or row["span_id"] == place.rep):
             continue
         if row is None:
-            row = {**base_row(place.span, place.shard, tau), "status": "not_searched",
+            row = {**base_row(place.span, place.shard, tau, place.extra), "status": "not_searched",
                    "reason": "a copy of a memorized span found by its text"}
         rows[place.span.span_id] = copied_row(row, *verdicts[place.rep])
         taken += 1

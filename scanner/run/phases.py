@@ -354,7 +354,7 @@ def _verdicts(phases: Phases, copies, updates: dict) -> dict[str, tuple[dict, di
 
 def _elsewhere(phases: Phases, verdicts: dict) -> dict[int, list]:
     """{shard: [occurrences.Found]}: the other places of the corpus where a memorized span's tokens stand."""
-    memorized = [final for _, final in verdicts.values() if final["status"] == "memorized" and not final["searched_as"]]
+    memorized = [final for _, final in verdicts.values() if final["status"] == "memorized" and not final.get("searched_as")]
     if phases.corpus is None or not memorized:
         return {}
     from scanner.engine.loading import load_tokenizer  # the tokenizer only, no weights
