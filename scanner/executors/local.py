@@ -22,6 +22,10 @@ class LocalExecutor:
             finished(self._ready().run_task(task))
         return {}
 
+    def set_up(self) -> None:
+        """Set the worker up now (the model loads), before a phase starts a clock."""
+        self._ready()
+
     def _ready(self):
         if not self.ready:
             meta = self.worker.setup()

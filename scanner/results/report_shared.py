@@ -22,23 +22,32 @@ def shared_mask(passages: pa.Table) -> pa.ChunkedArray | pa.Array:
 
 
 def split(table: pa.Table, passages: pa.Table | None) -> tuple[pa.Table, pa.Table | None, list[dict]]:
-    """(the results less the rows of shared-text passages, the books' own passages, the shared passages)."""
+    """(the results less the rows of shared-text passages, the books' own passages, the shared passages,
+    each with `core`: the text of its span held by the most documents, what its copies have in common)."""
     if passages is None:
         return table, None, []
     mask = shared_mask(passages)
     shared = passages.filter(mask).to_pylist()
     spans = sorted({span for p in shared for span in p["span_ids"]})
-    if spans:
-        table = table.filter(pc.invert(pc.is_in(table["span_id"], value_set=pa.array(spans, pa.string()))))
-    return table, passages.filter(pc.invert(mask)), shared
+    if not spans:
+        return table, passages, []
+    chosen = pc.is_in(table["span_id"], value_set=pa.array(spans, pa.string()))
+    held = {r["span_id"]: r for r in table.filter(chosen).select(["span_id", "text", "copies_in_corpus"]).to_pylist()}
+    for p in shared:
+        mine = [held[s] for s in p["span_ids"] if s in held]
+        p["core"] = max(mine, key=lambda r: r["copies_in_corpus"] or 0)["text"] if mine else p["text"]
+    return table.filter(pc.invert(chosen)), passages.filter(pc.invert(mask)), shared
 
 
 def groups(shared: list[dict]) -> list[tuple[str, int, list[dict]]]:
-    """(text, documents holding it, its passages) per distinct shared text, the most repeated first."""
-    by_text: dict[str, list[dict]] = {}
+    """(text, documents holding it, its passages) per shared text (passages of one core: the header,
+    whichever characters of each book its passage ran into), the most repeated first; the text shown is
+    the group's shortest passage."""
+    by_core: dict[str, list[dict]] = {}
     for p in shared:
-        by_text.setdefault(p["text"], []).append(p)
-    out = [(text, max(p["copies_in_corpus"] or 0 for p in ps), ps) for text, ps in by_text.items()]
+        by_core.setdefault(p.get("core") or p["text"], []).append(p)
+    out = [(min((p["text"] for p in ps), key=len), max(p["copies_in_corpus"] or 0 for p in ps), ps)
+           for ps in by_core.values()]
     return sorted(out, key=lambda g: (-g[1], g[0]))
 
 

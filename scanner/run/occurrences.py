@@ -6,7 +6,8 @@ same search: it gets a row of its own (a span at that offset, `searched_as` the 
 verdict on the row already there. The plans already share a verdict between spans of the same target
 that the windows happened to cut alike (measures/budget.distinct); the windows of a copy at another
 offset differ, so most copies were never matched. Here every screened document is searched for the
-memorized texts (exact text, then exact token ids), once per run, in the driver.
+memorized texts (exact text, then exact token ids), once per run, in the driver; a document's own
+repeats are left to its windows.
 """
 
 from __future__ import annotations
@@ -55,14 +56,15 @@ def _span_at(doc, ids: list[int], offsets: list, char: int, rep: dict, tokenizer
 
 
 def find(docs, shard: int, memorized: list[dict], tokenizer, tokenizer_id: str) -> list[Found]:
-    """Every place in `docs` (one shard's documents) holding a memorized row's exact text and tokens,
-    the row's own place left out."""
+    """Every place in `docs` (one shard's documents) holding a memorized row's exact text and tokens, in
+    documents other than the row's own."""
     found = []
     for doc in docs:
         if not doc.text:
             continue
-        hits = [(rep, char) for rep in memorized for char in places(doc.text, rep["text"])
-                if not (rep["doc_row"] == doc.row and rep["char_start"] == char)]
+        # Other documents only: the places of one document are its own windows' (and the passage's
+        # extension by generation reaches a repeat that follows it).
+        hits = [(rep, char) for rep in memorized if rep["doc_row"] != doc.row for char in places(doc.text, rep["text"])]
         if not hits:
             continue
         ids, offsets = tokenize_document(doc.text, tokenizer)

@@ -251,8 +251,13 @@ def _spend(phases: Phases, execute, units: list[Unit]) -> dict:
     A seconds budget is also a deadline every unit carries (a wall-clock instant, plain data that reaches
     Ray actors): the searches still running then are cut within a step, and their unit records them."""
     spent = {"value": phases.spent()}
+    pending = phases.pending(units)
+    if not pending or not bm.may_start(spent["value"], phases.budget):
+        return {}  # nothing to start: no model loads for it
+    if phases.budget is not None and phases.budget.kind == "seconds":
+        execute.set_up()  # the model loads before the budget's clock starts (a relaunch loads it here)
     deadline = bm.deadline(spent["value"], phases.budget, getattr(execute, "workers", 1), time.time())
-    pending = [replace(u, deadline=deadline) for u in phases.pending(units)]
+    pending = [replace(u, deadline=deadline) for u in pending]
 
     def finished(stats: dict) -> None:
         spent["value"] += bm.spent([stats], phases.budget)
@@ -271,6 +276,7 @@ def _counting(execute, counter: list[int]):
             finished(stats)
         return execute(tasks, admit, count)
     counted.workers = getattr(execute, "workers", 1)  # tasks in flight at once: the budget's deadline
+    counted.set_up = getattr(execute, "set_up", lambda: None)  # the workers set up (the model loaded)
     return counted
 
 

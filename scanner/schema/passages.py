@@ -94,9 +94,9 @@ def _prompt_source_fields() -> list[pa.Field]:
 def _shared_fields() -> list[pa.Field]:
     """Text many documents hold (scanner/run/passages.py, results/report_shared.py)."""
     return [
-        field("copies_in_corpus", pa.int32(), "How many documents of the corpus hold the passage's text: "
-               "the fewest of its spans' copies_in_corpus (results); null for results made before it existed.",
-               nullable=True),
+        field("copies_in_corpus", pa.int32(), "How many documents of the corpus hold most of the passage's "
+               "text: over its characters, the median of the largest copies_in_corpus (results) of the "
+               "memorized spans covering each; null for results made before it existed.", nullable=True),
         field("shared_text", pa.bool_(), "Text repeated across the corpus (a header, a licence, a table of "
                "contents), not the document's own: copies_in_corpus is at least --shared-text-min-docs (default: "
                "half the corpus's documents, at least 3). The "
