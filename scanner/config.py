@@ -403,9 +403,24 @@ class PassageConfig:
     rebuilds passages.parquet only, never a shard."""
 
     extend_tokens: int = 128  # generated past each passage's end; 0 switches extension off
+    # A passage held by at least this many documents is shared text (a header, a licence), not a book's
+    # own; None: half the corpus's documents, at least 3 (shared_min_docs).
+    shared_text_min_docs: int | None = None
 
     def __post_init__(self) -> None:
         require(self.extend_tokens >= 0, f"--extend-tokens {self.extend_tokens} must be >= 0 (0: no extension)")
+        require(self.shared_text_min_docs is None or self.shared_text_min_docs >= 2,
+                f"--shared-text-min-docs {self.shared_text_min_docs} must be >= 2 (a text in one document is its own)")
+
+    def shared_min_docs(self, documents: int) -> int:
+        """Documents that make a passage's text shared text in a corpus of `documents`."""
+        if self.shared_text_min_docs is not None:
+            return self.shared_text_min_docs
+        return max(SHARED_TEXT_FLOOR, -(-documents // 2))
+
+
+# The default's floor: text in 2 documents is a second edition or a quotation more often than boilerplate.
+SHARED_TEXT_FLOOR = 3
 
 
 @dataclass(frozen=True, kw_only=True)

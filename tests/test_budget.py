@@ -101,3 +101,14 @@ def test_targets_settled_elsewhere_are_not_searched_again():
     searched, copies = bm.distinct(rows, bm.target_key, known={bm.target_key(rows[0]): "certified"})
     assert [r["span_id"] for r in searched] == ["b"] and copies == {"certified": [[0, "a"]]}
     assert bm.target_key({"target_ids": [1, 23]}) != bm.target_key({"target_ids": [12, 3]})
+
+
+@given(st.floats(0, 1000), st.floats(1, 1000), st.integers(1, 16))
+def test_a_seconds_budget_is_a_deadline_that_the_workers_spend_together(spent, amount, workers):
+    """What is left of a seconds budget, shared by the workers that spend it at once (the budget sums their
+    seconds); never in the past of now; none for a steps budget, which is checked between units only."""
+    now = 1_000_000.0
+    deadline = bm.deadline(spent, bm.Budget("seconds", amount), workers, now)
+    assert deadline == now + max(0.0, amount - spent) / workers and deadline >= now
+    assert bm.deadline(spent, bm.Budget("steps", amount), workers, now) is None
+    assert bm.deadline(spent, None, workers, now) is None

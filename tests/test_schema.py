@@ -143,7 +143,8 @@ def test_the_passages_columns_are_a_public_interface():
         "best_acr", "best_acr_kind", "best_prompt", "best_prompt_tokens", "best_span_id", "span_ids", "spans",
         "other_spans_inside", "calibrated_spans", "extend_budget", "extended_token_end", "extended_char_end",
         "extended_tokens", "extended_chars", "extension_text", "extension_prompt", "extension_span_id",
-        "extension_engine", "extend_s", "best_prompt_source", "extension_prompt_source"]
+        "extension_engine", "extend_s", "best_prompt_source", "extension_prompt_source", "copies_in_corpus",
+        "shared_text"]
     # What a passage shares with the results keeps the results' type.
     for name in ("doc_id", "char_start", "char_end", "token_start", "token_end", "text"):
         assert schema.field(name).type == results_schema().field(name).type, name

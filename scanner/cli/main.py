@@ -318,7 +318,11 @@ def status_command(run_dir, workers, watch, interval, iterations) -> None:
               "refused unless its files are the bytes the run recorded.")
 @click.option("--sign", "sign", default=None, help="--bundle: sign manifest.json with this unencrypted ssh-ed25519 "
               "private key (manifest.json.sig, as `ssh-keygen -Y sign` writes it).")
-def export_command(run_dir, out, tau, all_rows, calibrated, passages, free_only, bundle, model, sign) -> None:
+@click.option("--without-shared-text", "no_shared", is_flag=True,
+              help="Leave out shared text: passages many documents hold (a header, a licence; the passages' "
+                   "shared_text, --shared-text-min-docs of the scan) and their spans.")
+def export_command(run_dir, out, tau, all_rows, calibrated, passages, free_only, bundle, model, sign,
+                   no_shared) -> None:
     """Export the flagged spans with their prompts.
 
     \b
@@ -330,7 +334,7 @@ def export_command(run_dir, out, tau, all_rows, calibrated, passages, free_only,
     re-verifies with `acr-scan verify --bundle` or its standalone recheck.py.
     """
     from scanner.results.denominators import denominators, denominators_line
-    from scanner.results.export import denominators_path, export, export_passages
+    from scanner.results.export import denominators_path, export, export_passages, without_shared
     from scanner.results.report_compare import export_compare, is_comparison
 
     if is_comparison(run_dir):  # a comparison exports its table, both models' identities beside it
@@ -347,7 +351,7 @@ def export_command(run_dir, out, tau, all_rows, calibrated, passages, free_only,
                          "--passages)")
     run = readable_run(run_dir)
     table = run.read_results()
-    about = {"work_text_tokens": work_text_tokens(run)}
+    about = {"work_text_tokens": work_text_tokens(run), "without_shared_text": no_shared}
     if bundle is not None:
         from scanner.cli.evidence import export_bundle
 
@@ -360,15 +364,25 @@ def export_command(run_dir, out, tau, all_rows, calibrated, passages, free_only,
         if tau != "1" or all_rows:
             raise InputError("--tau and --all select spans; --passages exports every passage of the run's "
                              "verdict (drop --tau/--all, or drop --passages)")
-        count = export_passages(read_passages(run), out, calibrated=calibrated, free_only=free_only, results=table,
-                                about=about)
+        found = read_passages(run)
+        count = export_passages(without_shared(found) if no_shared else found, out, calibrated=calibrated,
+                                free_only=free_only, results=table, about=about)
         click.echo(f"{count} passages written to {out}")
     else:
         count = export(table, out, tau=tau, all_rows=all_rows, calibrated=calibrated, free_only=free_only,
-                       about=about)
+                       about=about, leave_out=shared_spans(run) if no_shared else None)
         click.echo(f"{count} rows written to {out}")
     click.echo(f"{denominators_line(denominators(table))}; counts in {denominators_path(out)}")
     click.echo(calibration_line(table))
+
+
+def shared_spans(run) -> list[str]:
+    """The span_ids of the run's shared-text passages (--without-shared-text)."""
+    from scanner.results.report_shared import shared_mask
+    from scanner.storage.passages import read_passages
+
+    passages = read_passages(run)
+    return sorted({span for p in passages.filter(shared_mask(passages)).to_pylist() for span in p["span_ids"]})
 
 
 def readable_run(run_dir: str):

@@ -298,6 +298,10 @@ def scan_options(f):
                show_default=True,
                help="Passages: greedy generation this many tokens past each memorized passage, checked "
                     "against the document (0: no extension). Changing it rebuilds passages only."),
+        option(PASSAGES, "--shared-text-min-docs", type=int, default=None,
+               help="Passages: text held by at least this many documents is shared text (a header, a licence), "
+                    "shown once in the report and not counted as a book's own. Default: half the corpus's "
+                    "documents, at least 3. Changing it rebuilds passages only."),
     ])
 
 
@@ -345,7 +349,7 @@ def scan_config(o: dict, corpus: str):
 
 
 def passage_config(o: dict):
-    return PassageConfig(extend_tokens=o["extend_tokens"])
+    return PassageConfig(extend_tokens=o["extend_tokens"], shared_text_min_docs=o["shared_text_min_docs"])
 
 
 def all_scan_options(f):

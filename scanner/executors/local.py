@@ -8,6 +8,8 @@ class LocalExecutor:
     """`execute(tasks, admit, finished)` in this process. `make_worker()` gives the worker (setup,
     run_task, close); `on_setup(meta)` is called once, when the worker has loaded the model."""
 
+    workers = 1  # tasks in flight at once
+
     def __init__(self, make_worker, on_setup=None) -> None:
         self.worker, self.on_setup, self.ready = make_worker(), on_setup, False
 
@@ -19,6 +21,10 @@ class LocalExecutor:
                 break
             finished(self._ready().run_task(task))
         return {}
+
+    def set_up(self) -> None:
+        """Set the worker up now (the model loads), before a phase starts a clock."""
+        self._ready()
 
     def _ready(self):
         if not self.ready:

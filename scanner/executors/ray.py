@@ -227,6 +227,14 @@ class RayExecutor:
         return Scheduler(ray=self.ray, make_actor=lambda: remote.remote(make_worker, cpus), actors=actors,
                          max_retries=self.executor.max_retries)
 
+    @property
+    def workers(self) -> int:
+        """Tasks in flight at once: the actors (a phase's deadline divides a budget of summed seconds by it).
+        Tasks carry their own deadline (plain data), so the actors stop their searches at it too."""
+        if self.scheduler is not None:
+            return self.scheduler.actors
+        return max(1, min(cluster_shape(self.ray, self.executor)[0], self.expected_tasks))
+
     def __call__(self, tasks: list, admit, finished) -> dict:
         if not tasks:
             return {}

@@ -75,3 +75,12 @@ def spent(unit_stats: list[dict], budget: Budget | None) -> float:
 def may_start(spent_so_far: float, budget: Budget | None) -> bool:
     """Another unit may start while anything of the budget is left (a unit may overshoot it)."""
     return budget is None or spent_so_far < budget.amount
+
+
+def deadline(spent_so_far: float, budget: Budget | None, workers: int, now: float) -> float | None:
+    """The wall-clock instant a seconds budget runs out at, `workers` units spending it at once (the
+    budget counts each unit's seconds, so k workers spend it k times as fast); None for a steps budget
+    or none: those are checked between units only, so a steps budget gives the same table every run."""
+    if budget is None or budget.kind != "seconds":
+        return None
+    return now + max(0.0, budget.amount - spent_so_far) / max(1, workers)

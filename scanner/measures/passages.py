@@ -130,6 +130,22 @@ def _calibrated(spans: tuple[dict, ...]) -> int | None:
     return sum(bool(s["calibrated_memorized"]) for s in spans)
 
 
+def _copies(passage: Passage) -> int | None:
+    """How many documents hold most of the passage's text: over its characters, the median of the
+    largest copies_in_corpus among the memorized spans covering each. A header merged with a few
+    characters of the book's own text stays the header's count; a book's own passage that begins with
+    the header takes its own."""
+    counts = [s.get("copies_in_corpus") for s in passage.spans]
+    if not counts or None in counts:
+        return None  # results made before the column existed
+    cover = [0] * max(passage.char_end - passage.char_start, 1)
+    for span, count in zip(passage.spans, counts, strict=True):
+        for i in range(max(span["char_start"], passage.char_start) - passage.char_start,
+                       min(span["char_end"], passage.char_end) - passage.char_start):
+            cover[i] = max(cover[i], count)
+    return sorted(cover)[len(cover) // 2]
+
+
 def passage_row(passage: Passage, tokenizer_id: str, text: str | None, others: int) -> dict:
     """One row of the passages table (scanner/schema.py passages_schema), extension columns unset.
     `text`: the document slice, or None to stitch it from the spans; `others`: spans inside the
@@ -147,6 +163,7 @@ def passage_row(passage: Passage, tokenizer_id: str, text: str | None, others: i
             "best_prompt_tokens": best.get("prompt_tokens"), "best_span_id": best["span_id"],
             "span_ids": passage.span_ids, "spans": len(passage.spans), "other_spans_inside": others,
             "calibrated_spans": _calibrated(passage.spans), "best_prompt_source": best.get("prompt_source"),
+            "copies_in_corpus": _copies(passage), "shared_text": None,
             **no_extension()}
 
 

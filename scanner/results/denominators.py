@@ -11,7 +11,9 @@ attempts was unknown, so export, report and verify publish these counts beside a
 - memorized / not_memorized: the run's verdict at its τ;
 - copies: rows that took the verdict of an identical span (searched_as), counted above as well;
 - attempts, gcg_steps: the attempts and GCG steps that ran (a copy's are its twin's, counted once);
-- prompts: memorized spans by prompt_source (scanner/measures/overlap.py): free of the work's text, or not.
+- prompts: memorized spans by prompt_source (scanner/measures/overlap.py): free of the work's text, or not;
+- memorized_in_several_documents: memorized rows whose text other documents hold too (copies_in_corpus
+  > 1), counted in memorized: shared text is kept in every count here, and set apart by the report.
 """
 
 from __future__ import annotations
@@ -88,6 +90,10 @@ def denominators(table: pa.Table) -> dict:
         if "attempts" in own.column_names and own.num_rows else 0,
         "gcg_steps": int(pc.sum(own["steps"]).as_py() or 0) if own.num_rows else 0,
         "memorized_by_prompt": prompt_counts(table),
+        # Shared text (a header every book holds) is counted in `memorized`; the report shows it apart,
+        # by the passages' shared_text; here how many memorized rows other documents hold too.
+        "memorized_in_several_documents": _count(pc.greater(table["copies_in_corpus"], 1).fill_null(False))
+        if "copies_in_corpus" in table.column_names else 0,
     }
 
 

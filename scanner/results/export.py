@@ -258,17 +258,34 @@ def _write(out: Path, rows: pa.Table, results: pa.Table, selection: dict, source
 
 
 def export(table: pa.Table, out: str | Path, tau: str = RUN_FLAG, all_rows: bool = False,
-           calibrated: bool = False, free_only: bool = False, about: dict | None = None) -> int:
+           calibrated: bool = False, free_only: bool = False, about: dict | None = None,
+           leave_out: list[str] | None = None) -> int:
     """Write the selected rows (see select_rows) to `out`, formatted by its extension, with the run's
-    denominators beside it; `about`: more of the selection to record (e.g. the run's work_text_tokens).
+    denominators beside it; `about`: more of the selection to record (e.g. the run's work_text_tokens);
+    `leave_out`: span_ids not written (shared text, --without-shared-text), counted in the selection.
     Returns rows written."""
     out = Path(out)
     _format(out)
     rows = select_rows(table, tau, all_rows, calibrated, free_only)
     selection = {"tau": tau, "all": all_rows, "calibrated": calibrated, "free_prompts_only": free_only, **(about or {})}
+    if leave_out is not None:
+        kept = pc.invert(pc.is_in(rows["span_id"], value_set=pa.array(leave_out, pa.string())))
+        selection["shared_text_rows_left_out"] = rows.num_rows - _count_true(kept)
+        rows = rows.filter(kept)
     _write(out, rows, table, selection, "prompt_source")
     log.info("wrote %d rows to %s", rows.num_rows, out)
     return rows.num_rows
+
+
+def _count_true(mask) -> int:
+    return int(pc.sum(pc.cast(mask, pa.int64())).as_py() or 0) if len(mask) else 0
+
+
+def without_shared(table: pa.Table) -> pa.Table:
+    """The passages less those marked shared text (the column absent in older runs: all kept)."""
+    if "shared_text" not in table.column_names:
+        return table
+    return table.filter(pc.invert(pc.fill_null(table["shared_text"], False)))
 
 
 def select_passages(table: pa.Table, calibrated: bool = False, free_only: bool = False) -> pa.Table:

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from scanner.errors import require
 from scanner.measures import calibration as calibrate
-from scanner.results import report_documents, report_pages, report_passages
+from scanner.results import report_documents, report_pages, report_passages, report_shared
 from scanner.results.denominators import denominators
 from scanner.results.export import check_columns
 from scanner.results.html_format import count as _count
@@ -299,12 +299,15 @@ def render_report(table: pa.Table, summary: dict, passages: pa.Table | None = No
     check_columns(table, NEEDED)
     model = summary.get("model")
     title = f"ACR scan report · {model}" if model else "ACR scan report"
+    own, own_passages, shared = report_shared.split(table, passages)
+    threshold = (passages.schema.metadata or {}).get(b"shared_text_min_docs", b"").decode() if passages else None
     body = (f"<h1>{_e(title)}</h1>\n{_summary_html(table, summary)}\n"
             f"<h2>What the hits were drawn from</h2>\n{_denominators_html(table)}\n"
             f"<h2>Memorized or predictable</h2>\n{_calibration_html(table)}\n"
             f"<h2>ACR of searched spans</h2>\n{_histogram_html(table)}\n"
-            f"<h2>Documents</h2>\n{report_documents.documents_html(table, passages)}\n"
-            + _flagged_html(table, passages, pages))
+            + (f'<h2 id="shared">Shared text</h2>\n{report_shared.shared_html(shared, threshold)}\n' if passages else "")
+            + f"<h2>Documents</h2>\n{report_documents.documents_html(own, own_passages)}\n"
+            + _flagged_html(own, own_passages, pages))
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>{_e(title)}</title><style>{CSS}{report_documents.CSS}{report_passages.CSS}</style>"
@@ -320,7 +323,7 @@ def write_report(table: pa.Table, summary: dict, out: str | Path, passages: pa.T
     no stray folder. Returns the report's path."""
     out = Path(out)
     require(not out.is_dir(), f"--out {out} is a folder; name the HTML file to write, e.g. --out {out / 'report.html'}")
-    finds = report_pages.findings(table, passages)
+    finds = report_pages.findings(*report_shared.split(table, passages)[:2])  # shared text has no page
     folder = report_pages.pages_folder(out) if finds else None
     page = render_report(table, summary, passages, folder)
     out.parent.mkdir(parents=True, exist_ok=True)

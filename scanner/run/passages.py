@@ -30,11 +30,13 @@ if TYPE_CHECKING:  # the engine (torch) loads only where a table is built, never
 
 log = logging.getLogger(__name__)
 
+SHARED_KEY = b"shared_text_min_docs"  # the passages table's metadata: the threshold its shared_text used
+
 # What the merge and the extension read from the results; acr_kind, the calibration columns and prompt_source
 # where the results schema has them.
 READ = ("doc_id", "doc_row", "span_id", "char_start", "char_end", "token_start", "token_end", "text",
         "target_tokens", "status", "acr", "prompt", "prompt_tokens", "certificate_prompt", "shard")
-OPTIONAL = ("acr_kind", "calibrated_memorized", "prompt_source")
+OPTIONAL = ("acr_kind", "calibrated_memorized", "prompt_source", "copies_in_corpus")
 
 
 def _results(run: RunDir) -> tuple[list[dict], dict]:
@@ -71,9 +73,12 @@ def write_passages(run: RunDir, config: ScanConfig, corpus: Corpus, engine=None,
         tokens = {k: DocumentTokens(d.text, *tokenize_document(d.text, engine.tokenizer)) for k, d in docs.items()}
         extensions = extend_passages(engine, found, tokens, passages.extend_tokens)
         table_rows = [with_extension(r, e, passages.extend_tokens) for r, e in zip(table_rows, extensions, strict=True)]
+    shared = passages.shared_min_docs(run.load_plan().num_docs)
+    table_rows = [{**r, "shared_text": None if r["copies_in_corpus"] is None else r["copies_in_corpus"] >= shared}
+                  for r in table_rows]
     schema = passages_schema()
     meta = {**schema.metadata, FINGERPRINT_KEY: fingerprint(run, passages).encode(),
-            b"extend_tokens": str(passages.extend_tokens).encode()}
+            b"extend_tokens": str(passages.extend_tokens).encode(), SHARED_KEY: str(shared).encode()}
     table = pa.Table.from_pylist(table_rows, schema=schema).replace_schema_metadata(meta)
     atomic_write(passages_path(run), lambda f: pq.write_table(table, f))
     log.info("%d passages from %d memorized spans written to %s", table.num_rows,

@@ -23,15 +23,21 @@ where they run (in this process or on Ray actors) and never calls back.
 Budget accounting is resume-safe: what is spent is what committed search and tighten units recorded
 (their stats), so a relaunch continues where the last committed unit left off. Units start in rank
 order while budget is left: with the local executor one at a time, so a steps budget gives the same
-table on every run and relaunch. Under Ray up to one unit per actor is in flight when the budget runs
-out; those finish and are kept, so a run can overshoot by at most (actors) units, each at most
---unit-size candidates' GCG schedules (seconds: plus the time they were already running).
+table on every run and relaunch; a steps budget is checked between units, so it may be overshot by
+the units in flight (one per actor). A seconds budget is also a deadline (a wall-clock instant: the
+seconds left divided among the workers) that every unit carries to wherever it runs: past it no unit
+starts, no search of a running unit starts, and the searches running are cut between two GCG requests,
+so the overshoot is about one step per worker (bench/budget_overshoot.py). A unit cut so commits the
+verdicts it reached and records its cut searches (stats "cut"); it stays pending, and a relaunch with a
+larger --search-budget (a relaunch may change the budget) searches only those.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
+from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -39,6 +45,7 @@ import pyarrow.parquet as pq
 from scanner.config import PassageConfig, ScanConfig
 from scanner.measures import budget as bm
 from scanner.results.rows import copied_row
+from scanner.run import occurrences
 from scanner.run.passages import needs_engine, write_passages
 from scanner.run.shard import shard_stats
 from scanner.run.tasks import UNIT_KINDS, PassagesTask, Unit
@@ -178,8 +185,17 @@ class Phases:
         return bm.spent(stats, self.budget)
 
     def pending(self, units: list[Unit]) -> list[Unit]:
-        done = self.stores[units[0].kind].done() if units else set()
-        return [u for u in units if u.index not in done]
+        """Units not done, and units the search budget cut (their cut searches go on from where they are)."""
+        if not units:
+            return []
+        store = self.stores[units[0].kind]
+        done = store.done()
+        return [u for u in units if u.index not in done or store.stats(u.index).get("cut")]
+
+    def cut(self) -> dict[str, dict]:
+        """{span_id: what its search spent} of every search the budget cut in a done unit."""
+        return {span: spent for name in SEARCHED for store in [self.stores[name]]
+                for i in store.done_shards() for span, spent in store.stats(i).get("cut", {}).items()}
 
 
 def run_phases(phases: Phases, execute, progress=None) -> dict:
@@ -231,14 +247,25 @@ def _screen_search_write(phases: Phases, execute, progress) -> dict:
 
 
 def _spend(phases: Phases, execute, units: list[Unit]) -> dict:
-    """The pending units, started in rank order while the budget (shared by search and tighten) lasts."""
+    """The pending units, started in rank order while the budget (shared by search and tighten) lasts.
+    A seconds budget is also a deadline every unit carries (a wall-clock instant, plain data that reaches
+    Ray actors): the searches still running then are cut within a step, and their unit records them."""
     spent = {"value": phases.spent()}
+    pending = phases.pending(units)
+    if not pending or not bm.may_start(spent["value"], phases.budget):
+        return {}  # nothing to start: no model loads for it
+    if phases.budget is not None and phases.budget.kind == "seconds":
+        execute.set_up()  # the model loads before the budget's clock starts (a relaunch loads it here)
+    deadline = bm.deadline(spent["value"], phases.budget, getattr(execute, "workers", 1), time.time())
+    pending = [replace(u, deadline=deadline) for u in pending]
 
     def finished(stats: dict) -> None:
         spent["value"] += bm.spent([stats], phases.budget)
 
-    return execute(phases.pending(units), lambda: bm.may_start(spent["value"], phases.budget),
-                   _logged(phases, lambda: spent["value"], finished))
+    def admit() -> bool:
+        return bm.may_start(spent["value"], phases.budget) and (deadline is None or time.time() < deadline)
+
+    return execute(pending, admit, _logged(phases, lambda: spent["value"], finished))
 
 
 def _counting(execute, counter: list[int]):
@@ -248,6 +275,8 @@ def _counting(execute, counter: list[int]):
             counter[0] += 1
             finished(stats)
         return execute(tasks, admit, count)
+    counted.workers = getattr(execute, "workers", 1)  # tasks in flight at once: the budget's deadline
+    counted.set_up = getattr(execute, "set_up", lambda: None)  # the workers set up (the model loaded)
     return counted
 
 
@@ -265,11 +294,13 @@ def _logged(phases: Phases, spent, then=None):
 def _reasons(phases: Phases, units: list[Unit], copies: dict) -> dict[str, str]:
     """Why each candidate that no search unit decided stays not_searched (its copies: the same)."""
     done = {kind: phases.stores[kind].done() for kind in SEARCHED}
-    out = {}
+    budget = f"--search-budget {phases.config.search_budget}"
+    out = {span: f"search budget spent during its search ({budget}, after {spent['steps']} GCG steps, "
+                 f"{spent['search_s']:.1f} s); a relaunch with a larger budget searches it"
+           for span, spent in phases.cut().items()}
     for unit in units:
         if unit.kind == "search" and unit.index not in done["search"]:
-            out.update({span: f"search budget spent (--search-budget {phases.config.search_budget})"
-                        for _, span in unit.spans})
+            out.update({span: f"search budget spent ({budget})" for _, span in unit.spans})
     for rep, items in copies.items():
         if rep in out:
             out.update({span: out[rep] for _, span in items})
@@ -313,9 +344,9 @@ def _final(rows: dict, updates: list[dict]) -> dict:
     return rows
 
 
-def _verdicts(phases: Phases, copies: dict, updates: dict) -> dict[str, tuple[dict, dict]]:
-    """{span searched for copies: (its screen row, its final row)}, for the copies to take from; a span
-    no unit decided (cut by the budget) has none, and its copies stay candidates never searched."""
+def _verdicts(phases: Phases, copies, updates: dict) -> dict[str, tuple[dict, dict]]:
+    """{span of `copies` (span_ids) a unit decided: (its screen row, its final row)}, for the copies to
+    take from; a span no unit decided (cut by the budget) has none, and its copies stay candidates."""
     out = {}
     for shard, rows in updates.items():
         mine = [row for row in rows if row["span_id"] in copies]
@@ -327,12 +358,49 @@ def _verdicts(phases: Phases, copies: dict, updates: dict) -> dict[str, tuple[di
     return out
 
 
+def _elsewhere(phases: Phases, verdicts: dict) -> dict[int, list]:
+    """{shard: [occurrences.Found]}: the other places of the corpus where a memorized span's tokens stand."""
+    memorized = [final for _, final in verdicts.values() if final["status"] == "memorized" and not final.get("searched_as")]
+    if phases.corpus is None or not memorized:
+        return {}
+    from scanner.engine.loading import load_tokenizer  # the tokenizer only, no weights
+
+    tokenizer = load_tokenizer(phases.config.model)[0]
+    meta = pq.read_schema(phases.stores["screen"].result_path(phases.plan.shards[0].shard)).metadata or {}
+    tokenizer_id = meta.get(b"tokenizer_hash", b"").decode()[:16]
+    found = {s.shard: occurrences.find(phases.corpus.documents(s.doc_start, s.doc_end), s.shard, memorized,
+                                       tokenizer, tokenizer_id) for s in phases.plan}
+    log.info("%d more places of %d memorized spans found by their text", sum(map(len, found.values())), len(memorized))
+    return found
+
+
+def _holders(phases: Phases, verdicts: dict, copies: dict, found: dict) -> dict[str, int]:
+    """{memorized span searched or certified: how many documents hold its tokens}: its own, its copies'
+    of the plans and those of the places found by its text (results' copies_in_corpus)."""
+    memorized = {span for span, (_, final) in verdicts.items() if final["status"] == "memorized"}
+    docs = {span: {verdicts[span][1]["doc_row"]} for span in memorized}
+    wanted = defaultdict(set)
+    for rep in memorized:
+        for shard, span in copies.get(rep, []):
+            wanted[shard].add(span)
+    rep_of = {span: rep for rep in memorized for _, span in copies.get(rep, [])}
+    for shard, spans in wanted.items():
+        for row in phases.stores["screen"].read(shard, spans).select(["span_id", "doc_row"]).to_pylist():
+            docs[rep_of[row["span_id"]]].add(row["doc_row"])
+    for places in found.values():
+        for place in places:
+            docs.setdefault(place.rep, set()).add(place.span.doc_row)
+    return {rep: len(held) for rep, held in docs.items()}
+
+
 def write_results(phases: Phases, units: list[Unit]) -> None:
-    """Phase 3: results/part-XXXXX.parquet per shard, screen rows updated by the units' rows and the
-    copies by the span searched for them."""
+    """Phase 3: results/part-XXXXX.parquet per shard, screen rows updated by the units' rows, the copies
+    by the span searched for them, and every other place of a memorized span's tokens by that span."""
     updates, copies = _updates(phases), phases.copies()
-    verdicts = _verdicts(phases, copies, updates)
+    verdicts = _verdicts(phases, set(copies) | {r["span_id"] for rows in updates.values() for r in rows}, updates)
     copy_of = {span: rep for rep, items in copies.items() for _, span in items}
+    found = _elsewhere(phases, verdicts)
+    holders = _holders(phases, verdicts, copies, found)
     reasons = _reasons(phases, units, copies)
     drawn = phases._plan(SEARCH_PLAN).get("drawn")
     cut = "not drawn into the plan's sample of the search" if drawn else "candidate budget spent (--max-candidates)"
@@ -344,10 +412,13 @@ def write_results(phases: Phases, units: list[Unit]) -> None:
             searched = verdicts.get(copy_of.get(span))
             if searched and searched[1]["status"] != "not_searched":
                 rows[span] = copied_row(row, *searched)
+        occurrences.apply(rows, found.get(shard.shard, []), verdicts, phases.config.search.tau)
         for row in rows.values():
             if row["status"] == "not_searched":
                 row["reason"] = reasons.get(row["span_id"], cut)
-        final = list(rows.values())
+            if row["status"] == "memorized":
+                row["copies_in_corpus"] = holders.get(row["searched_as"] or row["span_id"], 1)
+        final = list(rows.values())  # the places found by text after the shard's own rows
         stats = screen.stats(shard.shard)
         seconds = stats.get("seconds", 0.0) + sum(r["search_s"] for r in final)
         out = pa.Table.from_pylist(final, schema=results_schema()).replace_schema_metadata(table.schema.metadata)

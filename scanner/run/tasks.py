@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from collections import OrderedDict, defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
@@ -58,6 +58,9 @@ class Unit:
     index: int
     # (shard, span_id) in rank order; a tighten unit's items also carry the prompt to shrink from
     items: tuple[tuple, ...]
+    # When the search budget ends (a time.time() instant, set by the phase that hands the unit out; None:
+    # no seconds budget): searches still running then are cut within a step (search/driver.py run_many).
+    deadline: float | None = field(default=None, compare=False)
 
     @property
     def name(self) -> str:
@@ -160,10 +163,10 @@ def run_unit(engine, unit: Unit, rows: list[dict], config: ScanConfig, width: in
     move (run/heartbeat.py)."""
     start, verified = time.perf_counter(), engine.verify_s  # calibration verifies too: read before it
     if unit.kind == "certify":
-        new, stages = _certify(engine, rows, config, observer), None
+        new, stages, cut = _certify(engine, rows, config, observer), None, {}
     else:
-        new, stages = search_rows(engine, rows, unit_search(config, unit.kind), width, unit.decided(), unit.kind,
-                                  observer)
+        new, stages, cut = search_rows(engine, rows, unit_search(config, unit.kind), width, unit.decided(),
+                                       unit.kind, observer, unit.deadline)
     verify_s = engine.verify_s - verified
     new.update(calibrate(engine, new, docs(new.values()), config))
     new = measured_prompts(new, texts([r for r in new.values() if r["prompt"] is not None]), config.work_text_tokens)
@@ -172,9 +175,29 @@ def run_unit(engine, unit: Unit, rows: list[dict], config: ScanConfig, width: in
     stats = {"unit": unit.name, "candidates": len(rows), "settled": len(out) if unit.kind == "certify" else 0,
              "memorized": sum(r["status"] == "memorized" for r in out),
              "failed": sum(r["status"] == "failed" for r in out),
-             "steps": sum(r["steps"] for r in out), "search_s": time.perf_counter() - start,
-             "forwards": sum(r["forwards"] for r in out), "cost": unit_cost(out, stages, verify_s)}
+             "steps": sum(r["steps"] for r in out) + sum(c["steps"] for c in cut.values()),
+             "search_s": time.perf_counter() - start,
+             "forwards": sum(r["forwards"] for r in out) + sum(c["forwards"] for c in cut.values()),
+             "cost": unit_cost(out, stages, verify_s), **({"cut": cut} if cut else {})}
     return table, stats
+
+
+def summed(old, new):
+    """Two stats records of one unit added up (numbers summed, nested records alike): a unit resumed
+    after a cut counts what both runs spent."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return {k: summed(old.get(k), new.get(k)) for k in {**old, **new}}
+    if isinstance(old, (int, float)) and isinstance(new, (int, float)) and not isinstance(new, bool):
+        return old + new
+    return old if new is None else new
+
+
+def resumed(kept: pa.Table, earlier: dict, table: pa.Table, stats: dict, candidates: int) -> tuple[pa.Table, dict]:
+    """A cut unit's rows and stats after its relaunch: the verdicts of the first run kept, the searches
+    it cut added, what both spent summed (the budget counts both)."""
+    merged = summed({k: v for k, v in earlier.items() if k not in ("cut", "rows")}, {k: v for k, v in stats.items() if k != "cut"})
+    merged.update(unit=stats["unit"], candidates=candidates, **({"cut": stats["cut"]} if stats.get("cut") else {}))
+    return pa.concat_tables([kept, table.replace_schema_metadata(kept.schema.metadata)]), merged
 
 
 class Worker:
@@ -212,13 +235,20 @@ class Worker:
         if isinstance(task, PassagesTask):
             table = write_passages(self.run, self.config, self.corpus, self.engine, task.passages)
             return {"task": task.name, "passages": table.num_rows, "pid": os.getpid()}
-        rows = self._rows(task)
+        store, rows = Store(self.run.path, task.kind), self._rows(task)
+        earlier = store.stats(task.index) if task.index in store.done() else {}
+        total = len(rows)
+        if earlier.get("cut"):  # the budget cut it: the verdicts it reached stand, the cut searches go on
+            rows = [r for r in rows if r["span_id"] in earlier["cut"]]
         watcher = UnitProgress(self.run.path, task.name, [r["span_id"] for r in rows])
         try:
             with shard_log(self.run.path / "logs" / f"{task.name}.log"):
                 table, stats = run_unit(self.engine, task, rows, self.config, int(self.meta[b"targets_per_forward"]),
                                         self._docs, self._texts, watcher)
-            Store(self.run.path, task.kind).write(task.index, table.replace_schema_metadata(self.meta), stats)
+            table = table.replace_schema_metadata(self.meta)
+            if earlier.get("cut"):
+                table, stats = resumed(store.read(task.index), earlier, table, stats, total)
+            store.write(task.index, table, stats)
         finally:
             watcher.close()  # committed or failed: no longer running
         return {**stats, "pid": os.getpid()}

@@ -6,7 +6,7 @@ import pyarrow as pa
 
 from scanner.schema.fields import ROLE_WALL_CLOCK, field
 
-PASSAGES_VERSION = "1"
+PASSAGES_VERSION = "2"  # 2: copies_in_corpus, shared_text
 
 def _passage_fields() -> list[pa.Field]:
     return [
@@ -91,7 +91,22 @@ def _prompt_source_fields() -> list[pa.Field]:
     ]
 
 
+def _shared_fields() -> list[pa.Field]:
+    """Text many documents hold (scanner/run/passages.py, results/report_shared.py)."""
+    return [
+        field("copies_in_corpus", pa.int32(), "How many documents of the corpus hold most of the passage's "
+               "text: over its characters, the median of the largest copies_in_corpus (results) of the "
+               "memorized spans covering each; null for results made before it existed.", nullable=True),
+        field("shared_text", pa.bool_(), "Text repeated across the corpus (a header, a licence, a table of "
+               "contents), not the document's own: copies_in_corpus is at least --shared-text-min-docs (default: "
+               "half the corpus's documents, at least 3). The "
+               "report shows it once, as text repeated in N documents; export --without-shared-text leaves "
+               "it out.", nullable=True),
+    ]
+
+
 def passages_schema() -> pa.Schema:
     """One row per memorized passage (scanner/measures/passages.py). Add columns, never rename or retype."""
-    fields = _passage_fields() + _passage_evidence_fields() + _extension_fields() + _prompt_source_fields()
+    fields = (_passage_fields() + _passage_evidence_fields() + _extension_fields() + _prompt_source_fields()
+              + _shared_fields())
     return pa.schema(fields, metadata={b"name": b"acr-scanner passages", b"version": PASSAGES_VERSION.encode()})

@@ -16,7 +16,8 @@ from scanner.schema.fields import DOC_KEY, ROLE_RANK, ROLE_WALL_CLOCK, default_o
 # 2: defaults and roles in the field metadata; rejected_early exported. 3: searched_as, acr_kind
 # 'decision_bound' (verdicts first, then tightening). A run directory of another version is not resumed
 # (scanner/storage/rundir.py): its parts would mix two tables.
-SCHEMA_VERSION = "3"
+# 4: copies_in_corpus.
+SCHEMA_VERSION = "4"
 STATUSES = ("memorized", "not_memorized", "screened_out", "skipped", "failed", "not_searched")
 
 
@@ -292,6 +293,11 @@ def _copy_fields() -> list[pa.Field]:
                "copy keeps its own place and screen columns and no cost of its own (steps and seconds 0: "
                "copies count once against the budget). Null for a span searched, certified or screened "
                "itself.", nullable=True),
+        column("copies_in_corpus", pa.int32(), "Of a memorized span: how many documents of the corpus hold "
+               "its target tokens (its own included), counting the copies the plans grouped and the places "
+               "found by its text at any offset afterwards (scanner/run/occurrences.py). Text held by many "
+               "documents (a publisher's header, a licence) is shared text, not a book's own: the passages "
+               "table's shared_text. Null when not memorized.", nullable=True),
     ]
 
 

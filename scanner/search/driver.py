@@ -35,6 +35,7 @@ class Finished:
     stages: dict[str, dict] = field(default_factory=dict)  # {stage: {"forwards", "seconds"}}, summing to both
     draft_forwards: int = 0  # sequences through the draft model (probe sampling), not in `forwards`
     draft_seconds: float = 0.0  # its share of the draft's forwards, inside `seconds`
+    cut: bool = False  # stopped unfinished at the deadline (value and error None): the budget ran out
 
 
 @dataclass
@@ -66,9 +67,14 @@ class _Live:
         spent["draft_forwards"] = spent.get("draft_forwards", 0) + forwards
         spent["draft_seconds"] = spent.get("draft_seconds", 0.0) + seconds
 
-    def finished(self, value: object, error: Exception | None) -> Finished:
+    def finished(self, value: object, error: Exception | None, cut: bool = False) -> Finished:
         return Finished(self.index, value, error, self.forwards, self.seconds, self.stages, self.draft_forwards,
-                        self.draft_seconds)
+                        self.draft_seconds, cut)
+
+    def cut(self) -> Finished:
+        """Stopped at the deadline: the search is closed where it waits for its next request."""
+        self.search.close()
+        return self.finished(None, None, cut=True)
 
 
 def run_one(engine: HFEngine, search: Search) -> Finished:
@@ -79,14 +85,20 @@ def run_one(engine: HFEngine, search: Search) -> Finished:
     return done
 
 
-def run_many(engine: HFEngine, searches: Iterable[Search], width: int) -> Iterator[Finished]:
+def run_many(engine: HFEngine, searches: Iterable[Search], width: int,
+             deadline: float | None = None) -> Iterator[Finished]:
     """Every search to its end, at most `width` at a time; yields each as it finishes. An error in
-    one search finishes that search only (Finished.error); the others go on."""
+    one search finishes that search only (Finished.error); the others go on. `deadline` (a time.time()
+    instant, None: none): past it no search starts, and the live ones are cut (Finished.cut) between two
+    requests, so a search overshoots it by at most one request (a GCG step's forward and its checks)."""
     if width > 1 and not batched.supported(engine):
         log.warning("the model's logits are not its head on its body's states; one target per forward")
         width = 1
     pending, live, index = iter(searches), [], 0
     while True:
+        if deadline is not None and time.time() >= deadline:
+            yield from (job.cut() for job in live)
+            return
         while len(live) < width and (search := next(pending, None)) is not None:
             job = _Live(index, search)
             index += 1

@@ -292,12 +292,40 @@ def measure(engine: HFEngine, text: str, config: SearchConfig, natural_prefix: s
     return _finish(run_one(engine, search(engine, Target(text, natural_prefix, target_ids), config, observer)))
 
 
+@dataclass(frozen=True)
+class Cut:
+    """A search stopped unfinished at the deadline (the search budget ran out): what it had spent."""
+
+    steps: int
+    forwards: int
+    seconds: float
+
+
+class _Steps(SearchObserver):
+    """Counts each search's GCG steps while passing every event on (a cut search's record)."""
+
+    def __init__(self, observer: SearchObserver) -> None:
+        self.observer, self.steps = observer, {}
+        self.started, self.length_started = observer.started, observer.length_started
+        self.length_finished, self.finished, self.failed = observer.length_finished, observer.finished, observer.failed
+
+    def stepped(self, progress: SearchProgress) -> None:
+        self.steps[progress.index] = self.steps.get(progress.index, 0) + 1
+        self.observer.stepped(progress)
+
+
 def measure_many(engine: HFEngine, jobs: list[tuple[Target, SearchConfig]], width: int,
-                 observer: SearchObserver = QUIET) -> Iterator[tuple[int, AcrResult | Exception]]:
+                 observer: SearchObserver = QUIET,
+                 deadline: float | None = None) -> Iterator[tuple[int, AcrResult | Exception | Cut]]:
     """`measure` of every (target, config), up to `width` sharing forwards; (index, result or the
-    error that ended that target) as each finishes. `observer` sees each search move (its index: the job's)."""
-    searches = (search(engine, target, config, observer, index) for index, (target, config) in enumerate(jobs))
-    for done in run_many(engine, searches, width):
+    error that ended that target) as each finishes. `observer` sees each search move (its index: the job's).
+    `deadline` (time.time() instant): past it the live searches end as a Cut and the others never start."""
+    counted = _Steps(observer)
+    searches = (search(engine, target, config, counted, index) for index, (target, config) in enumerate(jobs))
+    for done in run_many(engine, searches, width, deadline):
+        if done.cut:
+            yield done.index, Cut(counted.steps.get(done.index, 0), done.forwards, done.seconds)
+            continue
         if done.error is not None:
             observer.failed(done.index, done.error)
         yield done.index, done.error or _finish(done)

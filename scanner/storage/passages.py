@@ -30,7 +30,8 @@ def passages_path(run: RunDir):
 def fingerprint(run: RunDir, passages: PassageConfig) -> str:
     """sha256 over every done marker (shard, rows, results checksum) and the passage settings."""
     markers = [read_json_object(run.done_path(shard)) or {"shard": shard} for shard in run.done_shards()]
-    blob = json.dumps({"markers": markers, "extend_tokens": passages.extend_tokens, "version": PASSAGES_VERSION},
+    blob = json.dumps({"markers": markers, "extend_tokens": passages.extend_tokens, "version": PASSAGES_VERSION,
+                       "shared_text_min_docs": passages.shared_text_min_docs},
                       sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 

@@ -181,8 +181,8 @@ def _config_problems(saved: dict, config: dict, fingerprint: str, docs_per_shard
     """(what differs from the saved run, how to fix it); empty when the run can resume."""
     problems = []
     # A JSON round trip makes tuples lists, as they are in the saved copy.
-    old = {**run_identity(saved["config"]), "docs_per_shard": saved.get("docs_per_shard")}
-    new = {**json.loads(json.dumps(run_identity(config))), "docs_per_shard": docs_per_shard}
+    old = {**_resumable(run_identity(saved["config"])), "docs_per_shard": saved.get("docs_per_shard")}
+    new = {**_resumable(json.loads(json.dumps(run_identity(config)))), "docs_per_shard": docs_per_shard}
     if old != new:
         problems.append(f"was made with another configuration (changed: {', '.join(_changed_keys(old, new))})")
     if saved.get("corpus_fingerprint") != fingerprint:
@@ -191,6 +191,15 @@ def _config_problems(saved: dict, config: dict, fingerprint: str, docs_per_shard
                         f"{fingerprint[:12]})")
         return "; and ".join(problems), f"restore the original corpus files, {FIX}"
     return "; and ".join(problems), FIX
+
+
+# What a relaunch may change: how much search to spend, not what is searched (the plans do not
+# depend on it); a larger budget goes on where the last run's budget stopped (run/phases.py).
+RELAUNCH_MAY_CHANGE = ("search_budget",)
+
+
+def _resumable(identity: dict) -> dict:
+    return {k: v for k, v in identity.items() if k not in RELAUNCH_MAY_CHANGE}
 
 
 def _version_problem(saved: dict) -> str:
@@ -303,6 +312,11 @@ class RunDir:
         require(plan.num_docs == num_docs, f"RUN_DIR '{self.path}': {PLAN_FILE} covers {plan.num_docs} "
                 f"documents but the corpus has {num_docs}; the corpus changed, {FIX}")
         reopen_damaged(self)
+        changed = {k: config.get(k) for k in RELAUNCH_MAY_CHANGE if saved["config"].get(k) != config.get(k)}
+        if changed:  # status and report read the budget the run now goes on with
+            log.info("run %s resumes with %s", self.path, ", ".join(f"{k} {v}" for k, v in changed.items()))
+            now = {**saved["config"], **changed}
+            atomic_write_json(self.path / CONFIG_FILE, {**saved, "config": now, "config_hash": config_hash(run_identity(now))})
         if saved.get("package_version") != __version__:
             log.warning("run %s was started by acr-scanner %s, resuming with %s", self.path,
                         saved.get("package_version"), __version__)

@@ -1,0 +1,122 @@
+"""A library scan (issue 31), through the CLI on the tiny model: a seconds budget that holds within a GCG
+step and resumes where it was cut; a passage found once is given to its copies at other offsets; a
+header every document holds is shared text, shown once and not counted as any book's finding."""
+
+import json
+import random
+import re
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from scanner.studies.tiny import CANARIES, salad
+
+# Slow candidates: word salad the model never saw, every span a candidate, no early rejection, so each
+# search runs its whole schedule (about 2 s here) and one unit of 12 would take about 25 s.
+SLOW = ["--span-tokens", "12", "--stride", "12", "--context-tokens", "16", "--min-match-rate", "0", "--steps", "10",
+        "--candidates", "96", "--top-k", "64", "--restarts", "0", "--no-early-reject", "--calibration-prompts", "0",
+        "--unit-size", "64"]
+
+
+def cli(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "scanner", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def search_spent(out) -> float:
+    return sum(json.loads(p.read_text())["search_s"] for p in (out / "search" / "stats").glob("*.json"))
+
+
+def test_a_seconds_budget_stops_within_a_step_and_a_larger_one_resumes_the_cut_unit(tiny_dir, tmp_path):
+    rng = random.Random(3)
+    corpus = tmp_path / "slow.parquet"
+    pq.write_table(pa.table({"id": [f"d{i}" for i in range(4)], "text": [salad(rng, 14) for _ in range(4)]}), corpus)
+    out = tmp_path / "run"
+    done = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SLOW, "--search-budget", "3s")
+    assert done.returncode == 0, done.stderr
+    overshoot = search_spent(out) - 3.0
+    assert overshoot < 1.0, f"the budget was overshot by {overshoot:.1f} s, more than a step (~0.1 s)"
+    rows = pq.read_table(out / "results").to_pylist()
+    cut = [r for r in rows if r["status"] == "not_searched"]
+    decided = {r["span_id"]: (r["status"], r["steps"], r["prompt"]) for r in rows if r["status"] != "not_searched"}
+    assert cut and all("--search-budget 3s" in r["reason"] for r in cut)
+    assert any("during its search" in r["reason"] for r in cut), "the search running at the deadline says so"
+
+    again = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SLOW, "--search-budget", "9s")
+    assert again.returncode == 0, again.stderr
+    after = {r["span_id"]: r for r in pq.read_table(out / "results").to_pylist()}
+    assert all((after[s]["status"], after[s]["steps"], after[s]["prompt"]) == v for s, v in decided.items()), \
+        "the verdicts reached before the cut are kept, not searched again"
+    assert sum(r["status"] != "not_searched" for r in after.values()) > len(decided), "the relaunch went on"
+    assert search_spent(out) - 9.0 < 1.0
+
+
+# A library in small: every document opens with the same header (a text the model memorized), and one
+# other memorized passage stands in two documents at different offsets, so no window of one is a window
+# of the other. Six documents: shared text by default is text held by at least 3.
+CARDS = ["--span-tokens", "12", "--stride", "4", "--context-tokens", "16", "--min-match-rate", "0.8", "--steps", "10",
+         "--candidates", "64", "--top-k", "64", "--restarts", "0", "--calibration-prompts", "0", "--extend-tokens", "0"]
+HEADER, PASSAGE = CANARIES[0], CANARIES[1]
+# The passage after this many words of the document's own salad: 29 and 32 tokens into the documents,
+# so no window of the one (every 4 tokens) cuts the passage where a window of the other does.
+PLANTED = {"d0": 2, "d3": 3}
+
+
+def document(i: int, rng: random.Random) -> str:
+    own = salad(rng, 30)
+    words = own.split(" ")
+    at = PLANTED.get(f"d{i}")
+    if at is not None:
+        words.insert(at, PASSAGE)
+    return f"{HEADER}\n" + " ".join(words)
+
+
+@pytest.fixture(scope="module")
+def library(tiny_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("library")
+    rng = random.Random(8)
+    corpus = root / "library.parquet"
+    pq.write_table(pa.table({"id": [f"d{i}" for i in range(6)], "text": [document(i, rng) for i in range(6)]}), corpus)
+    out = root / "run"
+    done = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *CARDS)
+    assert done.returncode == 0, done.stderr
+    return out, pq.read_table(out / "results").to_pylist()
+
+
+def test_a_passage_found_in_one_document_is_given_to_its_copies_at_other_offsets(library):
+    out, rows = library
+    ids = {r["span_id"]: r for r in rows}
+    inside = [r for r in rows if r["status"] == "memorized" and r["text"].strip() and r["text"].strip() in PASSAGE
+              and len(r["text"].strip()) > 20]
+    by_doc = {doc: [r for r in inside if r["doc_id"] == doc] for doc in PLANTED}
+    assert all(by_doc.values()), "the passage is memorized in every document that holds it"
+    texts = {doc: {r["text"] for r in found} for doc, found in by_doc.items()}
+    assert texts["d0"] == texts["d3"], "every text memorized in one copy stands memorized in the other"
+    given = [r for r in inside if r["searched_as"] and ids[r["searched_as"]]["doc_id"] != r["doc_id"]]
+    assert given, "a copy at another offset took the verdict of the span searched"
+    assert all(r["steps"] == 0 and r["copies_in_corpus"] == 2 for r in given)
+    assert all(ids[r["searched_as"]]["text"] == r["text"] for r in given)
+
+
+def test_a_header_every_document_holds_is_shared_text_shown_once_and_no_book_is_flagged_for_it(library, tmp_path):
+    out, rows = library
+    passages = pq.read_table(out / "passages.parquet").to_pylist()
+    shared = [p for p in passages if p["shared_text"]]
+    assert shared and all(p["copies_in_corpus"] == 6 and p["text"].strip() in HEADER for p in shared)
+    assert not any(p["shared_text"] for p in passages if PASSAGE[:20] in p["text"])
+    report = tmp_path / "report.html"
+    done = cli("report", str(out), "--out", str(report))
+    assert done.returncode == 0, done.stderr
+    page = report.read_text()
+    assert page.count("text repeated in 6 documents") == 1
+    table = page[page.index('<table class="documents">'):]
+    table = table[:table.index("</table>")]
+    assert set(re.findall(r'<td class="doc">([^<]*)</td>', table)) == set(PLANTED), "only the passage's books"
+    spans = tmp_path / "spans.csv"
+    assert cli("export", str(out), "--out", str(spans), "--without-shared-text").returncode == 0
+    kept = json.loads((tmp_path / "spans.csv.denominators.json").read_text())
+    assert kept["selection"]["shared_text_rows_left_out"] > 0
+    left = [r for r in spans.read_text().splitlines()[1:] if HEADER[:15] in r]
+    assert not left, "the header's spans are left out"
