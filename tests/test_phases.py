@@ -203,7 +203,8 @@ def counted(rows: list[dict]) -> dict:
             "not_memorized": status["not_memorized"], "copies": 0,
             "attempts": sum(len(r["attempts"]) for r in rows), "gcg_steps": sum(r["steps"] for r in rows),
             "memorized_by_prompt": {"free": free, "work_text": status["memorized"] - free, "unmeasured": 0},
-            "memorized_in_several_documents": sum((r["copies_in_corpus"] or 0) > 1 for r in rows)}
+            "memorized_in_several_documents": sum((r["copies_in_corpus"] or 0) > 1 for r in rows),
+            "fragile": sum(r["status"] == "memorized" and r["fragile"] is True for r in rows)}
 
 
 def test_export_and_report_carry_the_denominators_of_the_results_table(budgeted, tmp_path):

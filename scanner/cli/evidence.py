@@ -125,13 +125,15 @@ def verify_main(run, bundle: str | None, model: str | None, dtype: str | None, v
 
 
 def export_bundle(run, bundle: str, tau: str, calibrated: bool, model: str | None, sign: str | None = None) -> None:
+    from pathlib import Path
+
     from scanner.results.bundle import MANIFEST, write_bundle
 
     done = write_bundle(run, bundle, tau=tau, calibrated=calibrated, model=model, sign=sign)
     signed = f", signed ({MANIFEST}.sig)" if done["signed"] else ""
     echo(f"bundle of {done['rows']} rows written to {bundle} ({done['files']} files{signed}); {MANIFEST} sha256 "
          f"{done['manifest_sha256']} (publish it with the evidence); re-check it with: python "
-               f"{bundle}/recheck.py --model MODEL --expect {done['manifest_sha256']}")
+         f"{Path(bundle) / 'recheck.py'} --model MODEL --expect {done['manifest_sha256']}")
     if not done["complete"]:
         echo("warning: the scan is unfinished; the bundle says so (denominators.json) and covers its "
                    "finished part only", err=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import click
 
@@ -46,7 +47,7 @@ def emit_records(records, as_json: bool) -> None:
 def summary_line(stats: dict, out: str) -> str:
     counts = ", ".join(f"{k} {v}" for k, v in sorted(stats.get("status_counts", {}).items()))
     return (f"{stats.get('spans', 0)} spans in {stats.get('shards_done', 0)}/{stats.get('shards_total', 0)} "
-            f"shards ({counts}); results in {out}/results")
+            f"shards ({counts}); results in {Path(out) / 'results'}")
 
 
 def calibration_line(table) -> str:

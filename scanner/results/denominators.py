@@ -13,7 +13,9 @@ attempts was unknown, so export, report and verify publish these counts beside a
 - attempts, gcg_steps: the attempts and GCG steps that ran (a copy's are its twin's, counted once);
 - prompts: memorized spans by prompt_source (scanner/measures/overlap.py): free of the work's text, or not;
 - memorized_in_several_documents: memorized rows whose text other documents hold too (copies_in_corpus
-  > 1), counted in memorized: shared text is kept in every count here, and set apart by the report.
+  > 1), counted in memorized: shared text is kept in every count here, and set apart by the report;
+- fragile: memorized rows whose verifying generation's margin is below --fragile-margin (a user who only
+  exports should hear of them, not only one who runs verify).
 """
 
 from __future__ import annotations
@@ -94,6 +96,9 @@ def denominators(table: pa.Table) -> dict:
         # by the passages' shared_text; here how many memorized rows other documents hold too.
         "memorized_in_several_documents": _count(pc.greater(table["copies_in_corpus"], 1).fill_null(False))
         if "copies_in_corpus" in table.column_names else 0,
+        # Successes whose generation margin is below --fragile-margin: another numeric path may flip them.
+        "fragile": _count(pc.and_(_status(table, "memorized"), pc.equal(table["fragile"], True).fill_null(False)))
+        if "fragile" in table.column_names else 0,
     }
 
 
@@ -106,4 +111,5 @@ def denominators_line(counts: dict) -> str:
             f"{counts['searched']} searched ({counts['attempts']} attempts, {counts['gcg_steps']} GCG steps), "
             f"{counts['not_searched']} not searched, {counts['failed']} failed; {counts['memorized']} memorized "
             f"({prompts[FREE]} with prompts free of the work's text, {prompts[WORK_TEXT]} with the work's "
-            f"text{unmeasured})")
+            f"text{unmeasured})" + (f"; {counts['fragile']} fragile (generation margin below --fragile-margin: "
+                                     "check them with verify --dtype)" if counts.get("fragile") else ""))
