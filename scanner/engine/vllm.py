@@ -18,9 +18,11 @@ in `__init__`, so the object holds settings only until it runs where the acceler
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import math
 import os
+from pathlib import Path
 
 import torch
 
@@ -94,6 +96,7 @@ class VLLMEngine:
         vllm = import_vllm()
         self.version = vllm.__version__
         self._check_platform()
+        self._check_attention()
         config = self.model_config
         self.llm = vllm.LLM(
             model=config.model, revision=config.revision, trust_remote_code=config.trust_remote_code,
@@ -113,6 +116,20 @@ class VLLMEngine:
         if built_for != self.device.split(":")[0]:
             raise InputError(f"the installed vLLM runs on {built_for!r} but the model is on {self.device!r}; "
                              f"pass --device {built_for} or --verify-engine hf --screen-engine hf")
+
+    def _check_attention(self) -> None:
+        """vLLM's CPU attention has no logit soft-capping (Gemma 2's attn_logit_softcapping): it would run,
+        and generate other tokens than the model does, so that verdicts verified there are wrong. Refused."""
+        if self.device != "cpu":
+            return
+        path = Path(self.model_config.model) / "config.json"
+        config = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        capping = config.get("attn_logit_softcapping") or (config.get("text_config") or {}).get("attn_logit_softcapping")
+        if capping:
+            raise InputError(f"--verify-engine/--screen-engine vllm on the CPU: this model soft-caps its attention "
+                             f"logits (attn_logit_softcapping {capping}, Gemma 2), which vLLM's CPU attention does "
+                             "not do, so its generations would not be the model's; pass --verify-engine hf "
+                             "--screen-engine hf (or run vLLM on a GPU)")
 
     def _environment(self) -> None:
         # Read by vLLM's engine processes when they start, so it is set before the LLM exists.
