@@ -377,6 +377,25 @@ def test_recheck_keeps_the_same_rule_as_the_package(tmp_path):
         assert (script.escape_reason(root, name) is None) == stays, name
     assert script.UNSAFE.pattern == UNSAFE.pattern
     assert escape_reason(root, "link", follow_links=True) is None  # a model folder's own links (the hub cache)
+    assert script.escape_reason(root, "link", follow_links=True) is None
+    assert script.escape_reason(root, "../x", follow_links=True) is not None  # names stay confined
+
+
+def test_recheck_script_checks_a_model_folder_made_of_links(scanned, tiny_dir, tmp_path):
+    """The hub cache's shape: a snapshot folder whose files are links into ../../blobs. The model is the
+    user's own, so its links are followed (as the package does); only the names model.json gives are
+    confined."""
+    _, _, bundle = scanned
+    blobs, snapshot = tmp_path / "blobs", tmp_path / "snapshots" / "abc"
+    blobs.mkdir()
+    snapshot.mkdir(parents=True)
+    for f in Path(tiny_dir).iterdir():
+        if f.is_file():
+            shutil.copy(f, blobs / f.name)
+            (snapshot / f.name).symlink_to(Path("..", "..", "blobs", f.name))
+    done = recheck(bundle, "--model", snapshot)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "missing" not in done.stdout and "rows reproduce" in done.stdout
 
 
 def test_log_lines_are_terminal_safe():

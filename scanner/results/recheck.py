@@ -36,11 +36,14 @@ def safe(value) -> str:
     return UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(value))
 
 
-def escape_reason(root: Path, name: str) -> str | None:
-    """Why root/name leaves root: an absolute path, '..', or a symbolic link leading out. A deliberate
-    copy of scanner/confine.py's rule: this script imports nothing of acr-scanner."""
+def escape_reason(root: Path, name: str, follow_links: bool = False) -> str | None:
+    """Why root/name leaves root: an absolute path, '..', or a symbolic link leading out (not checked with
+    `follow_links`: a model folder is the user's own, and the hub cache is links into its blobs). A
+    deliberate copy of scanner/confine.py's rule: this script imports nothing of acr-scanner."""
     if not name or "\x00" in name or "\\" in name or name.startswith("/") or ".." in name.split("/"):
         return "is not a plain name inside the bundle"
+    if follow_links:
+        return None
     base, target = root.resolve(), (root / name).resolve()
     return None if target == base or base in target.parents else "is a symbolic link leading outside the bundle"
 
@@ -109,14 +112,10 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def plain_file(folder: Path, name: str) -> Path | None:
-    """folder/name when name is a plain relative path inside folder and a regular file, not a link."""
-    parts = Path(name).parts
-    if not parts or Path(name).is_absolute() or any(p in ("..", ".") or "\\" in p for p in parts):
-        return None
-    path = folder.joinpath(*parts)
-    inside = all(not folder.joinpath(*parts[:i]).is_symlink() for i in range(1, len(parts) + 1))
-    return path if inside and path.is_file() else None
+def plain_file(folder: Path, name: str, follow_links: bool = False) -> Path | None:
+    """folder/name when escape_reason lets it stay inside folder and it is a regular file; else None."""
+    path = folder / name
+    return None if escape_reason(folder, name, follow_links) or not path.is_file() else path
 
 
 def bundle_problems(folder: Path, expect: str | None, signer: str | None) -> list[str]:
@@ -158,7 +157,7 @@ def model_problems(folder: Path, model: str) -> list[str]:
         if not isinstance(entry, dict):
             problems.append("model.json does not list the model's files ({path, sha256} each); the bundle is damaged")
             continue
-        path = root if root.is_file() else plain_file(root, str(entry.get("path")))
+        path = root if root.is_file() else plain_file(root, str(entry.get("path")), follow_links=True)
         if path is None:
             problems.append(f"model file {entry.get('path')!r}: missing in {model}")
         elif sha256_file(path) != entry.get("sha256"):
