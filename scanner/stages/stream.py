@@ -40,7 +40,7 @@ def chunk_limit(engine: HFEngine, overlap: int) -> tuple[int | None, str]:
     A window too short to advance a chunk by its overlap (context + span) is left to the positions: a
     cap there would forward every token more than twice."""
     limits = [(engine.max_positions, "positions")] if engine.max_positions else []
-    window = getattr(engine, "attention_window", None)
+    window = engine.attention_window
     if window and window - len(engine.template.prefix_ids) >= 2 * overlap:
         limits.append((window, "sliding window"))
     return min(limits) if limits else (None, "")
@@ -70,7 +70,7 @@ def window_info(engine: HFEngine, config: ScreenConfig, span_tokens: int) -> dic
     span's statistics see (exactly context_tokens, or from context_tokens up to the chunk); the model's
     positions and sliding window beside it."""
     window = resolve_window(engine, config)
-    limits = {"positions": engine.max_positions, "sliding_window": getattr(engine, "attention_window", None)}
+    limits = {"positions": engine.max_positions, "sliding_window": engine.attention_window}
     if window == "exact":
         return {"window": "exact", "context_tokens": config.context_tokens, **limits}
     overlap = config.context_tokens + span_tokens

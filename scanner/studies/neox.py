@@ -6,13 +6,12 @@ separator comes before it (tests/test_nobos.py: a scan at the defaults must flag
 
 from __future__ import annotations
 
-import json
 import logging
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
-from scanner.studies.tiny import fit, salad
+from scanner.studies.tiny import built, fit, salad, save
 
 log = logging.getLogger(__name__)
 
@@ -99,14 +98,8 @@ def build_neox(out_dir: str | Path, spec: NeoxSpec | None = None) -> Path:
     """Train (or reuse, when the same spec is already there) the model; returns its HF directory."""
     spec = spec or NeoxSpec()
     out = Path(out_dir)
-    marker = out / "neox_spec.json"
-    if marker.is_file() and json.loads(marker.read_text()) == json.loads(json.dumps(asdict(spec))):
+    if built(out / "neox_spec.json", spec):
         return out
     docs = documents(spec)
     tokenizer = train_tokenizer(docs, spec.vocab_size)
-    model = train_model(tokenizer, docs, spec)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    marker.write_text(json.dumps(asdict(spec), indent=1))
-    return out
+    return save(out, out / "neox_spec.json", spec, train_model(tokenizer, docs, spec), tokenizer)

@@ -239,21 +239,30 @@ def widen_heads(model, head_dim: int):
     return wide.eval()
 
 
-def build_tiny(out_dir: str | Path, spec: TinySpec | None = None, device: str = "cpu") -> Path:
-    """Train (or reuse, when the same spec is already there) the tiny model; returns its HF directory."""
-    spec = spec or TinySpec()
-    out = Path(out_dir)
-    marker = out / "tiny_spec.json"
-    if marker.is_file() and json.loads(marker.read_text()) == json.loads(json.dumps(asdict(spec))):
-        return out
-    docs = documents(spec)
-    tokenizer = train_tokenizer(docs, spec.vocab_size)
-    model = widen_heads(train_model(tokenizer, docs, spec, device), spec.saved_head_dim)
+def built(marker: Path, spec) -> bool:
+    """A model folder already trained from this spec (its marker file holds the same fields)."""
+    return marker.is_file() and json.loads(marker.read_text()) == json.loads(json.dumps(asdict(spec)))
+
+
+def save(out: Path, marker: Path, spec, model, tokenizer) -> Path:
+    """The model and tokenizer into `out`, then the spec's marker last (a folder cut short is retrained)."""
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     marker.write_text(json.dumps(asdict(spec), indent=1))
     return out
+
+
+def build_tiny(out_dir: str | Path, spec: TinySpec | None = None, device: str = "cpu") -> Path:
+    """Train (or reuse, when the same spec is already there) the tiny model; returns its HF directory."""
+    spec = spec or TinySpec()
+    out = Path(out_dir)
+    if built(out / "tiny_spec.json", spec):
+        return out
+    docs = documents(spec)
+    tokenizer = train_tokenizer(docs, spec.vocab_size)
+    model = widen_heads(train_model(tokenizer, docs, spec, device), spec.saved_head_dim)
+    return save(out, out / "tiny_spec.json", spec, model, tokenizer)
 
 
 # Passages of 16, 24 and 32 tokens under PLANTED's tokenizer: 1, 1.5 and 2 spans of 16 tokens. Memorized
