@@ -477,6 +477,9 @@ class ScanConfig:
     # seconds ("20000steps", "2h"); candidates left over are not_searched. Settled certificates cost neither.
     max_candidates: int | None = None
     search_budget: str | None = None
+    # After the budgeted search, a seeded random sample of this many spans of what it left unsearched and
+    # of what the screen dropped is searched too, so the run can state its recall (measures/recall.py).
+    audit_sample: int = 16
     tighten: bool = False  # also search spans their certificate settled, after the others
     unit_size: int = 8  # candidates per search unit (the resumable unit of phase 2)
     docs_per_shard: int = 8
@@ -492,6 +495,7 @@ class ScanConfig:
                 f"--max-candidates-per-doc {self.max_candidates_per_doc} must be >= 0")
         require(self.max_candidates is None or self.max_candidates >= 0,
                 f"--max-candidates {self.max_candidates} must be >= 0")
+        require(self.audit_sample >= 0, f"--audit-sample {self.audit_sample} must be >= 0 (0: no recall audit)")
         require(self.docs_per_shard >= 1, f"--docs-per-shard {self.docs_per_shard} must be >= 1")
         require(self.unit_size >= 1, f"--unit-size {self.unit_size} must be >= 1")
         require(self.work_text_tokens >= 1, f"--work-text-tokens {self.work_text_tokens} must be >= 1 (the "

@@ -286,7 +286,7 @@ def status_command(run_dir, workers, watch, interval, iterations) -> None:
         click.echo(json.dumps({**counts, "phases": phase_counts(run), "phase": now.pop("phase"),
                                "eta_s": now.pop("eta_s"), "elapsed_s": now.pop("elapsed_s"),
                                "scan_process": now.pop("scan_process"), "progress": now,
-                               "running": running(run.path),
+                               "running": running(run.path), "recall": run.recall(),
                                "cost": run_cost(run)}, indent=1))
         return
     from scanner.cli.watch import watch as watch_run
@@ -433,7 +433,7 @@ def report_command(run_dir, out, corpus, context_chars) -> None:
                    "scan command to build it)", err=True)
     table = run.read_results()
     around = surroundings_of(run, table, passages, corpus, context_chars)
-    write_report(table, run_summary(run), out, passages, around, work_text_tokens(run))
+    write_report(table, run_summary(run), out, passages, around, work_text_tokens(run), run.recall())
     click.echo(f"report written to {out}")
 
 

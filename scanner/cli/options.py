@@ -282,6 +282,12 @@ def scan_options(f):
                help="Decide candidates best-first, then shrink the decided prompts, until this is spent: GCG "
                     "steps ('20000steps') or search seconds summed over workers ('3600s', '90m', '2h'); "
                     "the undecided stay not_searched."),
+        option(BUDGET, "--audit-sample", type=int, default=default_of(ScanConfig, "audit_sample"),
+               show_default=True, envvar="ACR_AUDIT_SAMPLE", show_envvar=True,
+               help="Recall audit: after the budgeted search, search this many spans drawn at random (seeded, "
+                    "stratified by screen score) from the candidates left unsearched and the spans the screen "
+                    "dropped, and estimate with an exact interval how many memorized spans those still hold "
+                    "(recall.json, status, report). 0: no audit."),
         option(BUDGET, "--tighten", is_flag=True,
                help="Also shrink the prompts of spans their natural-prefix certificate settled (with the "
                     "decided ones, once every candidate has its verdict, while budget remains), keeping "
@@ -343,7 +349,8 @@ def scan_config(o: dict, corpus: str):
                                                         n=o["pz_n"], p=o["pz_p"])),
         min_match_rate=o["min_match_rate"],
         max_candidates_per_doc=o["max_candidates_per_doc"], max_candidates=o["max_candidates"],
-        search_budget=o["search_budget"], tighten=o["tighten"], unit_size=o["unit_size"],
+        search_budget=o["search_budget"], audit_sample=o["audit_sample"], tighten=o["tighten"],
+        unit_size=o["unit_size"],
         docs_per_shard=o["docs_per_shard"], work_text_tokens=o["work_text_tokens"],
         calibration=calibration_config(o))
 

@@ -20,7 +20,7 @@ from scanner.storage.progress import running
 from scanner.storage.rundir import PLAN_FILE, RunDir
 from scanner.storage.status import progress
 
-STEPS = ("screen", "certify", "search", "tighten", "write", "passages")
+STEPS = ("screen", "certify", "search", "audit", "tighten", "write", "passages")
 
 
 def snapshot(run: RunDir, workers: int = 1, now: float | None = None) -> dict:
@@ -62,6 +62,14 @@ def _search(s: dict) -> str:
             f"memorized, budget spent {spent}{cost}")
 
 
+def _audit(s: dict) -> str:
+    if not s["sample"]:
+        return "none (--audit-sample 0)"
+    if s["units_total"] is None:
+        return f"{s['sample']} spans drawn once every candidate the budget allows has its verdict"
+    return f"{_of(s['candidates_done'], s['candidates_total'])} drawn spans searched, {s['memorized']} memorized"
+
+
 def _tighten(s: dict) -> str:
     if s["units_total"] is None:
         return "planned once every candidate has its verdict"
@@ -78,7 +86,7 @@ def _passages(s: dict) -> str:
     return "built" if s["built"] else "not built yet"
 
 
-LINES = {"screen": _screen, "certify": _certify, "search": _search, "tighten": _tighten, "write": _write,
+LINES = {"screen": _screen, "certify": _certify, "search": _search, "audit": _audit, "tighten": _tighten, "write": _write,
          "passages": _passages}
 
 
@@ -89,7 +97,7 @@ def _rate(snap: dict) -> str:
         return f"{s['tokens_per_s']:.0f} tokens/s, {s['docs_per_s']:.2f} documents/s ({s['rate']})"
     if phase == "certify" and s["units_per_s"]:
         return f"{s['units_per_s']:.2f} units/s ({s['rate']})"
-    if phase in ("search", "tighten") and s["candidates_per_s"]:
+    if phase in ("search", "audit", "tighten") and s["candidates_per_s"]:
         return f"{s['candidates_per_s']:.2f} candidates/s ({s['rate']})"
     if phase == "write" and s["shards_per_s"]:
         return f"{s['shards_per_s']:.2f} shards/s (wall clock)"
@@ -98,7 +106,8 @@ def _rate(snap: dict) -> str:
     return f"unknown until the first parts of {ENDS[phase]} are done"
 
 
-ENDS = {"screen": "the screen", "certify": "the certificates", "search": "the verdicts", "tighten": "the tightening",
+ENDS = {"screen": "the screen", "certify": "the certificates", "search": "the verdicts", "audit": "the recall audit",
+        "tighten": "the tightening",
         "write": "the write", "passages": "the passages"}
 
 

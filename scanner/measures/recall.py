@@ -132,3 +132,33 @@ def draw(strata: list[list[str]], draws: int, seed: int) -> list[list[str]]:
     rng = random.Random(seed)
     return [sorted(rng.sample(sorted(s), n)) for s, n in zip(strata, allocate([len(s) for s in strata], draws),
                                                            strict=True)]
+
+
+PARTS = ("not_searched", "screened_out")  # what the audit samples: left by the budget, dropped by the screen
+STRATA = ("top", "next", "rest")  # along the rank: SHARES' top 5 %, the next 20 %, the rest
+
+
+def plan_strata(parts: dict[str, list[str]], sample: int, seed: int) -> list[dict]:
+    """The audit's strata and draws: `parts` gives each part's span ids in rank order (best screen
+    evidence first); each part is cut along that rank into STRATA, and `sample` draws are shared among
+    the non-empty strata (allocate). Returns [{"name": "part/stratum", "total", "drawn": [ids]}]."""
+    strata = []
+    for part, ids in parts.items():
+        cut = strata_by_score(ids, [-float(i) for i in range(len(ids))])
+        strata += [(f"{part}/{name}", members) for name, members in zip(STRATA, cut, strict=True) if members]
+    draws = draw([members for _, members in strata], sample, seed)
+    return [{"name": name, "total": len(members), "drawn": drawn}
+            for (name, members), drawn in zip(strata, draws, strict=True)]
+
+
+def summary(strata: list[dict], hits: dict[str, int], found: int, confidence: float = CONFIDENCE) -> dict:
+    """recall.json: the scan's `found` memorized spans (distinct targets, the audit's hits included), the
+    estimate of what the unsearched still hold per stratum and in all (`hits`: {stratum: memorized among
+    its drawn}), and the recall that follows: found / (found + missed), with the interval the missed
+    count's interval gives."""
+    out = estimate([Stratum(s["name"], s["total"], len(s["drawn"]), hits.get(s["name"], 0)) for s in strata],
+                   confidence)
+    low, high = out["missed_low"], out["missed_high"]
+    ratio = lambda missed: round(found / (found + missed), 4) if found + missed else None  # noqa: E731
+    return {**out, "found": found, "recall": None if out["missed"] is None else ratio(out["missed"]),
+            "recall_low": ratio(high), "recall_high": ratio(low)}

@@ -116,7 +116,9 @@ def completeness(run: RunDir, table, tau: str, calibrated: bool, rows: int) -> d
     plan = run.load_plan()
     return {"complete": state["phase"] == "complete", "phase": state["phase"],
             "shards_done": len(run.done_shards()), "shards_total": len(plan), "documents_total": plan.num_docs,
-            "run": denominators(table), "selection": {"tau": tau, "calibrated": calibrated}, "rows": rows}
+            "run": denominators(table), "selection": {"tau": tau, "calibrated": calibrated}, "rows": rows,
+            # What the budget and the screen left unsearched, estimated from the recall audit (null without one)
+            "recall": run.recall()}
 
 
 def bundle_files(run: RunDir, tau: str, calibrated: bool, model: str | None) -> dict[str, bytes]:

@@ -14,6 +14,9 @@ attempts was unknown, so export, report and verify publish these counts beside a
 - prompts: memorized spans by prompt_source (scanner/measures/overlap.py): free of the work's text, or not;
 - memorized_in_several_documents: memorized rows whose text other documents hold too (copies_in_corpus
   > 1), counted in memorized: shared text is kept in every count here, and set apart by the report;
+- audited / audit_memorized: rows the recall audit drew and searched (audit_stratum), counted above as
+  well (an audited screened-out span is a candidate now), and how many of them are memorized; the
+  estimate they give is recall.json, carried beside these counts in the bundle's denominators.json;
 - fragile: memorized rows whose verifying generation's margin is below --fragile-margin (a user who only
   exports should hear of them, not only one who runs verify).
 """
@@ -96,10 +99,18 @@ def denominators(table: pa.Table) -> dict:
         # by the passages' shared_text; here how many memorized rows other documents hold too.
         "memorized_in_several_documents": _count(pc.greater(table["copies_in_corpus"], 1).fill_null(False))
         if "copies_in_corpus" in table.column_names else 0,
+        **_audited(table),
         # Successes whose generation margin is below --fragile-margin: another numeric path may flip them.
         "fragile": _count(pc.and_(_status(table, "memorized"), pc.equal(table["fragile"], True).fill_null(False)))
         if "fragile" in table.column_names else 0,
     }
+
+
+def _audited(table: pa.Table) -> dict[str, int]:
+    if "audit_stratum" not in table.column_names:
+        return {"audited": 0, "audit_memorized": 0}
+    audited = pc.is_valid(table["audit_stratum"])
+    return {"audited": _count(audited), "audit_memorized": _count(pc.and_(audited, _status(table, "memorized")))}
 
 
 def denominators_line(counts: dict) -> str:
@@ -111,5 +122,8 @@ def denominators_line(counts: dict) -> str:
             f"{counts['searched']} searched ({counts['attempts']} attempts, {counts['gcg_steps']} GCG steps), "
             f"{counts['not_searched']} not searched, {counts['failed']} failed; {counts['memorized']} memorized "
             f"({prompts[FREE]} with prompts free of the work's text, {prompts[WORK_TEXT]} with the work's "
-            f"text{unmeasured})" + (f"; {counts['fragile']} fragile (generation margin below --fragile-margin: "
+            f"text{unmeasured})"
+            + (f"; {counts['audited']} searched by the recall audit ({counts['audit_memorized']} memorized)"
+               if counts.get("audited") else "")
+            + (f"; {counts['fragile']} fragile (generation margin below --fragile-margin: "
                                      "check them with verify --dtype)" if counts.get("fragile") else ""))

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from scanner.errors import require
 from scanner.measures import calibration as calibrate
-from scanner.results import report_documents, report_pages, report_passages, report_shared
+from scanner.results import report_documents, report_pages, report_passages, report_recall, report_shared
 from scanner.results.denominators import denominators
 from scanner.results.export import check_columns
 from scanner.results.html_format import count as _count
@@ -292,10 +292,12 @@ def _flagged_html(table: pa.Table, passages: pa.Table | None, pages: str | None 
             + _all_pages_html(finds, pages, report_passages.TOP_PASSAGES))
 
 
-def render_report(table: pa.Table, summary: dict, passages: pa.Table | None = None, pages: str | None = None) -> str:
+def render_report(table: pa.Table, summary: dict, passages: pa.Table | None = None, pages: str | None = None,
+                  recall: dict | None = None) -> str:
     """The whole page. `summary` is shown as given (any keys; nested dicts and lists on one line);
     `passages`: the run's passages table (passages.parquet), listed instead of single spans; `pages`: the
-    folder (relative to the report) of the pages per finding, linked from each."""
+    folder (relative to the report) of the pages per finding, linked from each; `recall`: the run's
+    recall.json (what the unsearched still hold, estimated by the recall audit)."""
     check_columns(table, NEEDED)
     model = summary.get("model")
     title = f"ACR scan report · {model}" if model else "ACR scan report"
@@ -303,6 +305,7 @@ def render_report(table: pa.Table, summary: dict, passages: pa.Table | None = No
     threshold = (passages.schema.metadata or {}).get(b"shared_text_min_docs", b"").decode() if passages else None
     body = (f"<h1>{_e(title)}</h1>\n{_summary_html(table, summary)}\n"
             f"<h2>What the hits were drawn from</h2>\n{_denominators_html(table)}\n"
+            f'<h2 id="recall">What the search left unsearched</h2>\n{report_recall.recall_html(recall)}\n'
             f"<h2>Memorized or predictable</h2>\n{_calibration_html(table)}\n"
             f"<h2>ACR of searched spans</h2>\n{_histogram_html(table)}\n"
             + (f'<h2 id="shared">Shared text</h2>\n{report_shared.shared_html(shared, threshold)}\n' if passages else "")
@@ -310,13 +313,14 @@ def render_report(table: pa.Table, summary: dict, passages: pa.Table | None = No
             + _flagged_html(own, own_passages, pages))
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{_e(title)}</title><style>{CSS}{report_documents.CSS}{report_passages.CSS}</style>"
+            f"<title>{_e(title)}</title><style>{CSS}{report_documents.CSS}{report_passages.CSS}{report_recall.CSS}</style>"
             f"</head>\n<body>\n{body}"
             "</body></html>\n")
 
 
 def write_report(table: pa.Table, summary: dict, out: str | Path, passages: pa.Table | None = None,
-                 surroundings: dict[str, dict] | None = None, work_text_tokens: int | None = None) -> Path:
+                 surroundings: dict[str, dict] | None = None, work_text_tokens: int | None = None,
+                 recall: dict | None = None) -> Path:
     """Render and write the page and a page per finding beside it (`surroundings`: the book's text around
     each, stages/surroundings.py, by page). The pages go to a temporary folder first, then the report,
     atomically, then the folder takes the place of the old one: a failed write leaves no half report and
@@ -325,7 +329,7 @@ def write_report(table: pa.Table, summary: dict, out: str | Path, passages: pa.T
     require(not out.is_dir(), f"--out {out} is a folder; name the HTML file to write, e.g. --out {out / 'report.html'}")
     finds = report_pages.findings(*report_shared.split(table, passages)[:2])  # shared text has no page
     folder = report_pages.pages_folder(out) if finds else None
-    page = render_report(table, summary, passages, folder)
+    page = render_report(table, summary, passages, folder, recall)
     out.parent.mkdir(parents=True, exist_ok=True)
     counts = denominators(table)
     pages = ((f.page, report_pages.page_html(f, (surroundings or {}).get(f.page), counts, out.name,

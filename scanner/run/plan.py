@@ -54,7 +54,8 @@ def plan_config(config: ScanConfig, sample: Path, share: float) -> ScanConfig:
     """The scan's config on the screened documents: their corpus, --max-candidates scaled to their
     share and no --search-budget (the drawn candidates are searched whole; the projection applies it)."""
     corpus = dataclasses.replace(config.corpus, path=str(sample))
-    return dataclasses.replace(config, corpus=corpus, search_budget=None, max_candidates=screened_cap(config, share))
+    return dataclasses.replace(config, corpus=corpus, search_budget=None, audit_sample=0,
+                               max_candidates=screened_cap(config, share))
 
 
 class Draw:

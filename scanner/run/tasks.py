@@ -48,7 +48,7 @@ class PassagesTask:
     name: str = "passages"
 
 
-UNIT_KINDS = ("certify", "search", "tighten")  # phase 2's stores, in the order they run
+UNIT_KINDS = ("certify", "search", "audit", "tighten")  # phase 2's stores, in the order they run
 TEXTS_KEPT = 16  # documents a worker keeps tokenized for measuring prompts (units of one book come in runs)
 
 
@@ -85,10 +85,11 @@ class Unit:
 def unit_search(config: ScanConfig, kind: str) -> ScanConfig:
     """The scan's config as a unit of `kind` searches: search units stop at each candidate's verdict
     (the fast schedule's first success is at most the decision length, so it proves ACR > tau, or
-    follows the failure there that proved "not memorized"), tighten units go on from it."""
+    follows the failure there that proved "not memorized"), as do the recall audit's (a verdict is what it
+    counts), tighten units go on from it."""
     # The paper schedule's first success is no verdict (it starts short and grows: shrinking may still
     # raise the ACR above tau), so its searches run whole.
-    verdict = kind == "search" and config.search.schedule != "paper"
+    verdict = kind in ("search", "audit") and config.search.schedule != "paper"
     return replace(config, search=replace(config.search, verdict_only=verdict))
 
 

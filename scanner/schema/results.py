@@ -16,8 +16,8 @@ from scanner.schema.fields import DOC_KEY, ROLE_RANK, ROLE_WALL_CLOCK, default_o
 # 2: defaults and roles in the field metadata; rejected_early exported. 3: searched_as, acr_kind
 # 'decision_bound' (verdicts first, then tightening). A run directory of another version is not resumed
 # (scanner/storage/rundir.py): its parts would mix two tables.
-# 4: copies_in_corpus.
-SCHEMA_VERSION = "4"
+# 4: copies_in_corpus. 5: audit_stratum (the recall audit's spans).
+SCHEMA_VERSION = "5"
 STATUSES = ("memorized", "not_memorized", "screened_out", "skipped", "failed", "not_searched")
 
 
@@ -298,10 +298,15 @@ def _copy_fields() -> list[pa.Field]:
                "found by its text at any offset afterwards (scanner/run/occurrences.py). Text held by many "
                "documents (a publisher's header, a licence) is shared text, not a book's own: the passages "
                "table's shared_text. Null when not memorized.", nullable=True),
+        column("audit_stratum", pa.string(), "Of a span the recall audit drew and searched (a seeded random "
+               "sample of what the budget left unsearched and of what the screen dropped, run/phases.py): "
+               "its stratum, e.g. 'not_searched/top' or 'screened_out/rest'. Its status and prompt are the "
+               "audit search's; recall.json estimates from these rows what the unsearched still hold. Null "
+               "for every span the scan decided by itself.", nullable=True),
     ]
 
 
-ATTEMPT_STAGES = ("certify", "search", "tighten")  # the unit kind an attempt ran in (scanner/run/tasks.py)
+ATTEMPT_STAGES = ("certify", "search", "audit", "tighten")  # the unit kind an attempt ran in (scanner/run/tasks.py)
 ATTEMPT_OUTCOMES = ("success", "failed", "rejected_early")
 
 

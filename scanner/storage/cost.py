@@ -117,10 +117,13 @@ def _shared(certify: list[dict], search: list[dict], key: str) -> dict | None:
 def run_cost(run: RunDir) -> dict:
     """The `cost` key of `acr-scan status`: every phase's measured figures and their ratios (null where
     the phase has not committed anything yet)."""
-    screen, certify, search, tighten = (_stats(run, name) for name in ("screen", "certify", "search", "tighten"))
+    screen, certify, search, audit, tighten = (_stats(run, name) for name in ("screen", "certify", "search", "audit",
+                                                                              "tighten"))
     screened = _screen(screen)
     return {"source": SOURCE, "screen": screened,
             "certify": _certify(certify, screened["candidates"] if screened else None),
             "search": _search(search), "tighten": _search(tighten),
+            # The recall audit's searches: their own line, outside the search budget (run/phases.py).
+            "audit": _search(audit),
             "verification": _shared(certify, search + tighten, "verify_s"),
             "calibration": _shared(certify, search + tighten, "calibration_s"), "passages": _passages(run)}

@@ -46,9 +46,10 @@ PLAN_FILE = "plan.json"
 STATS_FILE = "stats.json"
 FOLDERS = ("results", "done", "logs", "stats")
 PHASE_PLANS = ("certify_plan.json", "search_plan.json", "tighten_plan.json")  # scanner/run/phases.py
+AUDIT_PLAN, RECALL_FILE = "audit_plan.json", "recall.json"  # the recall audit's draw and its estimate
 # Everything a scan writes at the top of its run directory (lock: storage/lock.py; provenance.json:
 # run/driver.py; passages.parquet: storage/passages.py; the phases' folders: store.py).
-RUN_ENTRIES = {CONFIG_FILE, PLAN_FILE, STATS_FILE, *FOLDERS, *PHASE_PLANS, *PHASES, "lock", "provenance.json",
+RUN_ENTRIES = {CONFIG_FILE, PLAN_FILE, STATS_FILE, *FOLDERS, *PHASE_PLANS, AUDIT_PLAN, RECALL_FILE, *PHASES, "lock", "provenance.json",
                "passages.parquet", "progress", "model.json"}
 FIX = "use a new --out or delete it"
 SHOWN_VALUE = 60  # characters of a changed value shown in the error; nested configs can be long
@@ -194,8 +195,9 @@ def _config_problems(saved: dict, config: dict, fingerprint: str, docs_per_shard
 
 
 # What a relaunch may change: how much search to spend, not what is searched (the plans do not
-# depend on it); a larger budget goes on where the last run's budget stopped (run/phases.py).
-RELAUNCH_MAY_CHANGE = ("search_budget",)
+# depend on it); a larger budget goes on where the last run's budget stopped, and a changed audit sample
+# is drawn again (run/phases.py).
+RELAUNCH_MAY_CHANGE = ("search_budget", "audit_sample")
 
 
 def _resumable(identity: dict) -> dict:
@@ -285,7 +287,7 @@ class RunDir:
         require(not self.done_shards(), f"RUN_DIR '{self.path}' has finished shards in done/ but no "
                 f"{CONFIG_FILE}; it is damaged or was not made by acr-scan; {FIX}")
         plan = Plan.make(num_docs, docs_per_shard)
-        for stale in PHASE_PLANS:  # units planned by an older configuration whose parts never finished
+        for stale in (*PHASE_PLANS, AUDIT_PLAN):  # units planned by an older configuration whose parts never finished
             remove_file(self.path / stale)
         saved = {"config": config, "config_hash": config_hash(run_identity(config)), "corpus_fingerprint": fingerprint,
                  "num_docs": num_docs, "docs_per_shard": docs_per_shard, "package_version": __version__,
@@ -365,6 +367,11 @@ class RunDir:
     def reopen(self, shard: int) -> None:
         """Make a finished shard pending again (its files are rewritten when it runs)."""
         self.results.reopen(shard)
+
+    def recall(self) -> dict | None:
+        """recall.json (run/phases.py write_recall): what the recall audit estimates the unsearched still
+        hold; None before the audit's results are written, or without an audit."""
+        return read_json_object(self.path / RECALL_FILE)
 
     def load_plan(self) -> Plan:
         require((self.path / PLAN_FILE).exists(), f"'{self.path}' is not a run directory (no {PLAN_FILE}); "

@@ -4,7 +4,8 @@ scan running anywhere that writes to a shared run directory.
 
 The phase follows from what the phases committed, in their order: no plan.json: starting; a shard not
 screened: screen; the certify plan not saved yet or a unit not done: certify; the search plan not saved
-yet, or a unit not done while budget is left: search (every candidate's verdict); the tighten plan not
+yet, or a unit not done while budget is left: search (every candidate's verdict); the audit plan not
+saved yet or a unit not done (with --audit-sample above 0): audit (the recall sample); the tighten plan not
 saved yet or a unit not done while budget is left: tighten (shrinking the decided prompts); a shard's
 results not written: write; passages.parquet missing or older than the newest result: passages; else
 complete.
@@ -23,7 +24,7 @@ from scanner.measures import budget as bm
 from scanner.storage.integrity import read_json_object
 from scanner.storage.lock import scan_process
 from scanner.storage.passages import PASSAGES_FILE
-from scanner.storage.rundir import CONFIG_FILE, PHASE_PLANS, PLAN_FILE, Plan, RunDir
+from scanner.storage.rundir import AUDIT_PLAN, CONFIG_FILE, PHASE_PLANS, PLAN_FILE, Plan, RunDir
 from scanner.storage.store import Store
 
 CERTIFY_PLAN, SEARCH_PLAN, TIGHTEN_PLAN = PHASE_PLANS
@@ -133,6 +134,21 @@ def _search(run: RunDir, workers: int, budget: bm.Budget | None, name: str = "se
             "over": left == 0, "commits": commits}
 
 
+def _audit(run: RunDir, workers: int, sample: int) -> dict:
+    """The recall audit's section: its units (planned once the search's verdicts are in) and what they found."""
+    units, commits, stats = _units(run, "audit", AUDIT_PLAN)
+    searched = {i: s.get("candidates", 0) for i, s in stats.items()}
+    work = sum(s.get("search_s", 0) for s in stats.values())
+    per_s, how = per_second(commits, searched, work, workers)
+    total = None if units is None else sum(len(u) for u in units)
+    done = sum(searched.values())
+    return {"sample": sample, "units_done": len(stats), "units_total": None if units is None else len(units),
+            "candidates_done": done, "candidates_total": total,
+            "memorized": sum(s.get("memorized", 0) for s in stats.values()), "candidates_per_s": per_s,
+            "rate": how, "work_s": work, "eta_s": None if total is None else eta(total - done, per_s),
+            "commits": commits}
+
+
 def _left_by_budget(budget: bm.Budget, spent: float, mine: float, done: int, left: int) -> float:
     """Candidates the rest of the budget pays for at this phase's cost per candidate so far (`mine` over
     `done`; all that are left while this phase spent nothing yet: its first unit always starts)."""
@@ -166,6 +182,10 @@ def _phase(sections: dict) -> str:
         return "certify"
     if not search["over"]:  # a unit left and budget to start it; on Ray, units in flight then finish
         return "search"
+    audit = sections["audit"]
+    if audit["sample"] and not search["failed"] and (audit["units_total"] is None
+                                                     or audit["units_done"] < audit["units_total"]):
+        return "audit"
     tighten = sections["tighten"]
     if tighten["units_total"] is None and search["candidates_done"] == search["candidates_total"]:
         # planned next, unless no budget is left or a failed verdict waits for a relaunch
@@ -190,6 +210,7 @@ def progress(run: RunDir, workers: int = 1) -> dict:
     search = _search(run, workers, budget)
     search["budget_spent"] = budget is not None and search["budget"]["spent"] >= budget.amount
     sections = {"screen": _screen(run, plan, workers), "certify": _certify(run, workers), "search": search,
+                "audit": _audit(run, workers, saved.get("audit_sample", 0)),
                 "tighten": _search(run, workers, budget, "tighten", search["budget"]["spent"]),
                 "write": _write(run, plan)}
     sections["passages"] = _passages(run, sections["write"])
@@ -201,7 +222,7 @@ def progress(run: RunDir, workers: int = 1) -> dict:
     if process["running"] is False and phase != "complete":
         current = None  # nothing is running: no end to expect until a relaunch
     return {"phase": phase, "eta_s": current, "last_commit": max(commits, default=None),
-            "elapsed_s": sum(sections[k]["work_s"] for k in ("screen", "certify", "search", "tighten")),
+            "elapsed_s": sum(sections[k]["work_s"] for k in ("screen", "certify", "search", "audit", "tighten")),
             "scan_process": process, **sections}
 
 

@@ -5,8 +5,10 @@ run_dir/
   screen/part-00000.parquet  screen/done/00000  screen/stats/00000.json    phase 1, one per shard
   certify/part-00000.parquet certify/done/00000 certify/stats/00000.json   phase 2, certificate units
   search/part-00000.parquet  search/done/00000  search/stats/00000.json    phase 2, search units (verdicts)
+  audit/part-00000.parquet   audit/done/00000   audit/stats/00000.json     phase 2, the recall audit's units
   tighten/part-00000.parquet tighten/done/00000 tighten/stats/00000.json   phase 2, tighten units
   certify_plan.json  search_plan.json  tighten_plan.json                    the units, saved once
+  audit_plan.json  recall.json                        the audit's draw (redrawn when what it sampled changed)
   results/part-00000.parquet done/00000       stats/00000.json             phase 3, one per shard
 ```
 
@@ -30,7 +32,7 @@ from scanner.storage.integrity import file_sha256, read_json_object, reopen_dama
 
 log = logging.getLogger(__name__)
 
-PHASES = ("screen", "certify", "search", "tighten")
+PHASES = ("screen", "certify", "search", "audit", "tighten")
 
 
 @dataclass(frozen=True)
