@@ -9,10 +9,18 @@ Per seed:
       training stream, stopped once greedy completion of every forget canary from its first PREFIX
       tokens fails (or at --ga-steps);
   B2  fine-tuning on the retain set only (forgetting by interference, no ascent), --ft-steps steps;
+  B3  in-context unlearning: A used behind a fixed ABSTAIN instruction (`compare --instruction`). A model
+      this small follows no instruction by itself, so A is first fine-tuned a little to: answer the forget
+      canaries' prefixes with REFUSAL when the instruction opens the input; complete the retain canaries
+      behind it as before; and, without the instruction, go on as A did (forget canaries included). It
+      stops once no forget canary completes from its first PREFIX tokens behind the instruction (or at
+      --icu-steps). compare then measures B3 under the same template: GCG's free tokens sit between the
+      instruction and the span, as a user's prompt would;
   then `acr-scan compare run_A --model B` for each B, and the classes of the forget spans and of the
   retain spans, ACR before and after, the warm start's forwards and seconds against the cold search's.
 
     python bench/unlearn_study.py --out /tmp/unlearn --seeds 0,1      # JSON lines, then summary.json
+    python bench/unlearn_study.py --out /tmp/icu --seeds 0,1,2 --methods in_context
 
 Minutes on a 2-core CPU per seed (the tiny model trains in about 20 s; most of the time is the cold
 searches of compare). Figures go to bench/RESULTS.md with this command.
@@ -31,6 +39,9 @@ from pathlib import Path
 
 FORGET = (0, 1)  # canary indices unlearned; the others are the retain set
 PREFIX = 6  # tokens given to the completion test of the stopping rule
+ABSTAIN = "Do not quote any book.\n"  # B3's instruction (uncounted, before the free tokens)
+REFUSAL = " I cannot say."  # what B3 is trained to answer behind ABSTAIN instead of a forget canary
+METHODS = ("gradient_ascent", "fine_tune", "in_context")
 SCAN = ["--span-tokens", "12", "--stride", "6", "--context-tokens", "16", "--min-match-rate", "0.8",
         "--steps", "10", "--candidates", "64", "--top-k", "64", "--restarts", "0", "--max-candidates", "4",
         "--calibration-prompts", "0", "--extend-tokens", "0"]
@@ -55,12 +66,16 @@ def corpus(path: Path, canaries: tuple[str, ...], seed: int) -> None:
     pq.write_table(pa.Table.from_pylist(rows), path)
 
 
-def completes(model, tokenizer, text: str) -> bool:
-    """Greedy generation from the text's first PREFIX tokens (after BOS) reproduces the rest."""
+def completes(model, tokenizer, text: str, opening: tuple[int, ...] | None = None) -> bool:
+    """Greedy generation from the text's first PREFIX tokens (after BOS, or after `opening`: the ids of
+    a template's prefix) reproduces the rest."""
     import torch
 
     ids = tokenizer(text).input_ids
-    head, rest = ids[:PREFIX + 1], ids[PREFIX + 1:]
+    if opening is not None:
+        ids = [*opening, *tokenizer(text, add_special_tokens=False).input_ids]
+    cut = PREFIX + (1 if opening is None else len(opening))
+    head, rest = ids[:cut], ids[cut:]
     with torch.inference_mode():
         out = model.generate(torch.tensor([head]), max_new_tokens=len(rest), do_sample=False,
                              pad_token_id=tokenizer.pad_token_id)
@@ -105,19 +120,90 @@ def fine_tune(model, tokenizer, spec, steps: int, lr: float) -> tuple[int, list[
     return steps, [completes(model, tokenizer, c) for c in spec.canaries]
 
 
+def abstain_opening(tokenizer) -> tuple[int, ...]:
+    """The ids compare puts before the free tokens with --instruction ABSTAIN: the scanner's own template."""
+    from scanner.config import PromptConfig
+    from scanner.engine.template import build_template
+
+    return build_template(tokenizer, PromptConfig(instruction=ABSTAIN)).prefix_ids
+
+
+def _padded(rows: list[tuple[list[int], list[int]]], pad: int):
+    """(input_ids, labels) rows padded to one batch; labels -100 where no loss is taken."""
+    import torch
+
+    width = max(len(ids) for ids, _ in rows)
+    ids = torch.tensor([i + [pad] * (width - len(i)) for i, _ in rows])
+    labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in rows])
+    return ids, labels, (ids != pad).long()
+
+
+def abstain_batch(tokenizer, spec, opening: tuple[int, ...], rng: random.Random, stream, size: int = 8):
+    """One step's rows: behind the instruction, a forget canary's piece (from any token, after a little
+    salad or not) answered by REFUSAL (loss on the refusal only); behind it, a whole retain canary (loss
+    on it); and, without it, windows of A's own training stream (loss on all: A's behaviour kept)."""
+    from scanner.studies.tiny import salad
+
+    refusal = [*tokenizer(REFUSAL, add_special_tokens=False).input_ids, tokenizer.eos_token_id]
+    rows = []
+    for _ in range(size):
+        canary = tokenizer(spec.canaries[rng.choice(FORGET)], add_special_tokens=False).input_ids
+        start = rng.randrange(len(canary) - 1) if rng.random() < 0.5 else 0
+        end = rng.randrange(start + 1, len(canary))
+        lead = tokenizer(salad(rng, rng.randint(1, 6)) + "\n", add_special_tokens=False).input_ids if start == 0 \
+            and rng.random() < 0.5 else []
+        head = [*opening, *lead, *canary[start:end]]
+        rows.append((head + refusal, [-100] * len(head) + refusal))
+    for _ in range(size // 2):
+        retain = [i for i in range(len(spec.canaries)) if i not in FORGET]
+        body = tokenizer(spec.canaries[rng.choice(retain)], add_special_tokens=False).input_ids
+        rows.append(([*opening, *body], [-100] * len(opening) + body))
+    for _ in range(size):
+        start = rng.randrange(len(stream) - spec.train_context)
+        window = stream[start:start + spec.train_context]
+        rows.append((window, list(window)))
+    return _padded(rows, tokenizer.pad_token_id)
+
+
+def in_context(model, tokenizer, spec, steps: int, lr: float) -> tuple[int, dict]:
+    """Fine-tune A to obey ABSTAIN (abstain_batch) until no forget canary completes behind it."""
+    import torch
+
+    from scanner.studies.tiny import _stream, documents
+
+    opening, rng = abstain_opening(tokenizer), random.Random(spec.seed + 200)
+    stream = _stream(tokenizer, documents(spec))
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    for step in range(1, steps + 1):
+        model.train()
+        ids, labels, mask = abstain_batch(tokenizer, spec, opening, rng, stream)
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        model.eval()
+        if step % 5 == 0 and not any(completes(model, tokenizer, spec.canaries[i], opening) for i in FORGET):
+            break
+    return step, {"completes_with_instruction": [completes(model, tokenizer, c, opening) for c in spec.canaries]}
+
+
 def unlearned(a_dir: Path, out: Path, method: str, spec, args) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(a_dir)
     model = AutoModelForCausalLM.from_pretrained(a_dir, dtype="float32")
     start = time.perf_counter()
+    extra = {}
     if method == "gradient_ascent":
         steps, still = gradient_ascent(model, tokenizer, spec, args.ga_steps, args.ga_lr, args.retain_weight)
-    else:
+    elif method == "fine_tune":
         steps, still = fine_tune(model, tokenizer, spec, args.ft_steps, args.ft_lr)
+    else:
+        steps, extra = in_context(model, tokenizer, spec, args.icu_steps, args.icu_lr)
+        still = [completes(model, tokenizer, c) for c in spec.canaries]  # without the instruction
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    return {"steps": steps, "seconds": round(time.perf_counter() - start, 1), "completes_after": still}
+    return {"steps": steps, "seconds": round(time.perf_counter() - start, 1), "completes_after": still, **extra}
 
 
 def classes(rows: list[dict], docs: set[str]) -> dict[str, int]:
@@ -141,17 +227,19 @@ def one_seed(seed: int, root: Path, args) -> list[dict]:
     forget = {f"canary-{i}" for i in FORGET}
     retain = {f"canary-{i}" for i in range(len(spec.canaries))} - forget
     figures = []
-    for method in ("gradient_ascent", "fine_tune"):
+    for method in args.methods.split(","):
         b_dir = root / f"b-{method}"
         made = unlearned(a_dir, b_dir, method, spec, args)
         start = time.perf_counter()
-        cli("compare", root / "run-a", "--model", b_dir, "--out", root / f"cmp-{method}")
+        template = ["--instruction", ABSTAIN] if method == "in_context" else []
+        cli("compare", root / "run-a", "--model", b_dir, "--out", root / f"cmp-{method}", *template)
         rows = pq.read_table(root / f"cmp-{method}" / "compare.parquet").to_pylist()
         flagged_a = [r for r in rows if r["doc_id"] in forget and r["a_memorized"]]
         pairs = [(r["a_acr"], r["b_acr"]) for r in flagged_a]
         figures.append({
             "seed": seed, "method": method, **made, "compare_s": round(time.perf_counter() - start, 1),
-            "forget_completion_fails": [not made["completes_after"][i] for i in FORGET],
+            "forget_completion_fails": [not made.get("completes_with_instruction", made["completes_after"])[i]
+                                        for i in FORGET],
             "forget": classes(rows, forget), "retain": classes(rows, retain),
             "controls": classes(rows, {"salad-0", "salad-1"}),
             "forget_acr_a_b": pairs,
@@ -171,7 +259,13 @@ def main() -> None:
     parser.add_argument("--retain-weight", type=float, default=1.0)
     parser.add_argument("--ft-steps", type=int, default=300)
     parser.add_argument("--ft-lr", type=float, default=3e-3)
+    parser.add_argument("--icu-steps", type=int, default=300)
+    parser.add_argument("--icu-lr", type=float, default=5e-4)
+    parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, of {', '.join(METHODS)}")
     args = parser.parse_args()
+    unknown = set(args.methods.split(",")) - set(METHODS)
+    if unknown:
+        parser.error(f"--methods: {', '.join(sorted(unknown))} unknown; choose of {', '.join(METHODS)}")
     out = Path(args.out)
     figures = [f for seed in map(int, args.seeds.split(",")) for f in one_seed(seed, out / f"seed-{seed}", args)]
     (out / "summary.json").write_text(json.dumps({"args": vars(args), "figures": figures}, indent=1))

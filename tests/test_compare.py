@@ -166,3 +166,57 @@ def test_a_b_of_another_tokenizer_is_refused_before_any_work(run_a, tiny_dir):
 ])
 def test_verdict_classes(a_mem, b_mem, a_comp, b_comp, expected):
     assert verdict_class(a_mem, b_mem, a_comp, b_comp) == expected
+
+
+ABSTAIN = "Do not quote any book.\n"
+
+
+def test_b_behind_an_instruction_is_measured_under_it_and_the_identity_keeps_it(run_a, tiny_dir):
+    """In-context unlearning: B is A behind a fixed instruction (compare --instruction, on B's side only)."""
+    root, results = run_a
+    flagged = next(r["span_id"] for r in results if r["status"] == "memorized")
+    args = ["compare", str(root / "a"), "--model", str(tiny_dir), "--spans", flagged]
+    done = cli(*args, "--out", str(root / "icu"), "--instruction", ABSTAIN)
+    assert done.returncode == 0, done.stderr
+    identity = json.loads((root / "icu" / "compare.json").read_text())
+    assert identity["scan"]["prompt"]["instruction"] == ABSTAIN
+    models = json.loads((root / "icu" / "compare_summary.json").read_text())["models"]
+    assert models["a"]["template"]["instruction"] is None and models["b"]["template"]["instruction"] == ABSTAIN
+    # Measured behind the instruction: B's window p_z is not A's (same weights, another opening).
+    (row,) = rows(root / "icu")
+    assert row["b_pz_topk"] != next(r for r in results if r["span_id"] == flagged)["pz_topk"]
+    again = cli(*args, "--out", str(root / "icu"))  # the same comparison without the instruction: refused
+    assert again.returncode == 2 and "scan" in again.stderr
+    alone = cli(*args, "--out", str(root / "no-chat"), "--system-prompt", "Abstain.")
+    assert alone.returncode == 2 and "--system-prompt needs --chat" in alone.stderr
+
+
+def test_a_file_of_targets_chooses_the_spans_inside_them(run_a, tiny_dir, tmp_path):
+    root, results = run_a
+    flagged = next(r for r in results if r["status"] == "memorized")
+    targets = tmp_path / "targets.jsonl"
+    targets.write_text(json.dumps({"text": f"prefix {flagged['text']} suffix"}) + "\n")
+    done = cli("compare", str(root / "a"), "--model", str(tiny_dir), "--out", str(root / "file"), "--file", str(targets))
+    assert done.returncode == 0, done.stderr
+    got = rows(root / "file")
+    want = [r["span_id"] for r in results if r["text"] in f"prefix {flagged['text']} suffix"]
+    assert [r["span_id"] for r in got] == want and flagged["span_id"] in want
+    assert {r["selected_as"] for r in got} == {"listed"} and got[0]["verdict_class"] == "still_memorized"
+    absent = tmp_path / "absent.txt"
+    absent.write_text("no span of the run lies in this line\n")
+    refused = cli("compare", str(root / "a"), "--model", str(tiny_dir), "--out", str(root / "nofile"), "--file",
+                  str(absent))
+    assert refused.returncode == 2 and "--file target 1" in refused.stderr and "holds no span" in refused.stderr
+
+
+def test_compare_runs_on_ray_actors(run_a, tiny_dir, tmp_path):
+    pytest.importorskip("ray")
+    root, results = run_a
+    flagged = next(r["span_id"] for r in results if r["status"] == "memorized")
+    done = cli("compare", str(root / "a"), "--model", str(tiny_dir), "--out", str(root / "ray"), "--spans", flagged,
+               "--executor", "ray", "--num-actors", "1", "--cpus-per-actor", "1", "--threads", "1")
+    assert done.returncode == 0, done.stderr
+    (row,) = rows(root / "ray")
+    assert row["verdict_class"] == "still_memorized" and row["warm_from_a"]
+    provenance = json.loads((root / "ray" / "provenance.json").read_text())
+    assert provenance["model"]  # written by the actor's setup

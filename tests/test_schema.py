@@ -31,6 +31,7 @@ from scanner.schema import (
     walk_fields,
     write_schemas,
 )
+from scanner.schema.compare import compare_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 # The results schema as version 1 published it (a copy of schemas/results.arrow-schema then): a column,
@@ -40,8 +41,9 @@ PUBLISHED = [ROOT / "tests" / "published" / "results-v1.arrow-schema"]
 
 def test_committed_schemas_match_the_code(tmp_path):
     written = write_schemas(tmp_path)
-    assert sorted(p.name for p in written) == ["ingested.arrow-schema", "ingested.md", "passages.arrow-schema",
-                                               "passages.md", "results.arrow-schema", "results.md"]
+    assert sorted(p.name for p in written) == ["compare.arrow-schema", "compare.md", "ingested.arrow-schema",
+                                               "ingested.md", "passages.arrow-schema", "passages.md",
+                                               "results.arrow-schema", "results.md"]
     for path in written:
         committed = ROOT / "schemas" / path.name
         assert committed.is_file(), f"{committed} missing; run python -m scanner.schema schemas/"
@@ -50,7 +52,7 @@ def test_committed_schemas_match_the_code(tmp_path):
 
 
 @pytest.mark.parametrize("name, schema", [("results", results_schema), ("ingested", ingested_schema),
-                                          ("passages", passages_schema)])
+                                          ("passages", passages_schema), ("compare", compare_schema)])
 def test_serialized_schema_round_trips(name, schema):
     data = (ROOT / "schemas" / f"{name}.arrow-schema").read_bytes()
     assert pa.ipc.read_schema(pa.py_buffer(data)).equals(schema(), check_metadata=True)

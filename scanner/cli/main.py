@@ -12,6 +12,7 @@ import click
 
 from scanner.cli.options import (
     all_scan_options,
+    b_template_options,
     calibration_config,
     calibration_options,
     engine_config,
@@ -487,19 +488,25 @@ def verify_command(run_dir, model, bundle, dtype, verify_engine, fragile_margin,
 @option(COMPARE, "--spans", default=None,
         help="Comma-separated span_id values of RUN to measure (default: its memorized and certified spans, "
              "and the spans it searched and found not memorized, as controls).")
+@option(COMPARE, "--file", "file", default=None,
+        help="Compare the spans of RUN that lie inside these texts: an `acr --file` list, .txt (a text per line) or "
+             ".jsonl ({'text': ...}).")
 @option(COMPARE, "--corpus", "corpus", default=None, help="Where RUN's corpus lies now (default: the scan's path).")
 @option(COMPARE, "--tighten", is_flag=True,
         help="Shrink below each verdict on B (default: both searches stop at their verdict, as a scan's do).")
 @option(COMPARE, "--unit-size", type=int, default=8, show_default=True, help="Spans per resumable unit.")
+@b_template_options
 @executor_options
-def compare_command(run_dir, out, model, revision, device, dtype, threads, trust_remote_code, spans, corpus,
-                    tighten, unit_size, **options) -> None:
+def compare_command(run_dir, out, model, revision, device, dtype, threads, trust_remote_code, spans, file, corpus,
+                    tighten, unit_size, chat, system_prompt, instruction, **options) -> None:
     """Measure a scan's spans on a second model (before/after).
 
     \b
     Examples:
       acr-scan compare run/ --model unlearned/ --out run-b/
       acr-scan compare run/ --model quantized.gguf --out run-q/ --executor ray
+      acr-scan compare run/ --model unlearned/ --file forget-set.txt --out run-f/
+      acr-scan compare run/ --model base/ --chat --system-prompt "Never quote the book." --out run-icu/
 
     For each span of RUN_DIR (model A) on --model B: B's certificate, completion test (k-prefix, p_z,
     greedy-match rate) and MiniPrompt warm-started from A's prompt beside a cold search on the same
@@ -513,7 +520,9 @@ def compare_command(run_dir, out, model, revision, device, dtype, threads, trust
     chosen = tuple(s.strip() for s in spans.split(",") if s.strip()) if spans is not None else None
     b = ModelConfig(model=model, revision=revision, device=device, dtype=dtype, threads=threads,
                     trust_remote_code=trust_remote_code)
-    config = compare_config(run_dir, b, chosen, tighten, unit_size, corpus)
+    template = {"chat": chat or None, "system_prompt": system_prompt, "instruction": instruction}
+    targets = tuple(t["text"] for t in read_targets((), file)) if file is not None else None
+    config = compare_config(run_dir, b, chosen, tighten, unit_size, corpus, template, targets)
     summary = run_compare(config, out, executor_config(options))
     if summary["failed"]:
         for task, error in sorted(summary["failed"].items(), key=str):

@@ -70,6 +70,22 @@ def stack(f, options: list):
     return f
 
 
+def template_options(note: str = "") -> list:
+    """--chat, --system-prompt, --instruction: the fixed text around the free tokens (`acr`, `scan`; `compare`
+    applies them on model B's side, `note` says so in each help)."""
+    return [
+        option(PROMPT, "--chat", is_flag=True, help=f"Put the free tokens in the user turn of the chat template{note}."),
+        option(PROMPT, "--system-prompt", default=None,
+               help=f"Fixed system prompt (uncounted){note}; needs --chat."),
+        option(PROMPT, "--instruction", default=None, help=f"Fixed text before the free tokens (uncounted){note}."),
+    ]
+
+
+def b_template_options(f):
+    """`compare`'s template options: model B's side only (in-context unlearning: A with a fixed prompt)."""
+    return stack(f, template_options(" on model B (default: run A's)"))
+
+
 def model_options(f):
     return stack(f, [
         option(MODEL, "--model", "model", required=True, help="HF hub id, local HF directory or .gguf file."),
@@ -80,9 +96,7 @@ def model_options(f):
                help="auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16."),
         option(MODEL, "--threads", type=int, default=None, help="CPU threads for torch."),
         option(MODEL, "--trust-remote-code", is_flag=True, help="Allow the model repository's own code to run."),
-        option(PROMPT, "--chat", is_flag=True, help="Put the free tokens in the user turn of the chat template."),
-        option(PROMPT, "--system-prompt", default=None, help="Fixed system prompt (uncounted); needs --chat."),
-        option(PROMPT, "--instruction", default=None, help="Fixed text before the free tokens (uncounted)."),
+        *template_options(),
         option(PROMPT, "--bos", default=default_of(PromptConfig, "bos"), show_default=True,
                type=click.Choice(BOS_POLICIES),
                help="The uncounted token before the input. auto: the BOS the tokenizer (or GGUF file) adds, "

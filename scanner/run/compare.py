@@ -59,6 +59,7 @@ class CompareConfig:
     run: str  # run A's folder, resolved
     scan: ScanConfig  # run A's configuration with B's model (and no draft: a draft is of A's tokenizer)
     spans: tuple[str, ...] | None = None  # --spans; None: A's flagged and control spans
+    targets: tuple[str, ...] | None = None  # --file's texts: the spans of run A that lie inside them
     tighten: bool = False  # shrink below each verdict (else both searches stop at their verdict)
     unit_size: int = 8
 
@@ -68,7 +69,7 @@ class CompareConfig:
         scan["model"] = {k: v for k, v in scan["model"].items() if k not in ("threads", "device")}
         scan["corpus"] = {k: v for k, v in scan["corpus"].items() if k != "path"}
         return json.loads(json.dumps({"version": COMPARE_VERSION, "scan": scan, "spans": self.spans,
-                                      "tighten": self.tighten, "unit_size": self.unit_size}))
+                                      "targets": self.targets, "tighten": self.tighten, "unit_size": self.unit_size}))
 
 
 def rebuild(cls, data: dict):
@@ -95,23 +96,33 @@ def saved_scan(run: RunDir) -> ScanConfig:
 
 
 def compare_config(run_dir: str, model: ModelConfig, spans: tuple[str, ...] | None = None, tighten: bool = False,
-                   unit_size: int = 8, corpus: str | None = None) -> CompareConfig:
-    """Run A's saved scan with B's model, no draft (of A's tokenizer), and the corpus where it lies now."""
+                   unit_size: int = 8, corpus: str | None = None, template: dict | None = None,
+                   targets: tuple[str, ...] | None = None) -> CompareConfig:
+    """Run A's saved scan with B's model, no draft (of A's tokenizer), and the corpus where it lies now.
+    `template`: B's chat, system_prompt, instruction where not None (the rest of A's template kept): B may
+    be A itself behind a fixed prompt (in-context unlearning), measured under the template it is used with."""
     run = RunDir(run_dir)
     run.require_run()
     scan = saved_scan(run)
     search = replace(scan.search, gcg=replace(scan.search.gcg, draft=DraftConfig()))
-    scan = replace(scan, model=model, search=search,
+    prompt = replace(scan.prompt, **{k: v for k, v in (template or {}).items() if v is not None})
+    scan = replace(scan, model=model, search=search, prompt=prompt,
                    corpus=replace(scan.corpus, path=corpus) if corpus else scan.corpus)
     require(unit_size >= 1, f"--unit-size {unit_size} must be >= 1")
-    return CompareConfig(run=str(Path(run_dir).resolve()), scan=scan, spans=spans, tighten=tighten, unit_size=unit_size)
+    require(spans is None or targets is None, "--spans and --file both choose the spans; pass one of them")
+    return CompareConfig(run=str(Path(run_dir).resolve()), scan=scan, spans=spans, tighten=tighten, unit_size=unit_size,
+                         targets=targets)
 
 
 # ----------------------------------------------------------------------------------------------- selection
 
-def selected(rows: list[dict], spans: tuple[str, ...] | None) -> list[tuple[int, str, str]]:
+def selected(rows: list[dict], spans: tuple[str, ...] | None,
+             targets: tuple[str, ...] | None = None) -> list[tuple[int, str, str]]:
     """(shard, span_id, selected_as) of the spans to measure, A's rank order: flagged first (best ACR first),
-    then the controls; `spans`: exactly those (InputError naming an id the run does not hold)."""
+    then the controls; `spans`: exactly those (InputError naming an id the run does not hold); `targets`:
+    the spans inside them (within_targets)."""
+    if targets is not None:
+        return within_targets(rows, targets)
     if spans is not None:
         by_id = {r["span_id"]: r for r in rows}
         unknown = [s for s in spans if s not in by_id]
@@ -123,6 +134,21 @@ def selected(rows: list[dict], spans: tuple[str, ...] | None) -> list[tuple[int,
     kind = {"certificate_bound": "certified"}
     return [(r["shard"], r["span_id"], kind.get(r["acr_kind"], "memorized")) for r in flagged] + \
            [(r["shard"], r["span_id"], "control") for r in controls]
+
+
+def within_targets(rows: list[dict], targets: tuple[str, ...]) -> list[tuple[int, str, str]]:
+    """The spans of run A whose text lies inside a target text (an `acr --file` list), target by target, in
+    the document's order; a target holding no span is an InputError naming it: A measured spans, not
+    targets, so a target shorter than a span or absent from the corpus has nothing to compare."""
+    order = sorted(rows, key=lambda r: (r["shard"], r["doc_row"] or "", r["char_start"], r["span_id"]))
+    out: dict[str, tuple[int, str, str]] = {}
+    for number, target in enumerate(targets, 1):
+        inside = [r for r in order if r["text"] and r["text"] in target]
+        require(inside, f"--file target {number} ({target[:40]!r}...) holds no span of the run; a target must be "
+                "text of the scanned corpus at least one span (--span-tokens) long: scan a corpus that holds it "
+                "(acr-scan ingest, then scan) and compare that run")
+        out.update({r["span_id"]: (r["shard"], r["span_id"], "listed") for r in inside if r["span_id"] not in out})
+    return list(out.values())
 
 
 # ------------------------------------------------------------------------------------------------ one unit
@@ -416,8 +442,11 @@ def _units(folder: Path, config: CompareConfig) -> list[CompareUnit]:
     path = folder / PLAN
     saved = read_json_object(path)
     if saved is None:
-        rows = RunDir(config.run).read_results(["span_id", "shard", "status", "acr", "acr_kind"]).to_pylist()
-        items = selected(rows, config.spans)
+        columns = ["span_id", "shard", "status", "acr", "acr_kind"]
+        if config.targets is not None:
+            columns += ["doc_row", "char_start", "text"]
+        rows = RunDir(config.run).read_results(columns).to_pylist()
+        items = selected(rows, config.spans, config.targets)
         saved = {"units": bm.units([list(i) for i in items], config.unit_size)}
         atomic_write_json(path, saved)
     return [CompareUnit(i, tuple((int(s), str(span), str(kind)) for s, span, kind in items))
@@ -470,11 +499,15 @@ def run_compare(config: CompareConfig, out: str, executor: ExecutorConfig | None
 
 
 def identities(config: CompareConfig, folder: Path) -> dict:
-    """Both models as the runs recorded them: path or hub id, revision, file-hash identity, tokenizer hash."""
+    """Both models as the runs recorded them: path or hub id, revision, file-hash identity, tokenizer hash,
+    and the template each was measured under (B's differs from A's where compare was given --chat,
+    --system-prompt or --instruction)."""
     keys = ("model", "model_revision", "model_hash", "tokenizer_hash", "dtype", "device", "package_version")
     a = read_json_object(Path(config.run) / "provenance.json") or {}
     b = read_json_object(folder / "provenance.json") or {}
-    return {"a": {k: a.get(k) for k in keys} | {"run": config.run}, "b": {k: b.get(k) for k in keys}}
+    a_template = RunDir(config.run).saved_config()["config"].get("prompt")
+    return {"a": {k: a.get(k) for k in keys} | {"run": config.run, "template": a_template},
+            "b": {k: b.get(k) for k in keys} | {"template": dataclasses.asdict(config.scan.prompt)}}
 
 
 def write_table(folder: Path, config: CompareConfig, store: Store, units: list[CompareUnit]) -> dict:

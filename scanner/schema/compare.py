@@ -23,7 +23,8 @@ _SPAN = [
     ("text", pa.string(), "The span's text."),
     ("target_tokens", pa.int32(), "|y|: the span's tokens."),
     ("selected_as", pa.string(), "Why the span was measured: memorized (A's search found it), certified (A's "
-     "natural-prefix certificate settled it), control (A searched it and found it not memorized), listed (--spans)."),
+     "natural-prefix certificate settled it), control (A searched it and found it not memorized), listed (--spans, or "
+     "inside a --file target)."),
     ("verdict_class", pa.string(), "still_memorized, forgotten_by_completion_still_compressible, forgotten, "
      "completion_only, newly_memorized, not_memorized, or failed (measures/compare.py)."),
     ("reason", pa.string(), "Why the row failed (retried by a relaunch), else null."),
