@@ -77,14 +77,14 @@ def scan_demo(where: Path, model_dir: Path, seed: int, echo: Callable[[str], Non
     config = ScanConfig(corpus=CorpusConfig(path=str(corpus)), model=ModelConfig(model=str(model_dir), device="cpu"),
                         spans=SpanConfig(span_tokens=12, stride=2), screen=ScreenConfig(context_tokens=16),
                         search=SearchConfig(**{**CPU_SEARCH.__dict__, "seed": seed}), min_match_rate=0.95,
-                        docs_per_shard=3)
+                        docs_per_shard=3, audit_sample=4)  # a recall audit a CPU does in seconds: the report states it
     echo(f"\nscanning the demo corpus {corpus} ...")
     stats = run_scan(config, str(root / "run"))
     run = RunDir(root / "run")
     table = run.read_results()
     passages = read_passages(run)
     around = surroundings_of(run, table, passages, None, CONTEXT_CHARS)
-    write_report(table, run_summary(run), root / "report.html", passages, around, work_text_tokens(run))
+    write_report(table, run_summary(run), root / "report.html", passages, around, work_text_tokens(run), run.recall())
     count = export(table, root / "flagged.jsonl")
     echo(summary_line(stats, str(root / "run")))
     echo(f"{count} memorized spans with their prompts: {root / 'flagged.jsonl'}")
