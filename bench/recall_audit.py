@@ -1,6 +1,6 @@
 """Issue 30: does the recall audit's interval hold the truth at its stated rate, and what does it cost?
 
-    python bench/recall_audit.py --work DIR [--docs 12] [--budgets 2,6] [--samples 8,16] [--seeds 200]
+    python bench/recall_audit.py --work DIR [--tiny DIR] [--docs 12] [--every 3] [--no-certificates] [--budgets 2,6] [--samples 8,16] [--seeds 200]
 
 1. A corpus with a known truth: the tiny Llama's four canaries planted in some documents among word salad
    the model never saw (scanner/studies/tiny.py).
@@ -14,6 +14,13 @@
    true missed count. Coverage (the share of draws whose interval holds the truth) should be at least
    the stated 95 %.
 Prints one JSON object; bench/RESULTS.md holds a run of it.
+
+    python bench/recall_audit.py --project
+
+5. The 1,000-book projection in the audit's terms, no model: for audit sizes n, the exact interval on
+   what the unsearched candidates and the screened-out spans hold, at assumed memorized shares, and the
+   audit's GPU-hours at the cost model's seconds per candidate (inputs named in PROJECTION; each an
+   input of bench/RESULTS.md's cost model, or assumed where marked).
 """
 
 from __future__ import annotations
@@ -42,11 +49,11 @@ CARDS = ["--span-tokens", "12", "--stride", "6", "--context-tokens", "16", "--st
          "--top-k", "64", "--restarts", "0", "--calibration-prompts", "0", "--extend-tokens", "0", "--unit-size", "4"]
 
 
-def corpus(path: Path, docs: int, seed: int = 5) -> Path:
-    """`docs` documents; every third holds a canary (in turn) between two runs of salad."""
+def corpus(path: Path, docs: int, every: int, seed: int = 5) -> Path:
+    """`docs` documents; every `every`-th holds a canary (in turn) between two runs of salad."""
     rng = random.Random(seed)
-    texts = [f"{salad(rng, 5)} {CANARIES[(i // 3) % len(CANARIES)]} {salad(rng, 5)}" if i % 3 == 0 else salad(rng, 22)
-             for i in range(docs)]
+    texts = [f"{salad(rng, 5)} {CANARIES[(i // every) % len(CANARIES)]} {salad(rng, 5)}" if i % every == 0
+             else salad(rng, 22) for i in range(docs)]
     pq.write_table(pa.table({"id": [f"d{i}" for i in range(docs)], "text": texts}), path)
     return path
 
@@ -111,21 +118,64 @@ def cost_share(out: Path) -> dict:
             "audit_share": round(audit_s / (scan_s + audit_s), 3) if scan_s + audit_s else None}
 
 
+# The cost model's 1,000 books of 120k tokens (bench/RESULTS.md, "Cost model ... 8 H200s", bench/scale_model.py):
+PROJECTION = {
+    "candidates": 538_130, "spans": 3_775_091,  # measured shares applied to the assumed collection
+    "search_gpu_h_all": 25_040,  # searching every candidate (the default chunk)
+    "day_gpu_h": 192 - 3.1,  # 8 GPUs x 24 h less the screen
+}
+
+
+def project(samples=(100, 400, 1600), shares=(0.029, 0.005, 0.0), confidence=0.95) -> dict:
+    """What a day on 8 GPUs can state: the day's search buys the best-ranked candidates at the cost model's
+    GPU-seconds per candidate; an audit of n spans, split evenly between the unsearched candidates and
+    the screened-out spans (one stratum each: the rank's strata need the real score distribution), costs
+    n times that. The hits each draw gets are the expected ones at an assumed memorized share of the
+    unsearched candidates (0.029: the share the library's candidates measured; the unsearched rank lower,
+    so it is an upper scenario) and of the screened-out spans (0: none found on the tiny corpus, assumed)."""
+    per_candidate_s = PROJECTION["search_gpu_h_all"] * 3600 / PROJECTION["candidates"]
+    screened_out = PROJECTION["spans"] - PROJECTION["candidates"]
+    rows = []
+    for n in samples:
+        audit_h = n * per_candidate_s / 3600
+        searched = int((PROJECTION["day_gpu_h"] - audit_h) * 3600 / per_candidate_s)
+        unsearched = PROJECTION["candidates"] - searched
+        for share in shares:
+            hits = round(share * n / 2)
+            got = recall.estimate([recall.Stratum("not_searched", unsearched, n // 2, hits),
+                                   recall.Stratum("screened_out", screened_out, n - n // 2, 0)], confidence)
+            rows.append({"audit_n": n, "audit_gpu_h": round(audit_h, 1), "searched": searched,
+                         "unsearched_candidates": unsearched, "assumed_share": share, "hits": hits,
+                         "missed": got["missed"], "missed_interval": [got["missed_low"], got["missed_high"]],
+                         "per_stratum_high": {s["stratum"]: s["missed_high"] for s in got["strata"]}})
+    return {"per_candidate_gpu_s": round(per_candidate_s, 1), "screened_out": screened_out, "rows": rows}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--work", type=Path)
+    parser.add_argument("--tiny", type=Path, default=None, help="the tiny model's folder to reuse (default: WORK/tiny)")
     parser.add_argument("--docs", type=int, default=12)
+    parser.add_argument("--every", type=int, default=3, help="every this many documents holds a canary")
+    parser.add_argument("--no-certificates", action="store_true",
+                        help="--certificate-max-tokens 0: the canaries' spans stay candidates (more left unsearched)")
     parser.add_argument("--budgets", default="2,6")
     parser.add_argument("--samples", default="8,16")
     parser.add_argument("--seeds", type=int, default=200)
+    parser.add_argument("--project", action="store_true", help="only the 1,000-book projection (no model)")
     args = parser.parse_args()
+    if args.project:
+        print(json.dumps(project(), indent=1))
+        return
     args.work.mkdir(parents=True, exist_ok=True)
-    model = build_tiny(args.work / "tiny")
-    data = corpus(args.work / "corpus.parquet", args.docs)
+    model = build_tiny(args.tiny or args.work / "tiny")  # trained once, reused while its spec is unchanged
+    data = corpus(args.work / "corpus.parquet", args.docs, args.every)
+    if args.no_certificates:
+        CARDS.extend(["--certificate-max-tokens", "0"])
     census_s = scan(model, data, args.work / "census", "--min-match-rate", "0", "--audit-sample", "0")
     truth = verdicts(args.work / "census")
     samples = [int(s) for s in args.samples.split(",")]
-    out = {"docs": args.docs, "spans": len(truth), "memorized_in_census": sum(v == "memorized" for v in truth.values()),
+    out = {"docs": args.docs, "every": args.every, "certificates": not args.no_certificates, "spans": len(truth), "memorized_in_census": sum(v == "memorized" for v in truth.values()),
            "census_s": round(census_s, 1), "budgets": []}
     for budget in (int(b) for b in args.budgets.split(",")):
         run = args.work / f"budget-{budget}"
