@@ -281,7 +281,9 @@ def scan_options(f):
         option(BUDGET, "--search-budget", default=None,
                help="Decide candidates best-first, then shrink the decided prompts, until this is spent: GCG "
                     "steps ('20000steps') or search seconds summed over workers ('3600s', '90m', '2h'); "
-                    "the undecided stay not_searched."),
+                    "'auto' decides until fewer than 1 of the last 64 decided candidates was memorized "
+                    "('auto:M/W' sets the rule, 'auto:2h' or 'auto:1/64:2h' adds a ceiling); the "
+                    "undecided stay not_searched, with the reason."),
         option(BUDGET, "--tighten", is_flag=True,
                help="Also shrink the prompts of spans their natural-prefix certificate settled (with the "
                     "decided ones, once every candidate has its verdict, while budget remains), keeping "
