@@ -30,9 +30,7 @@ DATA = HERE / "auto_budget.json"
 
 def record(work: str, candidates: int, out: Path) -> dict:
     import library
-    import library_figures as figures
     import library_scan as commands
-    import pyarrow.parquet as pq
 
     args = library.parse(["--work", work, "--quick"])
     root, built, truth, _ = library.build(args, "quick")
@@ -43,27 +41,41 @@ def record(work: str, candidates: int, out: Path) -> dict:
     commands.ingest(folder, corpus, logs)
     options = [*library.SCAN, "--seed", str(args.seed), "--max-candidates", str(candidates)]
     run = root / "auto" / "run"
-    timed = library.scan(corpus, root / "library" / "model", run, options, logs, {}, reuse=True)
+    library.scan(corpus, root / "library" / "model", run, options, logs, {}, reuse=True)
+    return extract(run, root / "library" / "truth.json", out, options)
+
+
+def extract(run: Path, truth_path: Path, out: Path, options: list[str] | None = None) -> dict:
+    """The verdicts of the search units of RUN that are done in a prefix along the rank (a scan stopped
+    early gives what it committed), with each candidate's category and copies, into OUT."""
+    from scanner.storage.store import Store
+
+    truth = json.loads(truth_path.read_text())
     regions = defaultdict(list)
     for region in truth["regions"]:
         regions[region["doc"]].append(region)
-    table = pq.read_table(run / "results", columns=[*figures.COLUMNS, "searched_as"]).to_pylist()
-    by_span = {r["span_id"]: r for r in table}
-    taken = defaultdict(list)  # target searched or certified -> the spans that hold its verdict
-    for row in table:
-        taken[row["searched_as"] or row["span_id"]].append(row)
     plan = json.loads((run / "search_plan.json").read_text())
-    units = [[_candidate(by_span[span], taken[span], regions) for _, span in unit] for unit in plan["units"]]
-    certified = [r for r in table if r["acr_kind"] == "certificate_bound" and r["memorized"]]
-    planted = [r for r in table if figures.category(r, regions).startswith("plant x")]
-    data = {"command": f"python bench/auto_budget.py record --work DIR --candidates {candidates}",
-            "scan_options": options, "library": {k: v for k, v in built.items() if k != "key"},
-            "scan_wall_s": timed["wall_s"], "status_counts": timed["status"]["status_counts"],
-            "planted_spans": len(planted),
-            "planted_by_certificate": sum(1 for r in planted if r["acr_kind"] == "certificate_bound" and r["memorized"]),
-            "planted_not_searched": sum(1 for r in planted if r["status"] == "not_searched"),
-            "certified_spans": len(certified), "units": units}
-    out.write_text(json.dumps(data, indent=None, separators=(",", ":")) + "\n")
+    store, screen = Store(run, "search"), Store(run, "screen")
+    done = store.done()
+    prefix = next((i for i in range(len(plan["units"])) if i not in done), len(plan["units"]))
+    copies = defaultdict(list)  # searched span -> the screen rows of its copies
+    for rep, items in plan.get("copies", {}).items():
+        for shard, span in items:
+            copies[rep].append((shard, span))
+    by_shard = defaultdict(set)
+    for items in copies.values():
+        for shard, span in items:
+            by_shard[shard].add(span)
+    screened = {r["span_id"]: r for shard, spans in by_shard.items() for r in screen.read(shard, spans).to_pylist()}
+    units = []
+    for index in range(prefix):
+        rows = {r["span_id"]: r for r in store.read(index).to_pylist()}
+        units.append([_candidate(rows[span], [rows[span], *(screened[s] for _, s in copies.get(span, []))], regions)
+                      for _, span in plan["units"][index] if span in rows])
+    data = {"command": "python bench/auto_budget.py record --work DIR (then extract, for a scan stopped early)",
+            "scan_options": options or json.loads((run / "run_config.json").read_text())["config"].get("search", {}),
+            "units_planned": len(plan["units"]), "units_recorded": prefix, "units": units}
+    out.write_text(json.dumps(data, separators=(",", ":")) + "\n")
     return data
 
 
@@ -140,6 +152,10 @@ def main(argv: list[str] | None = None) -> None:
     rec.add_argument("--work", required=True)
     rec.add_argument("--candidates", type=int, default=320)
     rec.add_argument("--out", default=str(DATA))
+    ext = sub.add_parser("extract")
+    ext.add_argument("--run", required=True)
+    ext.add_argument("--truth", required=True)
+    ext.add_argument("--out", default=str(DATA))
     rep = sub.add_parser("replay")
     rep.add_argument("--data", default=str(DATA))
     args = parser.parse_args(argv)
@@ -148,6 +164,8 @@ def main(argv: list[str] | None = None) -> None:
 
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
         record(args.work, args.candidates, Path(args.out))
+    elif args.what == "extract":
+        extract(Path(args.run), Path(args.truth), Path(args.out))
     else:
         print(replay_text(json.loads(Path(args.data).read_text())))
 
