@@ -20,10 +20,17 @@ ENGINES = ("auto", "hf", "vllm")
 EXPECTED = "a Parquet file, a directory of Parquet files or a glob such as 'data/*.parquet'"
 
 
-BUDGET_FORMS = "GCG steps ('20000steps') or seconds ('3600s', '90m', '2h')"
+BUDGET_FORMS = ("GCG steps ('20000steps'), seconds ('3600s', '90m', '2h'), or 'auto' (stop when fewer than "
+                "M of the last W decided candidates were memorized: 'auto', 'auto:2/128'), with a ceiling as "
+                "'auto:20000steps' or 'auto:1/64:2h'")
 _UNITS = {"steps": ("steps", 1), "step": ("steps", 1), "s": ("seconds", 1), "m": ("seconds", 60),
           "h": ("seconds", 3600)}
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(steps|step|s|m|h)\s*$")
+_AUTO = re.compile(r"^\s*auto\s*(:.*)?$", re.IGNORECASE)
+_RULE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+# --search-budget auto's rule: search on while at least 1 of the last 64 decided candidates along the rank
+# was memorized (the window and threshold bench/auto_budget.py chose by replaying recorded verdicts).
+AUTO_RULE = (1, 64)
 
 
 @dataclass(frozen=True)
@@ -37,19 +44,50 @@ class Budget:
         return f"{self.amount:g} {self.kind}"
 
 
+def _auto(text: str) -> tuple[tuple[int, int], str | None] | None:
+    """('auto:M/W:CEILING' ->) ((M, W), CEILING or None); None when `text` is no auto budget."""
+    match = _AUTO.match(text)
+    if not match:
+        return None
+    parts = [p.strip() for p in (match.group(1) or "")[1:].split(":")] if match.group(1) else []
+    rule = AUTO_RULE
+    if parts and _RULE.match(parts[0]):
+        m, w = (int(x) for x in _RULE.match(parts.pop(0)).groups())
+        if not 1 <= m <= w:
+            raise InputError(f"--search-budget {text!r}: the rule M/W needs 1 <= M <= W (at least M memorized of "
+                             f"the last W decided); give for instance 'auto:1/64'")
+        rule = (m, w)
+    if len(parts) > 1 or (parts and not parts[0]):
+        raise InputError(f"--search-budget {text!r} is not a budget; give {BUDGET_FORMS}")
+    return rule, parts[0] if parts else None
+
+
+def parse_auto(text: str | None) -> tuple[int, int] | None:
+    """(M, W) of a budget that stops itself ('auto', 'auto:2/128:2h'): search on while at least M of the
+    last W decided candidates were memorized (measures/budget.py auto_stop); None for any other budget."""
+    auto = None if text is None else _auto(str(text))
+    return None if auto is None else auto[0]
+
+
 def parse_budget(text: str | None) -> Budget | None:
-    """'20000steps' -> Budget('steps', 20000); '90m' -> Budget('seconds', 5400); None -> None."""
+    """'20000steps' -> Budget('steps', 20000); '90m' -> Budget('seconds', 5400); None or 'auto' -> None
+    (no ceiling); 'auto:2h' -> Budget('seconds', 7200), the ceiling of a budget that stops itself."""
     if text is None:
         return None
+    given, auto = text, _auto(str(text))
+    if auto is not None:
+        if auto[1] is None:
+            return None
+        text = auto[1]
     match = _PATTERN.match(str(text).lower())
     if not match:
-        raise InputError(f"--search-budget {text!r} is not a budget; give {BUDGET_FORMS}")
+        raise InputError(f"--search-budget {given!r} is not a budget; give {BUDGET_FORMS}")
     kind, scale = _UNITS[match.group(2)]
     amount = float(match.group(1)) * scale
     if amount <= 0:
-        raise InputError(f"--search-budget {text!r} must be above 0; give {BUDGET_FORMS}")
+        raise InputError(f"--search-budget {given!r} must be above 0; give {BUDGET_FORMS}")
     if kind == "steps" and amount != int(amount):
-        raise InputError(f"--search-budget {text!r}: steps are whole numbers; give {BUDGET_FORMS}")
+        raise InputError(f"--search-budget {given!r}: steps are whole numbers; give {BUDGET_FORMS}")
     return Budget(kind, amount)
 
 

@@ -295,7 +295,9 @@ def scan_options(f):
         option(BUDGET, "--search-budget", default=None,
                help="Decide candidates best-first, then shrink the decided prompts, until this is spent: GCG "
                     "steps ('20000steps') or search seconds summed over workers ('3600s', '90m', '2h'); "
-                    "the undecided stay not_searched."),
+                    "'auto' decides until fewer than 1 of the last 64 decided candidates was memorized "
+                    "('auto:M/W' sets the rule, 'auto:2h' or 'auto:1/64:2h' adds a ceiling); the "
+                    "undecided stay not_searched, with the reason."),
         option(BUDGET, "--audit-sample", type=int, default=default_of(ScanConfig, "audit_sample"),
                show_default=True, envvar="ACR_AUDIT_SAMPLE", show_envvar=True,
                help="Recall audit: after the budgeted search, search this many spans drawn at random (seeded, "

@@ -58,8 +58,11 @@ def _search(s: dict) -> str:
     spent = (f"{budget['spent']:g} {budget['kind']} (no budget)" if budget["total"] is None
              else f"{budget['spent']:g} of {budget['total']:g} {budget['kind']}")
     cost = "" if s["s_per_candidate"] is None else f", {s['s_per_candidate']:.2f} s per candidate"
+    stop = s.get("stopped")  # its numbers only: status validated them as integers
+    stopped = "" if not stop else (f"; stopped by the auto budget, {stop['memorized']} memorized of the last "
+                                   f"{stop['window']} decided")
     return (f"{_of(s['candidates_done'], s['candidates_total'])} candidates decided, {s['memorized']} "
-            f"memorized, budget spent {spent}{cost}")
+            f"memorized, budget spent {spent}{cost}{stopped}")
 
 
 def _audit(s: dict) -> str:

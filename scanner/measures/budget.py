@@ -8,9 +8,10 @@ is a function of its arguments, so a relaunch that reads the same committed unit
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
 # The budget's parse is the config's (a run's identity); re-exported for the phases' math.
-from scanner.config import BUDGET_FORMS, Budget, parse_budget  # noqa: F401
+from scanner.config import AUTO_RULE, BUDGET_FORMS, Budget, parse_auto, parse_budget  # noqa: F401
 
 
 def certificate_bound(row: dict) -> float:
@@ -84,3 +85,44 @@ def deadline(spent_so_far: float, budget: Budget | None, workers: int, now: floa
     if budget is None or budget.kind != "seconds":
         return None
     return now + max(0.0, budget.amount - spent_so_far) / max(1, workers)
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Where --search-budget auto stopped: before search unit `unit`, after `verdicts` verdicts along the
+    rank, of which the last `window` held `memorized` memorized, fewer than the rule's `at_least`."""
+
+    unit: int
+    verdicts: int
+    window: int
+    memorized: int
+    at_least: int
+
+    def why(self) -> str:
+        return (f"yield of the last {self.window} searched candidates {self.memorized} of {self.window}, below "
+                f"the auto threshold {self.at_least}/{self.window}")
+
+    def to_json(self) -> dict:
+        return {"unit": self.unit, "verdicts": self.verdicts, "window": self.window, "memorized": self.memorized,
+                "at_least": self.at_least}
+
+
+def auto_stop(units: list[list[bool] | None], rule: tuple[int, int] = AUTO_RULE) -> Stop | None:
+    """The first unit boundary, along the rank, where every unit before it is done and fewer than M of
+    the last W verdicts before it were memorized (`rule` = (M, W)); None while there is none.
+
+    `units[i]`: search unit i's verdicts in rank order (True: memorized; copies count once, as the plan
+    holds one candidate per target), or None while the unit is not done. Only a done prefix is judged,
+    so units that finish out of order (several workers) never move a stop already reached, and a
+    relaunch that reads the same committed units stops at the same unit. Fewer than W verdicts never
+    stop: the window must be full."""
+    at_least, window = rule
+    trail: list[bool] = []
+    for index, verdicts in enumerate(units):
+        last = trail[-window:]
+        if len(last) == window and sum(last) < at_least:
+            return Stop(index, len(trail), window, sum(last), at_least)
+        if verdicts is None:
+            return None
+        trail.extend(verdicts)
+    return None

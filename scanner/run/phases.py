@@ -61,7 +61,7 @@ from scanner.schema import RANK_COLUMNS, results_schema
 from scanner.storage.atomic import atomic_write_json, remove_file
 from scanner.storage.integrity import read_json_object
 from scanner.storage.passages import is_current
-from scanner.storage.rundir import AUDIT_PLAN, PHASE_PLANS, RECALL_FILE, Plan, RunDir
+from scanner.storage.rundir import AUDIT_PLAN, PHASE_PLANS, RECALL_FILE, STOP_FILE, Plan, RunDir
 from scanner.storage.store import Store
 
 log = logging.getLogger(__name__)
@@ -83,6 +83,8 @@ class Phases:
         self.draw = draw
         self.budget = bm.parse_budget(config.search_budget)
         self.stores = {name: Store(run.path, name) for name in ("screen", *UNIT_KINDS)}
+        self._judged: dict[int, list[bool]] = {}  # search unit -> its verdicts (--search-budget auto)
+        self._ranked: list | None = None  # the search plan's units, once saved
 
     def prepare(self) -> int:
         """Damaged parts pending again; units holding failed rows too (failed is retried, like shards).
@@ -274,6 +276,46 @@ class Phases:
         done = store.done()
         return [u for u in units if u.index not in done or store.stats(u.index).get("cut")]
 
+    def auto_stop(self) -> bm.Stop | None:
+        """Where --search-budget auto stops the search, from the committed search units' verdicts
+        (measures/budget.py auto_stop); None without auto or while the yield holds."""
+        rule = bm.parse_auto(self.config.search_budget)
+        if rule is None:
+            return None
+        if self._ranked is None:  # the saved plan does not change: read once, not at every unit's start
+            self._ranked = self._plan(SEARCH_PLAN).get("units", [])
+        done = self.stores["search"].done()
+        return bm.auto_stop([self._verdicts(i, unit) if i in done else None for i, unit in enumerate(self._ranked)], rule)
+
+    def _verdicts(self, index: int, unit: list) -> list[bool] | None:
+        """A done search unit's verdicts in rank order (True: memorized); None for a unit a relaunch
+        runs again (cut by the budget, or holding failed rows). Done units do not change: kept."""
+        if index in self._judged:
+            return self._judged[index]
+        store = self.stores["search"]
+        stats = store.stats(index)
+        if stats.get("cut") or stats.get("failed"):
+            return None
+        table = pq.read_table(store.result_path(index), columns=["span_id", "status"])
+        status = dict(zip(table.column("span_id").to_pylist(), table.column("status").to_pylist(), strict=True))
+        verdicts = [status[span] == "memorized" for _, span, *_ in unit
+                    if status.get(span) in ("memorized", "not_memorized")]
+        self._judged[index] = verdicts
+        return verdicts
+
+    def record_stop(self) -> None:
+        """STOP_FILE: where --search-budget auto stopped and why (status reads it); removed when the
+        search goes on (no auto budget now, or the yield holds)."""
+        path, stop = self.run.path / STOP_FILE, self.auto_stop()
+        if stop is None:
+            path.unlink(missing_ok=True)
+            return
+        done = self.stores["search"].done()
+        left = [u for i, u in enumerate(self._ranked) if i >= stop.unit and i not in done]
+        atomic_write_json(path, {"budget": self.config.search_budget, **stop.to_json(),
+                                 "unit_name": f"search-{stop.unit:05d}", "why": stop.why(),
+                                 "units_left": len(left), "candidates_left": sum(map(len, left))})
+
     def cut(self) -> dict[str, dict]:
         """{span_id: what its search spent} of every search the budget cut in a done unit."""
         return {span: spent for name in SEARCHED for store in [self.stores[name]]
@@ -337,10 +379,20 @@ def _screen_search_write(phases: Phases, execute, progress) -> dict:
 def _spend(phases: Phases, execute, units: list[Unit]) -> dict:
     """The pending units, started in rank order while the budget (shared by search and tighten) lasts.
     A seconds budget is also a deadline every unit carries (a wall-clock instant, plain data that reaches
-    Ray actors): the searches still running then are cut within a step, and their unit records them."""
+    Ray actors): the searches still running then are cut within a step, and their unit records them.
+    --search-budget auto also stops the search units where the yield along the rank falls (checked
+    between units, like a steps budget), and the run records where (record_stop)."""
+    searching = bool(units) and units[0].kind == "search"
+    failed = _start(phases, execute, units, phases.auto_stop if searching else lambda: None)
+    if searching and not failed:
+        phases.record_stop()
+    return failed
+
+
+def _start(phases: Phases, execute, units: list[Unit], stop) -> dict:
     spent = {"value": phases.spent()}
     pending = phases.pending(units)
-    if not pending or not bm.may_start(spent["value"], phases.budget):
+    if not pending or not bm.may_start(spent["value"], phases.budget) or stop() is not None:
         return {}  # nothing to start: no model loads for it
     if phases.budget is not None and phases.budget.kind == "seconds":
         execute.set_up()  # the model loads before the budget's clock starts (a relaunch loads it here)
@@ -351,7 +403,8 @@ def _spend(phases: Phases, execute, units: list[Unit]) -> dict:
         spent["value"] += bm.spent([stats], phases.budget)
 
     def admit() -> bool:
-        return bm.may_start(spent["value"], phases.budget) and (deadline is None or time.time() < deadline)
+        return (bm.may_start(spent["value"], phases.budget) and (deadline is None or time.time() < deadline)
+                and stop() is None)
 
     return execute(pending, admit, _logged(phases, lambda: spent["value"], finished))
 
@@ -386,9 +439,14 @@ def _reasons(phases: Phases, units: list[Unit], copies: dict) -> dict[str, str]:
     out = {span: f"search budget spent during its search ({budget}, after {spent['steps']} GCG steps, "
                  f"{spent['search_s']:.1f} s); a relaunch with a larger budget searches it"
            for span, spent in phases.cut().items()}
+    stop = phases.auto_stop()
     for unit in units:
         if unit.kind == "search" and unit.index not in done["search"]:
-            out.update({span: f"search budget spent ({budget})" for _, span in unit.spans})
+            why = f"search budget spent ({budget})"
+            if stop is not None and unit.index >= stop.unit:
+                why = (f"search stopped before search-{stop.unit:05d} by {budget}: {stop.why()}; a relaunch "
+                       "with a fixed --search-budget searches it")
+            out.update({span: why for _, span in unit.spans})
     for rep, items in copies.items():
         if rep in out:
             out.update({span: out[rep] for _, span in items})

@@ -47,9 +47,11 @@ STATS_FILE = "stats.json"
 FOLDERS = ("results", "done", "logs", "stats")
 PHASE_PLANS = ("certify_plan.json", "search_plan.json", "tighten_plan.json")  # scanner/run/phases.py
 AUDIT_PLAN, RECALL_FILE = "audit_plan.json", "recall.json"  # the recall audit's draw and its estimate
+STOP_FILE = "search_stop.json"  # where --search-budget auto stopped, and why (run/phases.py record_stop)
 # Everything a scan writes at the top of its run directory (lock: storage/lock.py; provenance.json:
 # run/driver.py; passages.parquet: storage/passages.py; the phases' folders: store.py).
-RUN_ENTRIES = {CONFIG_FILE, PLAN_FILE, STATS_FILE, *FOLDERS, *PHASE_PLANS, AUDIT_PLAN, RECALL_FILE, *PHASES, "lock", "provenance.json",
+RUN_ENTRIES = {CONFIG_FILE, PLAN_FILE, STATS_FILE, *FOLDERS, *PHASE_PLANS, AUDIT_PLAN, RECALL_FILE, STOP_FILE, *PHASES,
+               "lock", "provenance.json",
                "passages.parquet", "progress", "model.json"}
 FIX = "use a new --out or delete it"
 SHOWN_VALUE = 60  # characters of a changed value shown in the error; nested configs can be long

@@ -24,7 +24,7 @@ from scanner.measures import budget as bm
 from scanner.storage.integrity import read_json_object
 from scanner.storage.lock import scan_process
 from scanner.storage.passages import PASSAGES_FILE
-from scanner.storage.rundir import AUDIT_PLAN, CONFIG_FILE, PHASE_PLANS, PLAN_FILE, Plan, RunDir
+from scanner.storage.rundir import AUDIT_PLAN, CONFIG_FILE, PHASE_PLANS, PLAN_FILE, STOP_FILE, Plan, RunDir
 from scanner.storage.store import Store
 
 CERTIFY_PLAN, SEARCH_PLAN, TIGHTEN_PLAN = PHASE_PLANS
@@ -108,10 +108,23 @@ def _certify(run: RunDir, workers: int) -> dict:
             "commits": commits}
 
 
+def stopped(run: RunDir, search_budget: str | None) -> dict | None:
+    """Where --search-budget auto stopped the search (STOP_FILE, run/phases.py record_stop), when the run
+    still goes on with that budget; None otherwise, or when the record is not one."""
+    record = read_json_object(run.path / STOP_FILE)
+    fields = {"unit": int, "verdicts": int, "window": int, "memorized": int, "why": str, "candidates_left": int}
+    if not record or record.get("budget") != search_budget or bm.parse_auto(search_budget) is None:
+        return None
+    if not all(isinstance(record.get(k), kind) for k, kind in fields.items()):
+        return None
+    return {k: record.get(k) for k in ("unit", "unit_name", "verdicts", "window", "memorized", "at_least", "why",
+                                   "units_left", "candidates_left")}
+
+
 def _search(run: RunDir, workers: int, budget: bm.Budget | None, name: str = "search",
-            spent_before: float = 0.0) -> dict:
+            spent_before: float = 0.0, stop: dict | None = None) -> dict:
     """A spending phase's section: search (verdicts) or tighten; `spent_before`: the budget the phases
-    before it spent (search and tighten share one budget)."""
+    before it spent (search and tighten share one budget); `stop`: where --search-budget auto stopped it."""
     units, commits, stats = _units(run, name, SEARCH_PLAN if name == "search" else TIGHTEN_PLAN)
     searched = {i: s.get("candidates", 0) for i, s in stats.items()}
     work = sum(s.get("search_s", 0) for s in stats.values())
@@ -123,6 +136,8 @@ def _search(run: RunDir, workers: int, budget: bm.Budget | None, name: str = "se
     left, ends = None if total is None else total - done, "plan"
     if budget is not None and left is not None and (by_budget := _left_by_budget(budget, spent, mine, done, left)) < left:
         left, ends = by_budget, "budget"
+    if stop is not None:
+        left, ends = 0, "auto"
     return {"units_done": len(stats), "units_total": None if units is None else len(units),
             "candidates_done": done, "candidates_total": total,
             "memorized": sum(s.get("memorized", 0) for s in stats.values()),
@@ -131,7 +146,7 @@ def _search(run: RunDir, workers: int, budget: bm.Budget | None, name: str = "se
                        "total": budget.amount if budget else None},
             "s_per_candidate": work / done if done else None, "candidates_per_s": per_s, "rate": how,
             "work_s": work, "eta_s": None if left is None else eta(left, per_s), "ends": ends,
-            "over": left == 0, "commits": commits}
+            "over": left == 0, **({"stopped": stop} if stop else {}), "commits": commits}
 
 
 def _audit(run: RunDir, workers: int, sample: int) -> dict:
@@ -207,7 +222,7 @@ def progress(run: RunDir, workers: int = 1) -> dict:
     plan = run.load_plan()
     saved = (read_json_object(run.path / CONFIG_FILE) or {}).get("config", {})
     budget = bm.parse_budget(saved.get("search_budget"))
-    search = _search(run, workers, budget)
+    search = _search(run, workers, budget, stop=stopped(run, saved.get("search_budget")))
     search["budget_spent"] = budget is not None and search["budget"]["spent"] >= budget.amount
     sections = {"screen": _screen(run, plan, workers), "certify": _certify(run, workers), "search": search,
                 "audit": _audit(run, workers, saved.get("audit_sample", 0)),
@@ -246,6 +261,7 @@ def phase_counts(run: RunDir) -> dict:
             "budget": {"kind": budget.kind if budget else "steps",
                        "spent": bm.spent(unit_stats["search"] + unit_stats["tighten"], budget),
                        "total": budget.amount if budget else None},
+            "stopped": stopped(run, saved.get("search_budget")),
             "not_searched": results["status_counts"].get("not_searched", 0)}
 
 
