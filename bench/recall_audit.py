@@ -181,7 +181,8 @@ def main() -> None:
         run = args.work / f"budget-{budget}"
         seconds = scan(model, data, run, "--max-candidates", str(budget), "--audit-sample", str(samples[0]))
         parts = population(run)
-        audited = {r["span_id"]: r["status"] for r in pq.read_table(run / "results").to_pylist() if r["audit_stratum"]}
+        audited = {r["span_id"]: r["status"] for r in pq.read_table(run / "results").to_pylist()
+                   if r["audit_stratum"] and r["searched_as"] is None}  # its copies carry the stratum too
         real = json.loads((run / "recall.json").read_text())
         screened_out = parts["screened_out"]
         out["budgets"].append({

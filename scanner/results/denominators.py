@@ -14,7 +14,8 @@ attempts was unknown, so export, report and verify publish these counts beside a
 - prompts: memorized spans by prompt_source (scanner/measures/overlap.py): free of the work's text, or not;
 - memorized_in_several_documents: memorized rows whose text other documents hold too (copies_in_corpus
   > 1), counted in memorized: shared text is kept in every count here, and set apart by the report;
-- audited / audit_memorized: rows the recall audit drew and searched (audit_stratum), counted above as
+- audited / audit_memorized: rows the recall audit drew and searched (audit_stratum; their copies carry
+  it too but are not counted here), counted above as
   well (an audited screened-out span is a candidate now), and how many of them are memorized; the
   estimate they give is recall.json, carried beside these counts in the bundle's denominators.json;
 - fragile: memorized rows whose verifying generation's margin is below --fragile-margin (a user who only
@@ -110,6 +111,8 @@ def _audited(table: pa.Table) -> dict[str, int]:
     if "audit_stratum" not in table.column_names:
         return {"audited": 0, "audit_memorized": 0}
     audited = pc.is_valid(table["audit_stratum"])
+    if "searched_as" in table.column_names:  # a copy found by the audited span's text is not a draw of its own
+        audited = pc.and_(audited, pc.is_null(table["searched_as"]))
     return {"audited": _count(audited), "audit_memorized": _count(pc.and_(audited, _status(table, "memorized")))}
 
 
