@@ -53,6 +53,41 @@ def test_a_seconds_budget_stops_within_a_step_and_a_larger_one_resumes_the_cut_u
     assert search_spent(out) - 9.0 < 1.0
 
 
+def test_a_relaunch_goes_on_with_the_search_the_budget_cut_where_it_stood(tiny_dir, tmp_path):
+    """The cut search's record (the lengths refuted, the length searched, its steps and best prompt) is
+    what the relaunch goes on from: no refuted length searched again, the cut try continued with the steps
+    it had left, and the cut and the resumed run together spend what one search from scratch spends."""
+    rng = random.Random(5)
+    corpus = tmp_path / "slow.parquet"
+    pq.write_table(pa.table({"id": [f"d{i}" for i in range(3)], "text": [salad(rng, 14) for _ in range(3)]}), corpus)
+    out = tmp_path / "run"
+    done = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SLOW, "--search-budget", "2s")
+    assert done.returncode == 0, done.stderr
+    records = {span: c for p in (out / "search" / "stats").glob("*.json")
+               for span, c in json.loads(p.read_text()).get("cut", {}).items()}
+    going = {span: c for span, c in records.items() if c["steps"] or c.get("resume")}
+    assert len(going) == 1, f"one search (width 1) was running at the deadline: {records}"
+    ((span, record),) = going.items()
+    where = record["resume"]
+    assert where["length"] is not None and 0 <= where["steps"] < 10
+    assert where["refuted"] == [n for n, ok in where["tried"] if not ok]
+
+    again = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SLOW, "--search-budget", "600s")
+    assert again.returncode == 0, again.stderr
+    rows = {r["span_id"]: r for r in pq.read_table(out / "results").to_pylist()}
+    row = rows[span]
+    searched = [a for a in row["attempts"] if a["stage"] == "search" and a["warm"] not in ("certificate", "decided")]
+    assert not {a["length"] for a in searched} & set(where["refuted"]), "a refuted length was searched again"
+    if where["prompt_ids"]:  # the cut try goes on from its best prompt with the steps it had left
+        assert (searched[0]["length"], searched[0]["warm"], searched[0]["max_steps"]) == \
+            (where["length"], "resumed", 10 - where["steps"])
+    cold = {r["steps"] for s, r in rows.items()  # every other search ran whole, from scratch
+            if s != span and r["status"] == "not_memorized" and r["target_tokens"] == row["target_tokens"]}
+    assert row["status"] == "not_memorized" and len(cold) == 1, (row["status"], cold)
+    assert row["steps"] + record["steps"] == cold.pop(), "the cut run and the relaunch spend one search's steps"
+    assert not any("cut" in json.loads(p.read_text()) for p in (out / "search" / "stats").glob("*.json"))
+
+
 # A library in small: every document opens with the same header (a text the model memorized), and one
 # other memorized passage stands in two documents at different offsets, so no window of one is a window
 # of the other. Six documents: shared text by default is text held by at least 3.
