@@ -59,18 +59,27 @@ def test_a_relaunch_goes_on_with_the_search_the_budget_cut_where_it_stood(tiny_d
     it had left, and the cut and the resumed run together spend what one search from scratch spends."""
     rng = random.Random(5)
     corpus = tmp_path / "slow.parquet"
-    pq.write_table(pa.table({"id": [f"d{i}" for i in range(3)], "text": [salad(rng, 14) for _ in range(3)]}), corpus)
+    pq.write_table(pa.table({"id": ["d0", "d1"], "text": [salad(rng, 14) for _ in range(2)]}), corpus)
     out = tmp_path / "run"
-    done = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SLOW, "--search-budget", "2s")
+    done = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SLOW, "--search-budget", "3s")
     assert done.returncode == 0, done.stderr
     records = {span: c for p in (out / "search" / "stats").glob("*.json")
                for span, c in json.loads(p.read_text()).get("cut", {}).items()}
-    going = {span: c for span, c in records.items() if c["steps"] or c.get("resume")}
+    going = {span: c for span, c in records.items() if c["forwards"] or c.get("resume")}
     assert len(going) == 1, f"one search (width 1) was running at the deadline: {records}"
     ((span, record),) = going.items()
     where = record["resume"]
     assert where["length"] is not None and 0 <= where["steps"] < 10
     assert where["refuted"] == [n for n, ok in where["tried"] if not ok]
+    # status counts the cut unit apart, not as done (one unit of every candidate: --unit-size 64)
+    shown = cli("status", str(out))
+    assert shown.returncode == 0, shown.stderr
+    shown = json.loads(shown.stdout)
+    assert shown["phases"]["search_units"] == {"done": 0, "cut": 1, "candidates_cut": len(records),
+                                               "searches_cut": 1, "total": 1}
+    search = shown["progress"]["search"]
+    assert (search["units_done"], search["units_cut"], search["candidates_done"], search["searches_cut"]) == \
+        (0, 1, search["candidates_total"] - len(records), 1)
 
     again = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SLOW, "--search-budget", "600s")
     assert again.returncode == 0, again.stderr

@@ -58,8 +58,10 @@ def _search(s: dict) -> str:
     spent = (f"{budget['spent']:g} {budget['kind']} (no budget)" if budget["total"] is None
              else f"{budget['spent']:g} of {budget['total']:g} {budget['kind']}")
     cost = "" if s["s_per_candidate"] is None else f", {s['s_per_candidate']:.2f} s per candidate"
+    cut = (f", {s['candidates_cut']} cut by the budget ({s['searches_cut']} searches stopped mid-way: a relaunch "
+           "with a larger --search-budget goes on from where they stood)") if s.get("candidates_cut") else ""
     return (f"{_of(s['candidates_done'], s['candidates_total'])} candidates decided, {s['memorized']} "
-            f"memorized, budget spent {spent}{cost}")
+            f"memorized, budget spent {spent}{cost}{cut}")
 
 
 def _tighten(s: dict) -> str:
