@@ -164,3 +164,26 @@ def test_a_header_every_document_holds_is_shared_text_shown_once_and_no_book_is_
     assert kept["selection"]["shared_text_rows_left_out"] > 0
     left = [r for r in spans.read_text().splitlines()[1:] if HEADER[:15] in r]
     assert not left, "the header's spans are left out"
+
+
+def test_the_bundle_and_the_denominators_say_how_shared_text_was_treated(library, tmp_path):
+    out, rows = library
+    treated = {}
+    for name, extra in (("all", []), ("own", ["--without-shared-text"])):
+        done = cli("export", str(out), "--bundle", str(tmp_path / name), *extra)
+        assert done.returncode == 0, done.stderr
+        treated[name] = json.loads((tmp_path / name / "denominators.json").read_text())["shared_text"]
+        evidence = [json.loads(line) for line in (tmp_path / name / "evidence.jsonl").read_text().splitlines()]
+        assert len(evidence) == json.loads((tmp_path / name / "denominators.json").read_text())["rows"]
+        treated[name]["rows"] = len(evidence)
+        treated[name]["header_rows"] = sum(len(r["text"].strip()) > 10 and r["text"].strip() in HEADER for r in evidence)
+    found = {"shared_text_min_docs": 3, "texts": 1, "documents": 6, "set_apart": True}  # half of 6 documents
+    assert all(treated[name][k] == v for name in treated for k, v in found.items()), treated
+    assert treated["all"]["spans"] == treated["own"]["spans"] > 0 and treated["all"]["passages"] >= 6
+    assert (treated["all"]["left_out"], treated["all"]["rows_left_out"]) == (False, 0)
+    assert treated["own"]["left_out"] and treated["own"]["rows_left_out"] == treated["all"]["rows"] - treated["own"]["rows"]
+    assert treated["all"]["header_rows"] > 0 and treated["own"]["header_rows"] == 0, "the header's spans are left out"
+    spans = tmp_path / "spans.jsonl"
+    assert cli("export", str(out), "--out", str(spans), "--without-shared-text").returncode == 0
+    sidecar = json.loads((tmp_path / "spans.jsonl.denominators.json").read_text())["shared_text"]
+    assert {k: sidecar[k] for k in found} == found and sidecar["left_out"] and sidecar["spans"] == treated["all"]["spans"]
