@@ -217,7 +217,7 @@ class _Watch:
 
     def length_finished(self, state: _State, outcome: GCGOutcome) -> GCGOutcome:
         p = self.progress
-        p.step, p.total_steps = outcome.steps, state.steps
+        p.step, p.total_steps = self.done + outcome.steps, state.steps
         if outcome.top_rights:
             p.right = max(p.right, max(outcome.top_rights))
         p.outcome = ("found a prompt" if outcome.success is not None
@@ -320,7 +320,8 @@ class Cut:
 
 
 class _Steps(SearchObserver):
-    """Counts each search's GCG steps while passing every event on (a cut search's record)."""
+    """Counts each search's GCG steps and keeps its progress while passing every event on: a cut search's
+    record, its spend and where it stood (search/resume.py)."""
 
     def __init__(self, observer: SearchObserver) -> None:
         self.observer, self.steps, self.progress = observer, {}, {}
