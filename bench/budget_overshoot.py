@@ -8,7 +8,9 @@ Overshoot = the search seconds the committed units recorded (what the budget cou
 `step_s` is the mean seconds of one GCG step of these searches, so the overshoot reads in steps. Run it
 on a checkout before the deadline existed to see the old figure (a whole unit past the budget). Then a
 relaunch with twice the budget: how many candidates it searched again (0: the verdicts reached before
-the cut are kept, only the cut searches go on).
+the cut are kept, only the cut searches go on), and for the search the deadline cut mid-way where it
+stood, the steps it spent before the cut and after the relaunch, and a search from scratch's steps (a
+relaunch that resumes spends before + after = cold; one that restarts spends cold after the relaunch).
 """
 
 from __future__ import annotations
@@ -61,6 +63,30 @@ def spent(out: Path) -> dict:
             "waiting": sum(r["status"] == "not_searched" for r in rows)}
 
 
+def cut_records(out: Path) -> dict:
+    """{span_id: the stats record of a search the deadline cut mid-way} (not the ones it kept from starting)."""
+    return {span: c for p in (out / "search" / "stats").glob("*.json")
+            for span, c in json.loads(p.read_text()).get("cut", {}).items() if c["forwards"]}
+
+
+def resumed(cut: dict, rows: list[dict]) -> list[dict]:
+    """Each cut search after the relaunch: where it stood (length, try, steps at that length, the lengths it
+    had refuted), its steps before and after the relaunch, and what a search from scratch of the same
+    span length spent (the searches that ran whole, not memorized): with a resume, before + after = cold."""
+    by = {r["span_id"]: r for r in rows}
+    out = []
+    for span, record in cut.items():
+        row, where = by[span], record.get("resume") or {}
+        cold = sorted(r["steps"] for r in rows if r["span_id"] not in cut and r["status"] == "not_memorized"
+                      and r["target_tokens"] == row["target_tokens"])
+        searched = [a for a in row["attempts"] or [] if a["stage"] == "search"]
+        out.append({"cut_at": {k: where.get(k) for k in ("length", "trial", "steps", "refuted")},
+                    "steps_before_cut": record["steps"], "steps_after_relaunch": row["steps"],
+                    "first_attempt": {k: searched[0][k] for k in ("length", "warm", "max_steps")} if searched else None,
+                    "cold_steps": cold[len(cold) // 2] if cold else None, "status": row["status"]})
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", default=None)
@@ -76,6 +102,7 @@ def main() -> None:
     first = {**spent(out), "scan_s": time.perf_counter() - start}
     first["overshoot_s"] = first["search_s"] - args.budget
     first["step_s"] = first["search_s"] / max(first["steps"], 1)
+    cut = cut_records(out)
     before = {r["span_id"]: (r["steps"], r["prompt"]) for r in pq.read_table(out / "results").to_pylist()
               if r["status"] != "not_searched"}
     try:
@@ -83,9 +110,10 @@ def main() -> None:
     except InputError as err:  # a checkout where the budget was part of the run's identity
         again = {"refused": str(err)}
     else:
-        after = {r["span_id"]: (r["steps"], r["prompt"]) for r in pq.read_table(out / "results").to_pylist()}
+        rows = pq.read_table(out / "results").to_pylist()
+        after = {r["span_id"]: (r["steps"], r["prompt"]) for r in rows}
         again = {**spent(out), "verdicts_kept": sum(after[k] == v for k, v in before.items()),
-                 "verdicts_before": len(before)}
+                 "verdicts_before": len(before), "resumed": resumed(cut, rows)}
     print(json.dumps({"bench": "budget_overshoot", "budget_s": args.budget, "steps_per_attempt": args.steps,
                       "first": first, "relaunch_2x": again}, indent=1))
 

@@ -2,6 +2,7 @@
 for the scanner of any checkout (this one, or its parent for "before"), one scan each.
 
     python bench/library_copies.py --work DIR [--fraction 0.25] [--code CHECKOUT] [--label after]
+                                   [--before CHECKOUT]
 
 Builds or reuses the library benchmark's corpus and model (bench/library.py's "full" size: a header
 every document opens with, passages planted 1, 2, 4, 8 and 32 times at the middle of distinct documents,
@@ -10,7 +11,9 @@ bench/library.py's options and one searched candidate a document (--max-candidat
 and prints: documents with a memorized span, documents with a passage of their own (not shared text),
 the shared texts, and per duplication count the planted copies covered at 60 % or more of their
 characters by memorized spans. `--code`: the checkout whose scanner runs (its folder is the working
-directory and PYTHONPATH of every command), so the same script measures before and after.
+directory and PYTHONPATH of every command), so the same script measures before and after. `--before`:
+a second checkout scanned right after, on the same corpus and model (built once: the library is built
+from this machine's installed files, so two invocations may not build the same one), with its own label.
 """
 
 from __future__ import annotations
@@ -97,24 +100,29 @@ def main() -> None:
     parser.add_argument("--code", default=str(Path(__file__).resolve().parent.parent))
     parser.add_argument("--label", default="after")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--before", default=None, help="a second checkout, scanned on the same corpus and model")
     args = parser.parse_args()
     work, _, truth, _ = bench.build(args, "full")
     names = json.loads((work / "library" / "truth.json").read_text())["names"]
-    label = f"copies-f{args.fraction:.2f}"
-    docs = bench.subset(work, names, args.fraction, args.seed, label)
-    folder, code = docs.parent, Path(args.code).resolve()
-    logs = folder / f"logs-{args.label}"
+    docs = bench.subset(work, names, args.fraction, args.seed, f"copies-f{args.fraction:.2f}")
+    runs = [(args.label, args.code), *([("before", args.before)] if args.before else [])]
+    print(json.dumps([one(work, docs, truth, label, Path(code).resolve()) for label, code in runs], indent=1))
+
+
+def one(work: Path, docs: Path, truth: dict, label: str, code: Path) -> dict:
+    """One checkout's ingest, scan and report of the documents, and its figures."""
+    folder = docs.parent
+    logs = folder / f"logs-{label}"
     logs.mkdir(exist_ok=True)
-    corpus, run = folder / f"corpus-{args.label}.parquet", folder / f"run-{args.label}"
+    corpus, run = folder / f"corpus-{label}.parquet", folder / f"run-{label}"
     subprocess.run(["rm", "-rf", str(run), str(corpus)], check=True)
     acr_scan(code, logs / "ingest.log", "ingest", str(docs), "--out", str(corpus))
     count = len(list(docs.iterdir()))
     options = [*bench.SCAN, "--max-candidates", str(math.ceil(count * bench.CANDIDATES_PER_DOC))]
     scan_s = acr_scan(code, logs / "scan.log", "scan", str(corpus), "--model", str(work / "library" / "model"),
                       "--out", str(run), *options)
-    report_s = acr_scan(code, logs / "report.log", "report", str(run), "--out", str(folder / f"report-{args.label}.html"))
-    print(json.dumps({"label": args.label, "code": str(code), "scan_s": scan_s, "report_s": report_s,
-                      **figures(run, truth)}, indent=1))
+    report_s = acr_scan(code, logs / "report.log", "report", str(run), "--out", str(folder / f"report-{label}.html"))
+    return {"label": label, "code": str(code), "scan_s": scan_s, "report_s": report_s, **figures(run, truth)}
 
 
 if __name__ == "__main__":

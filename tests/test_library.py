@@ -53,6 +53,50 @@ def test_a_seconds_budget_stops_within_a_step_and_a_larger_one_resumes_the_cut_u
     assert search_spent(out) - 9.0 < 1.0
 
 
+def test_a_relaunch_goes_on_with_the_search_the_budget_cut_where_it_stood(tiny_dir, tmp_path):
+    """The cut search's record (the lengths refuted, the length searched, its steps and best prompt) is
+    what the relaunch goes on from: no refuted length searched again, the cut try continued with the steps
+    it had left, and the cut and the resumed run together spend what one search from scratch spends."""
+    rng = random.Random(5)
+    corpus = tmp_path / "slow.parquet"
+    pq.write_table(pa.table({"id": ["d0", "d1"], "text": [salad(rng, 14) for _ in range(2)]}), corpus)
+    out = tmp_path / "run"
+    done = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SLOW, "--search-budget", "3s")
+    assert done.returncode == 0, done.stderr
+    records = {span: c for p in (out / "search" / "stats").glob("*.json")
+               for span, c in json.loads(p.read_text()).get("cut", {}).items()}
+    going = {span: c for span, c in records.items() if c["forwards"] or c.get("resume")}
+    assert len(going) == 1, f"one search (width 1) was running at the deadline: {records}"
+    ((span, record),) = going.items()
+    where = record["resume"]
+    assert where["length"] is not None and 0 <= where["steps"] < 10
+    assert where["refuted"] == [n for n, ok in where["tried"] if not ok]
+    # status counts the cut unit apart, not as done (one unit of every candidate: --unit-size 64)
+    shown = cli("status", str(out))
+    assert shown.returncode == 0, shown.stderr
+    shown = json.loads(shown.stdout)
+    assert shown["phases"]["search_units"] == {"done": 0, "cut": 1, "candidates_cut": len(records),
+                                               "searches_cut": 1, "total": 1}
+    search = shown["progress"]["search"]
+    assert (search["units_done"], search["units_cut"], search["candidates_done"], search["searches_cut"]) == \
+        (0, 1, search["candidates_total"] - len(records), 1)
+
+    again = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SLOW, "--search-budget", "600s")
+    assert again.returncode == 0, again.stderr
+    rows = {r["span_id"]: r for r in pq.read_table(out / "results").to_pylist()}
+    row = rows[span]
+    searched = [a for a in row["attempts"] if a["stage"] == "search" and a["warm"] not in ("certificate", "decided")]
+    assert not {a["length"] for a in searched} & set(where["refuted"]), "a refuted length was searched again"
+    if where["prompt_ids"]:  # the cut try goes on from its best prompt with the steps it had left
+        assert (searched[0]["length"], searched[0]["warm"], searched[0]["max_steps"]) == \
+            (where["length"], "resumed", 10 - where["steps"])
+    cold = {r["steps"] for s, r in rows.items()  # every other search ran whole, from scratch
+            if s != span and r["status"] == "not_memorized" and r["target_tokens"] == row["target_tokens"]}
+    assert row["status"] == "not_memorized" and len(cold) == 1, (row["status"], cold)
+    assert row["steps"] + record["steps"] == cold.pop(), "the cut run and the relaunch spend one search's steps"
+    assert not any("cut" in json.loads(p.read_text()) for p in (out / "search" / "stats").glob("*.json"))
+
+
 # A library in small: every document opens with the same header (a text the model memorized), and one
 # other memorized passage stands in two documents at different offsets, so no window of one is a window
 # of the other. Six documents: shared text by default is text held by at least 3.
@@ -120,3 +164,26 @@ def test_a_header_every_document_holds_is_shared_text_shown_once_and_no_book_is_
     assert kept["selection"]["shared_text_rows_left_out"] > 0
     left = [r for r in spans.read_text().splitlines()[1:] if HEADER[:15] in r]
     assert not left, "the header's spans are left out"
+
+
+def test_the_bundle_and_the_denominators_say_how_shared_text_was_treated(library, tmp_path):
+    out, rows = library
+    treated = {}
+    for name, extra in (("all", []), ("own", ["--without-shared-text"])):
+        done = cli("export", str(out), "--bundle", str(tmp_path / name), *extra)
+        assert done.returncode == 0, done.stderr
+        treated[name] = json.loads((tmp_path / name / "denominators.json").read_text())["shared_text"]
+        evidence = [json.loads(line) for line in (tmp_path / name / "evidence.jsonl").read_text().splitlines()]
+        assert len(evidence) == json.loads((tmp_path / name / "denominators.json").read_text())["rows"]
+        treated[name]["rows"] = len(evidence)
+        treated[name]["header_rows"] = sum(len(r["text"].strip()) > 10 and r["text"].strip() in HEADER for r in evidence)
+    found = {"shared_text_min_docs": 3, "texts": 1, "documents": 6, "set_apart": True}  # half of 6 documents
+    assert all(treated[name][k] == v for name in treated for k, v in found.items()), treated
+    assert treated["all"]["spans"] == treated["own"]["spans"] > 0 and treated["all"]["passages"] >= 6
+    assert (treated["all"]["left_out"], treated["all"]["rows_left_out"]) == (False, 0)
+    assert treated["own"]["left_out"] and treated["own"]["rows_left_out"] == treated["all"]["rows"] - treated["own"]["rows"]
+    assert treated["all"]["header_rows"] > 0 and treated["own"]["header_rows"] == 0, "the header's spans are left out"
+    spans = tmp_path / "spans.jsonl"
+    assert cli("export", str(out), "--out", str(spans), "--without-shared-text").returncode == 0
+    sidecar = json.loads((tmp_path / "spans.jsonl.denominators.json").read_text())["shared_text"]
+    assert {k: sidecar[k] for k in found} == found and sidecar["left_out"] and sidecar["spans"] == treated["all"]["spans"]

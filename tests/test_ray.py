@@ -109,6 +109,45 @@ def test_ray_scan_equals_the_local_scan(local_ray, reference, tiny_dir, tmp_path
     assert got.schema.metadata[b"tokenizer_hash"] == want.schema.metadata[b"tokenizer_hash"]
 
 
+def test_a_seconds_budget_reaches_the_actors_and_a_relaunch_goes_on_from_the_cut_searches(local_ray, tiny_dir, tmp_path):
+    """The deadline is plain data every unit carries: each actor's live search stops within a step of it,
+    the search seconds recorded end near the budget, and a relaunch with a larger one (on new actors)
+    goes on from where each cut search stood."""
+    import json
+    import random
+
+    import pyarrow as pa
+
+    from scanner.cli.main import scan_command, scan_config
+    from scanner.studies.tiny import salad
+
+    rng = random.Random(5)
+    corpus = tmp_path / "slow.parquet"
+    pq.write_table(pa.table({"id": ["d0", "d1"], "text": [salad(rng, 14) for _ in range(2)]}), corpus)
+    slow = ["--span-tokens", "12", "--stride", "12", "--context-tokens", "16", "--min-match-rate", "0", "--steps", "10",
+            "--candidates", "96", "--top-k", "64", "--restarts", "0", "--no-early-reject", "--calibration-prompts", "0",
+            "--unit-size", "2", "--device", "cpu", "--threads", "1"]
+
+    def scan(budget: str) -> list[dict]:
+        args = [str(corpus), "--model", str(tiny_dir), "--out", str(tmp_path / "run"), *slow, "--search-budget", budget]
+        run_scan(scan_config(scan_command.make_context("scan", args).params, str(corpus)), str(tmp_path / "run"),
+                 executor=ExecutorConfig(kind="ray", num_actors=2))
+        return [json.loads(p.read_text()) for p in (tmp_path / "run" / "search" / "stats").glob("*.json")]
+
+    stats = scan("3s")
+    overshoot = sum(s["search_s"] for s in stats) - 3.0
+    assert overshoot < 1.5, f"the actors overshot the budget by {overshoot:.1f} s, more than a step each"
+    cut = {span: c["resume"] for s in stats for span, c in s.get("cut", {}).items() if c.get("resume")}
+    assert cut, "a search running on an actor at the deadline was stopped there, and recorded where it stood"
+    again = scan("600s")
+    assert not any(s.get("cut") for s in again), "the relaunch finished every unit"
+    rows = {r["span_id"]: r for r in pq.read_table(tmp_path / "run" / "results").to_pylist()}
+    for span, where in cut.items():
+        lengths = {a["length"] for a in rows[span]["attempts"] if a["stage"] == "search"}
+        assert rows[span]["status"] == "not_memorized" and not lengths & set(where["refuted"])
+        assert where["length"] in lengths, "the relaunch went on at the length the cut search was at"
+
+
 def test_options_that_cannot_work_fail_before_anything_runs(reference, tiny_dir, tmp_path):
     corpus, _ = reference
     with pytest.raises(InputError, match="--num-actors only apply to --executor ray"):

@@ -204,7 +204,7 @@ def test_a_scan_stopped_while_it_shrinks_the_decided_prompts(runs):
     assert (tighten["candidates_done"], tighten["candidates_total"]) == (1, total)
     stats = json.loads((run / "tighten/stats/00000.json").read_text())
     assert tighten["budget"]["spent"] == search["budget"]["spent"] + stats["steps"]
-    assert got["phases"]["tighten_units"] == {"done": 1, "total": total}
+    assert got["phases"]["tighten_units"] == {"done": 1, "cut": 0, "candidates_cut": 0, "searches_cut": 0, "total": total}
     shown = frame(run)
     assert "phase: tighten" in shown and f"tighten     1/{total} decided prompts shrunk" in shown
     assert re.search(r"ETA         (\d+ min )?\d+ s to the end of the tightening", shown), shown

@@ -124,12 +124,14 @@ def verify_main(run, bundle: str | None, model: str | None, dtype: str | None, v
     return 0 if recheck.ok else 3
 
 
-def export_bundle(run, bundle: str, tau: str, calibrated: bool, model: str | None, sign: str | None = None) -> None:
+def export_bundle(run, bundle: str, tau: str, calibrated: bool, model: str | None, sign: str | None = None,
+                  leave_out_shared: bool = False) -> None:
     from pathlib import Path
 
     from scanner.results.bundle import MANIFEST, write_bundle
 
-    done = write_bundle(run, bundle, tau=tau, calibrated=calibrated, model=model, sign=sign)
+    done = write_bundle(run, bundle, tau=tau, calibrated=calibrated, model=model, sign=sign,
+                        leave_out_shared=leave_out_shared)
     signed = f", signed ({MANIFEST}.sig)" if done["signed"] else ""
     echo(f"bundle of {done['rows']} rows written to {bundle} ({done['files']} files{signed}); {MANIFEST} sha256 "
          f"{done['manifest_sha256']} (publish it with the evidence); re-check it with: python "

@@ -356,34 +356,27 @@ def export_command(run_dir, out, tau, all_rows, calibrated, passages, free_only,
     if bundle is not None:
         from scanner.cli.evidence import export_bundle
 
-        export_bundle(run, bundle, tau, calibrated, model, sign)
+        export_bundle(run, bundle, tau, calibrated, model, sign, leave_out_shared=no_shared)
         click.echo(denominators_line(denominators(table)))
         return
-    if passages:
-        from scanner.storage.passages import read_passages
+    from scanner.results.report_shared import shared_spans, treatment
+    from scanner.storage.passages import passages_if_built, read_passages
 
+    built = read_passages(run) if no_shared or passages else passages_if_built(run)  # the former names the fix
+    shared = treatment(table, built, no_shared)
+    if passages:
         if tau != "1" or all_rows:
             raise InputError("--tau and --all select spans; --passages exports every passage of the run's "
                              "verdict (drop --tau/--all, or drop --passages)")
-        found = read_passages(run)
-        count = export_passages(without_shared(found) if no_shared else found, out, calibrated=calibrated,
-                                free_only=free_only, results=table, about=about)
+        count = export_passages(without_shared(built) if no_shared else built, out, calibrated=calibrated,
+                                free_only=free_only, results=table, about=about, shared=shared)
         click.echo(f"{count} passages written to {out}")
     else:
         count = export(table, out, tau=tau, all_rows=all_rows, calibrated=calibrated, free_only=free_only,
-                       about=about, leave_out=shared_spans(run) if no_shared else None)
+                       about=about, leave_out=shared_spans(built) if no_shared else None, shared=shared)
         click.echo(f"{count} rows written to {out}")
     click.echo(f"{denominators_line(denominators(table))}; counts in {denominators_path(out)}")
     click.echo(calibration_line(table))
-
-
-def shared_spans(run) -> list[str]:
-    """The span_ids of the run's shared-text passages (--without-shared-text)."""
-    from scanner.results.report_shared import shared_mask
-    from scanner.storage.passages import read_passages
-
-    passages = read_passages(run)
-    return sorted({span for p in passages.filter(shared_mask(passages)).to_pylist() for span in p["span_ids"]})
 
 
 def readable_run(run_dir: str):

@@ -61,8 +61,10 @@ def _search(s: dict) -> str:
     stop = s.get("stopped")  # its numbers only: status validated them as integers
     stopped = "" if not stop else (f"; stopped by the auto budget, {stop['memorized']} memorized of the last "
                                    f"{stop['window']} decided")
+    cut = (f", {s['candidates_cut']} cut by the budget ({s['searches_cut']} searches stopped mid-way: a relaunch "
+           "with a larger --search-budget goes on from where they stood)") if s.get("candidates_cut") else ""
     return (f"{_of(s['candidates_done'], s['candidates_total'])} candidates decided, {s['memorized']} "
-            f"memorized, budget spent {spent}{cost}{stopped}")
+            f"memorized, budget spent {spent}{cost}{cut}{stopped}")
 
 
 def _audit(s: dict) -> str:

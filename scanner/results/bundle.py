@@ -23,6 +23,9 @@ import shutil
 from importlib import metadata
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from scanner import __version__
 from scanner.config import ModelConfig, PromptConfig
 from scanner.confine import inside
@@ -32,8 +35,10 @@ from scanner.errors import require
 from scanner.results import recheck
 from scanner.results.denominators import denominators
 from scanner.results.export import RUN_FLAG, WRITERS, select_rows
+from scanner.results.report_shared import shared_spans, treatment
 from scanner.results.signing import sign_manifest
 from scanner.storage.model_record import read_record
+from scanner.storage.passages import passages_if_built, read_passages
 from scanner.storage.rundir import RunDir
 from scanner.storage.status import progress
 
@@ -48,7 +53,9 @@ README = """# acr-scanner evidence bundle
 Every row of evidence.jsonl is a span of text and a prompt string that, typed into the model named in
 model.json (files identified by sha256, recorded when the scan started) as recipe.json says, makes
 greedy decoding reproduce the span. denominators.json says what the rows were drawn from and whether
-the scan was complete when they were exported.
+the scan was complete when they were exported, and (shared_text) how text that many documents hold
+(a publisher's header, a licence) was treated: the threshold in documents, how many such texts, passages
+and spans the run found, and whether these rows leave them out.
 
 Re-check every row with torch and transformers only (not acr-scanner):
 
@@ -110,21 +117,34 @@ def model_json(run: RunDir, model_config: ModelConfig, model: str | None) -> dic
     return record
 
 
-def completeness(run: RunDir, table, tau: str, calibrated: bool, rows: int) -> dict:
-    """denominators.json: the run's counts, whether it was complete, and the selection the rows are."""
+def completeness(run: RunDir, table, tau: str, calibrated: bool, rows: int, shared: dict | None = None) -> dict:
+    """denominators.json: the run's counts, whether it was complete, the selection the rows are and how
+    they treated shared text (`shared`, report_shared.treatment)."""
     state = progress(run)
     plan = run.load_plan()
     return {"complete": state["phase"] == "complete", "phase": state["phase"],
             "shards_done": len(run.done_shards()), "shards_total": len(plan), "documents_total": plan.num_docs,
             "run": denominators(table), "selection": {"tau": tau, "calibrated": calibrated}, "rows": rows,
             # What the budget and the screen left unsearched, estimated from the recall audit (null without one)
-            "recall": run.recall()}
+            "recall": run.recall(), **({"shared_text": shared} if shared else {})}
 
 
-def bundle_files(run: RunDir, tau: str, calibrated: bool, model: str | None) -> dict[str, bytes]:
-    """Every file of the bundle but the manifest, by name."""
+def without_shared(rows, passages, leave_out: bool) -> tuple:
+    """The rows less the spans of shared-text passages when `leave_out` (--without-shared-text), and how
+    many that left out."""
+    if not leave_out:
+        return rows, 0
+    kept = rows.filter(pc.invert(pc.is_in(rows["span_id"], value_set=pa.array(shared_spans(passages), pa.string()))))
+    return kept, rows.num_rows - kept.num_rows
+
+
+def bundle_files(run: RunDir, tau: str, calibrated: bool, model: str | None,
+                 leave_out_shared: bool = False) -> dict[str, bytes]:
+    """Every file of the bundle but the manifest, by name; `leave_out_shared`: --without-shared-text."""
     table = run.read_results()
-    rows = select_rows(table, tau, calibrated=calibrated)
+    passages = read_passages(run) if leave_out_shared else passages_if_built(run)  # the former names the fix
+    rows, left = without_shared(select_rows(table, tau, calibrated=calibrated), passages, leave_out_shared)
+    shared = {**treatment(table, passages, leave_out_shared), "rows_left_out": left}
     missing = [c for c in NEEDED if c not in rows.column_names]
     require(not missing, f"the run's results lack {missing}, which a re-check needs (a run made before they "
             "were recorded); scan it again into a new run directory")
@@ -141,7 +161,7 @@ def bundle_files(run: RunDir, tau: str, calibrated: bool, model: str | None) -> 
     provenance = json.loads(copied["provenance.json"])
     return {EVIDENCE: evidence.getvalue(), **copied,
             MODEL: _json(model_json(run, model_config, model)),
-            DENOMINATORS: _json(completeness(run, table, tau, calibrated, rows.num_rows)),
+            DENOMINATORS: _json(completeness(run, table, tau, calibrated, rows.num_rows, shared)),
             ENVIRONMENT: _json(environment(provenance, rows.to_pylist())),
             RECIPE: _json(input_recipe(model_config, PromptConfig(**config["prompt"]))),
             "recheck.py": Path(recheck.__file__).read_bytes(), "README.md": README.encode("utf-8")}
@@ -153,15 +173,16 @@ def manifest(files: dict[str, bytes]) -> dict:
 
 
 def write_bundle(run: RunDir, out: str | Path, tau: str = RUN_FLAG, calibrated: bool = False,
-                 model: str | None = None, sign: str | None = None) -> dict:
+                 model: str | None = None, sign: str | None = None, leave_out_shared: bool = False) -> dict:
     """Write the bundle into `out` (absent or an empty folder); returns its rows, files, whether the run
     was complete and the sha256 of its manifest (the one figure to publish beside the evidence); `sign`:
-    an ssh-ed25519 private key that signs the manifest (manifest.json.sig)."""
+    an ssh-ed25519 private key that signs the manifest (manifest.json.sig); `leave_out_shared`: the spans
+    of shared-text passages left out (--without-shared-text; denominators.json says so either way)."""
     out = Path(out)
     require(not out.exists() or (out.is_dir() and not any(out.iterdir())),
             f"--bundle {out}: exists and is not an empty folder; name a new folder (a bundle is never mixed "
             "with other files)")
-    files = bundle_files(run, tau, calibrated, model)
+    files = bundle_files(run, tau, calibrated, model, leave_out_shared)
     index = _json(manifest(files))
     signature = {SIGNATURE: sign_manifest(index, sign)} if sign is not None else {}
     temp = out.parent / f".{out.name}.tmp-{os.getpid()}"

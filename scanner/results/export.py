@@ -247,10 +247,12 @@ def _with_denominators(writer, counts: dict):
                                                                 DENOMINATORS_KEY: blob}), f)
 
 
-def _write(out: Path, rows: pa.Table, results: pa.Table, selection: dict, source_column: str) -> None:
-    """`rows` to `out` by its extension, and the run's denominators beside it (and inside a Parquet file)."""
+def _write(out: Path, rows: pa.Table, results: pa.Table, selection: dict, source_column: str,
+           shared: dict | None = None) -> None:
+    """`rows` to `out` by its extension, and the run's denominators beside it (and inside a Parquet file);
+    `shared`: how shared text was treated (report_shared.treatment)."""
     counts = {"run": denominators(results), "selection": selection, "rows": rows.num_rows,
-              "rows_by_prompt_source": _by_source(rows, source_column)}
+              "rows_by_prompt_source": _by_source(rows, source_column), **({"shared_text": shared} if shared else {})}
     writer = _with_denominators(WRITERS[_format(out)], counts)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, lambda f: writer(rows, f))
@@ -259,11 +261,11 @@ def _write(out: Path, rows: pa.Table, results: pa.Table, selection: dict, source
 
 def export(table: pa.Table, out: str | Path, tau: str = RUN_FLAG, all_rows: bool = False,
            calibrated: bool = False, free_only: bool = False, about: dict | None = None,
-           leave_out: list[str] | None = None) -> int:
+           leave_out: list[str] | None = None, shared: dict | None = None) -> int:
     """Write the selected rows (see select_rows) to `out`, formatted by its extension, with the run's
     denominators beside it; `about`: more of the selection to record (e.g. the run's work_text_tokens);
-    `leave_out`: span_ids not written (shared text, --without-shared-text), counted in the selection.
-    Returns rows written."""
+    `leave_out`: span_ids not written (shared text, --without-shared-text), counted in the selection;
+    `shared`: how shared text was treated, recorded beside the counts. Returns rows written."""
     out = Path(out)
     _format(out)
     rows = select_rows(table, tau, all_rows, calibrated, free_only)
@@ -272,7 +274,7 @@ def export(table: pa.Table, out: str | Path, tau: str = RUN_FLAG, all_rows: bool
         kept = pc.invert(pc.is_in(rows["span_id"], value_set=pa.array(leave_out, pa.string())))
         selection["shared_text_rows_left_out"] = rows.num_rows - _count_true(kept)
         rows = rows.filter(kept)
-    _write(out, rows, table, selection, "prompt_source")
+    _write(out, rows, table, selection, "prompt_source", shared)
     log.info("wrote %d rows to %s", rows.num_rows, out)
     return rows.num_rows
 
@@ -307,7 +309,7 @@ def select_passages(table: pa.Table, calibrated: bool = False, free_only: bool =
 
 
 def export_passages(table: pa.Table, out: str | Path, calibrated: bool = False, free_only: bool = False,
-                    results: pa.Table | None = None, about: dict | None = None) -> int:
+                    results: pa.Table | None = None, about: dict | None = None, shared: dict | None = None) -> int:
     """Write the memorized passages (RUN/passages.parquet, schemas/passages.md) to `out`, formatted by
     its extension (CSV cells defused as for spans), with the denominators of `results` (the run's
     results table) beside it; returns rows written."""
@@ -315,7 +317,7 @@ def export_passages(table: pa.Table, out: str | Path, calibrated: bool = False, 
     _format(out)
     rows = select_passages(table, calibrated, free_only)
     selection = {"passages": True, "calibrated": calibrated, "free_prompts_only": free_only, **(about or {})}
-    _write(out, rows, results if results is not None else _empty_results(), selection, "best_prompt_source")
+    _write(out, rows, results if results is not None else _empty_results(), selection, "best_prompt_source", shared)
     log.info("wrote %d passages to %s", rows.num_rows, out)
     return rows.num_rows
 

@@ -51,6 +51,28 @@ def groups(shared: list[dict]) -> list[tuple[str, int, list[dict]]]:
     return sorted(out, key=lambda g: (-g[1], g[0]))
 
 
+def treatment(table: pa.Table, passages: pa.Table | None, left_out: bool) -> dict:
+    """How the rows treated shared text, for denominators.json (an export's and a bundle's): the
+    --shared-text-min-docs threshold passages.parquet used, the shared texts as the report groups them,
+    their passages, spans and documents, and whether these rows leave them out (--without-shared-text).
+    `passages` None: the run has no passages table (unfinished), so nothing was set apart."""
+    if passages is None:
+        return {"shared_text_min_docs": None, "texts": 0, "passages": 0, "spans": 0, "documents": 0,
+                "left_out": left_out, "set_apart": False}
+    threshold = (passages.schema.metadata or {}).get(b"shared_text_min_docs")
+    _, _, shared = split(table, passages)
+    return {"shared_text_min_docs": int(threshold) if threshold else None, "texts": len(groups(shared)),
+            "passages": len(shared), "spans": len({s for p in shared for s in p["span_ids"]}),
+            "documents": len({p["doc_id"] for p in shared}), "left_out": left_out, "set_apart": True}
+
+
+def shared_spans(passages: pa.Table | None) -> list[str]:
+    """The span_ids of the shared-text passages (what --without-shared-text leaves out)."""
+    if passages is None:
+        return []
+    return sorted({span for p in passages.filter(shared_mask(passages)).to_pylist() for span in p["span_ids"]})
+
+
 def shared_html(shared: list[dict], threshold: str | None) -> str:
     """Each shared text once, with how many documents hold it and how many of its passages the run found."""
     rule = f" (held by at least {_e(threshold)} documents)" if threshold else ""

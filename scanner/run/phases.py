@@ -437,7 +437,7 @@ def _reasons(phases: Phases, units: list[Unit], copies: dict) -> dict[str, str]:
     done = {kind: phases.stores[kind].done() for kind in SEARCHED}
     budget = f"--search-budget {phases.config.search_budget}"
     out = {span: f"search budget spent during its search ({budget}, after {spent['steps']} GCG steps, "
-                 f"{spent['search_s']:.1f} s); a relaunch with a larger budget searches it"
+                 f"{spent['search_s']:.1f} s); a relaunch with a larger budget goes on from where it stood"
            for span, spent in phases.cut().items()}
     stop = phases.auto_stop()
     for unit in units:

@@ -29,6 +29,7 @@ from scanner.results.rows import base_row, failed_row, screened_row, searched_ro
 from scanner.schema import results_schema
 from scanner.search.miniprompt import Cut, Target, measure_many
 from scanner.search.progress import QUIET, SearchObserver
+from scanner.search.resume import Resume
 from scanner.stages.anchor import screen_with_anchors
 from scanner.stages.calibrate import calibrate_rows
 from scanner.stages.read import Document
@@ -50,22 +51,28 @@ def _is_candidate(row: dict, config: ScanConfig) -> bool:
 
 def search_rows(engine: HFEngine, rows: list[dict], config: ScanConfig, width: int,
                 decided: dict[str, str] | None = None, stage: str = "search",
-                observer: SearchObserver = QUIET, deadline: float | None = None) -> tuple[dict, dict, dict]:
+                observer: SearchObserver = QUIET, deadline: float | None = None,
+                resume: dict[str, dict] | None = None) -> tuple[dict, dict, dict]:
     """MiniPrompt on the candidates' rows, `width` at a time sharing forwards: their new rows by span_id,
     the steps, forwards and seconds of the searches by stage (deciding, shrinking) summed, and the
     searches the `deadline` (a time.time() instant: the search budget's end) cut or kept from starting,
-    {span_id: {"steps", "forwards", "search_s"} spent on it}, which get no row. `decided`:
+    {span_id: {"steps", "forwards", "search_s"} spent on it, "resume": where it stood (search/resume.py)},
+    which get no row; `resume`: such a record of an earlier run, {span_id: its "resume"}, the searches
+    go on from. `decided`:
     {span_id: the prompt its verdict-only search found}, which these searches shrink from. A span that
     raises is a failed row, never a lost unit. `stage`: the unit's kind, recorded with every attempt;
     `observer` sees the searches move (run/heartbeat.py)."""
-    decided = decided or {}
-    jobs = [(Target(r["text"], r["certificate_prompt"], list(r["target_ids"]), decided.get(r["span_id"])),
+    decided, resume = decided or {}, resume or {}
+    jobs = [(Target(r["text"], r["certificate_prompt"], list(r["target_ids"]), decided.get(r["span_id"]),
+                    resume=Resume.from_json(resume.get(r["span_id"]))),
              replace(config.search, seed=span_seed(config.search.seed, r["span_id"]))) for r in rows]
     searched, stages, cut = {}, {}, {}
     for index, result in measure_many(engine, jobs, width, observer, deadline):
         row = rows[index]
         if isinstance(result, Cut):
-            cut[row["span_id"]] = {"steps": result.steps, "forwards": result.forwards, "search_s": result.seconds}
+            where = result.resume or Resume.from_json(resume.get(row["span_id"]))  # not reached: the old record
+            cut[row["span_id"]] = {"steps": result.steps, "forwards": result.forwards, "search_s": result.seconds,
+                                   **({"resume": where.to_json()} if where else {})}
             log.info("span %s: cut by the search budget after %d GCG steps, %.2f s", row["span_id"], result.steps,
                      result.seconds)
             continue
@@ -76,9 +83,10 @@ def search_rows(engine: HFEngine, rows: list[dict], config: ScanConfig, width: i
             searched[row["span_id"]] = searched_row(row, result, result.wall_s, stage)
             _add_stages(stages, result.stages)
         _log_searched(searched[row["span_id"]])
-    for row in rows:  # never started: the deadline had passed
-        if row["span_id"] not in searched:
-            cut.setdefault(row["span_id"], {"steps": 0, "forwards": 0, "search_s": 0.0})
+    for row in rows:  # never started: the deadline had passed (an earlier run's record stays)
+        if row["span_id"] not in searched and row["span_id"] not in cut:
+            earlier = {"resume": resume[row["span_id"]]} if resume.get(row["span_id"]) else {}
+            cut[row["span_id"]] = {"steps": 0, "forwards": 0, "search_s": 0.0, **earlier}
     return searched, stages, cut
 
 

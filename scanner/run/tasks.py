@@ -157,17 +157,18 @@ def measured_prompts(rows: dict, texts: dict, k: int) -> dict:
 
 
 def run_unit(engine, unit: Unit, rows: list[dict], config: ScanConfig, width: int, docs,
-             texts=lambda rows: {}, observer: SearchObserver = QUIET) -> tuple[pa.Table, dict]:
+             texts=lambda rows: {}, observer: SearchObserver = QUIET, resume: dict | None = None) -> tuple[pa.Table, dict]:
     """A unit's new rows (certified or searched, then calibrated, their prompts measured) and its stats;
     `docs(rows)` gives the documents calibration needs (only with a reference model), `texts(rows)` the
     documents' texts and token strings the prompts are measured against; `observer` sees its candidates
-    move (run/heartbeat.py)."""
+    move (run/heartbeat.py); `resume`: {span_id: where the budget cut its search in an earlier run}, to
+    go on from there (search/resume.py)."""
     start, verified = time.perf_counter(), engine.verify_s  # calibration verifies too: read before it
     if unit.kind == "certify":
         new, stages, cut = _certify(engine, rows, config, observer), None, {}
     else:
         new, stages, cut = search_rows(engine, rows, unit_search(config, unit.kind), width, unit.decided(),
-                                       unit.kind, observer, unit.deadline)
+                                       unit.kind, observer, unit.deadline, resume)
     verify_s = engine.verify_s - verified
     new.update(calibrate(engine, new, docs(new.values()), config))
     new = measured_prompts(new, texts([r for r in new.values() if r["prompt"] is not None]), config.work_text_tokens)
@@ -239,13 +240,14 @@ class Worker:
         store, rows = Store(self.run.path, task.kind), self._rows(task)
         earlier = store.stats(task.index) if task.index in store.done() else {}
         total = len(rows)
-        if earlier.get("cut"):  # the budget cut it: the verdicts it reached stand, the cut searches go on
+        if earlier.get("cut"):  # the budget cut it: the verdicts it reached stand, the cut searches go on from where they stood
             rows = [r for r in rows if r["span_id"] in earlier["cut"]]
         watcher = UnitProgress(self.run.path, task.name, [r["span_id"] for r in rows])
         try:
             with shard_log(self.run.path / "logs" / f"{task.name}.log"):
                 table, stats = run_unit(self.engine, task, rows, self.config, int(self.meta[b"targets_per_forward"]),
-                                        self._docs, self._texts, watcher)
+                                        self._docs, self._texts, watcher,
+                                        {s: c["resume"] for s, c in earlier.get("cut", {}).items() if c.get("resume")})
             table = table.replace_schema_metadata(self.meta)
             if earlier.get("cut"):
                 table, stats = resumed(store.read(task.index), earlier, table, stats, total)

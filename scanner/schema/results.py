@@ -325,7 +325,10 @@ def _attempt_type() -> pa.DataType:
                "success one length up), 'grow' (from the best failed prompt below), 'deletion' (a one-token "
                "deletion of the success above already elicited the span: no GCG), 'none' (the empty "
                "prompt, checked by generation), 'certificate' (the natural-prefix certificate checked by "
-               "generation), 'decided' (the verdict's prompt checked again before shrinking from it)."),
+               "generation), 'decided' (the verdict's prompt checked again before shrinking from it), 'resumed' (a "
+               "try the search budget cut, gone on with by a relaunch from its lowest-loss prompt: max_steps and "
+               "steps are what was left and spent after the relaunch; the lengths finished before the cut are "
+               "not searched again and not listed)."),
         member("seed", pa.int64(), "The search's seed (per span, from --seed and span_id): every attempt "
                "of one search draws from one generator seeded with it, in this order; null for a "
                "certificate check.", nullable=True),

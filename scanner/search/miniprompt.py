@@ -32,6 +32,7 @@ from scanner.search.gcg import (
 )
 from scanner.search.progress import QUIET, SearchObserver, SearchProgress
 from scanner.search.reject import HOPELESS, decide
+from scanner.search.resume import Resume, replay, where
 from scanner.search.schedule import Attempt, make_schedule
 
 log = logging.getLogger(__name__)
@@ -195,20 +196,28 @@ class _Watch:
 
     observer: SearchObserver
     progress: SearchProgress
+    done: int = 0  # steps the try had spent before a relaunch resumed it (search/resume.py)
 
-    def length_started(self, attempt: Attempt, trial: int, steps: int) -> None:
-        p = self.progress
-        p.length, p.trial, p.step, p.steps, p.right = attempt.length, trial, 0, steps, 0
+    def length_started(self, attempt: Attempt, trial: int, steps: int, done: int = 0,
+                       init: list[int] | None = None) -> None:
+        p, self.done = self.progress, done
+        p.length, p.trial, p.step, p.steps, p.right, p.best_ids = attempt.length, trial, done, steps, 0, init
         self.observer.length_started(p)
 
     def stepped(self, outcome: GCGOutcome) -> None:
         p = self.progress
-        p.step, p.right = outcome.steps, max(p.right, outcome.top_rights[-1])
+        p.step, p.right, p.best_ids = self.done + outcome.steps, max(p.right, outcome.top_rights[-1]), outcome.best_ids
         self.observer.stepped(p)
+
+    def reported(self, length: int, success: bool, state: _State) -> None:
+        """The schedule was told how `length` went: a cut search's record (search/resume.py)."""
+        p = self.progress
+        p.tried.append((length, success))
+        p.prompt = state.best.prompt if state.best else None
 
     def length_finished(self, state: _State, outcome: GCGOutcome) -> GCGOutcome:
         p = self.progress
-        p.step, p.total_steps = outcome.steps, state.steps
+        p.step, p.total_steps = self.done + outcome.steps, state.steps
         if outcome.top_rights:
             p.right = max(p.right, max(outcome.top_rights))
         p.outcome = ("found a prompt" if outcome.success is not None
@@ -220,30 +229,36 @@ class _Watch:
 
 
 def _run_length(scorer: TargetScorer, attempt: Attempt, state: _State, config: SearchConfig,
-                generator: torch.Generator, watch: _Watch) -> Generator[Request, Any, GCGOutcome]:
+                generator: torch.Generator, watch: _Watch,
+                cut: Resume | None = None) -> Generator[Request, Any, GCGOutcome]:
+    """The tries at one length; `cut`: where a try at this length stood when the budget cut it, which
+    goes on from its lowest-loss prompt with the steps it had left (warm 'resumed')."""
     if attempt.warm == "none":
         watch.length_started(attempt, 0, 0)
         outcome = _record(state, attempt, 0, "none", (yield from _empty_prompt(scorer)))
         return watch.length_finished(state, outcome)
-    outcome = None
-    for trial in range(attempt.tries):
-        init = None
-        watch.length_started(attempt, trial, attempt.steps)
-        if trial == 0 and attempt.warm == "shrink" and state.best is not None:
+    outcome, first = None, cut.trial if cut is not None else 0
+    for trial in range(first, attempt.tries):
+        init, warm, done = None, attempt.warm if trial == 0 else "random", 0
+        if cut is not None and trial == first and cut.prompt_ids:
+            init, warm, done = list(cut.prompt_ids), "resumed", min(cut.steps, attempt.steps)
+        watch.length_started(attempt, trial, attempt.steps, done, init)
+        run = replace(attempt, steps=attempt.steps - done)
+        if warm == "shrink" and state.best is not None:
             success, init = yield from _shrink(scorer, state.best.prompt_ids, attempt.length, state,
                                                config.verify_retries)
             if success is not None:  # a deletion already works: no optimization at this length
                 outcome = GCGOutcome(success=success, best_ids=success.prompt_ids, best_loss=0.0)
                 return watch.length_finished(state, _record(state, attempt, 0, "deletion", outcome))
-        elif trial == 0 and attempt.warm == "grow" and state.best_failed:
+        elif warm == "grow" and state.best_failed:
             init = _grow(scorer.engine, state.best_failed, attempt.length, generator)
-        elif trial == 0 and attempt.warm == "previous" and state.warm_ids and len(state.warm_ids) == attempt.length:
+        elif warm == "previous" and state.warm_ids and len(state.warm_ids) == attempt.length:
             init = list(state.warm_ids)
         init = init or random_prompt(scorer.engine, attempt.length, generator)
         stop = _stop_rule(config, attempt, scorer.target.numel())
-        outcome = yield from run_gcg(scorer, init, attempt.steps, config.gcg, generator, config.verify_retries, stop,
+        outcome = yield from run_gcg(scorer, init, run.steps, config.gcg, generator, config.verify_retries, stop,
                                      watch.stepped)
-        watch.length_finished(state, _record(state, attempt, trial, attempt.warm if trial == 0 else "random", outcome))
+        watch.length_finished(state, _record(state, run, trial, warm, outcome))
         if outcome.success is not None or outcome.stopped:  # a stopped attempt gets no restarts
             break
     return outcome
@@ -284,6 +299,8 @@ class Target:
     # A prompt found for this target on another model (`acr-scan compare`): checked by generation first;
     # if it elicits the target it is the search's first success, else GCG starts from it at its length.
     warm_prompt: str | None = None
+    # Where this target's search stood when the search budget cut it (search/resume.py): it goes on from there.
+    resume: Resume | None = None
 
 
 def measure(engine: HFEngine, text: str, config: SearchConfig, natural_prefix: str | None = None,
@@ -299,15 +316,21 @@ class Cut:
     steps: int
     forwards: int
     seconds: float
+    resume: Resume | None = None  # where it stood, to go on from (None: it had not reached a length)
 
 
 class _Steps(SearchObserver):
-    """Counts each search's GCG steps while passing every event on (a cut search's record)."""
+    """Counts each search's GCG steps and keeps its progress while passing every event on: a cut search's
+    record, its spend and where it stood (search/resume.py)."""
 
     def __init__(self, observer: SearchObserver) -> None:
-        self.observer, self.steps = observer, {}
-        self.started, self.length_started = observer.started, observer.length_started
+        self.observer, self.steps, self.progress = observer, {}, {}
+        self.length_started = observer.length_started
         self.length_finished, self.finished, self.failed = observer.length_finished, observer.finished, observer.failed
+
+    def started(self, progress: SearchProgress) -> None:
+        self.progress[progress.index] = progress  # where a search stands, should the deadline cut it
+        self.observer.started(progress)
 
     def stepped(self, progress: SearchProgress) -> None:
         self.steps[progress.index] = self.steps.get(progress.index, 0) + 1
@@ -324,7 +347,8 @@ def measure_many(engine: HFEngine, jobs: list[tuple[Target, SearchConfig]], widt
     searches = (search(engine, target, config, counted, index) for index, (target, config) in enumerate(jobs))
     for done in run_many(engine, searches, width, deadline):
         if done.cut:
-            yield done.index, Cut(counted.steps.get(done.index, 0), done.forwards, done.seconds)
+            yield done.index, Cut(counted.steps.get(done.index, 0), done.forwards, done.seconds,
+                                  where(counted.progress.get(done.index), engine.decode))
             continue
         if done.error is not None:
             observer.failed(done.index, done.error)
@@ -361,8 +385,14 @@ def search(engine: HFEngine, target: Target, config: SearchConfig, observer: Sea
         if config.verdict_only:
             bounded = schedule.next() is not None
             schedule = _Ended()
+    cut = target.resume
+    if cut is not None and _resumed(engine, schedule, cut, state, watch, target_ids) and not shrinking:
+        shrinking = True  # the cut search had its verdict: what follows tightens it
+        yield Stage(SHRINKING)
     while (attempt := schedule.next()) is not None:
-        outcome = yield from _run_length(scorer, attempt, state, config, generator, watch)
+        going_on = cut if cut is not None and cut.length == attempt.length else None
+        cut = None  # only the first length after the replay is the one the budget cut
+        outcome = yield from _run_length(scorer, attempt, state, config, generator, watch, going_on)
         if outcome.stopped == HOPELESS:  # the model does not know the text: "not memorized" now
             break
         ok = outcome.success is not None
@@ -371,6 +401,7 @@ def search(engine: HFEngine, target: Target, config: SearchConfig, observer: Sea
         else:
             state.best_failed = outcome.best_ids
         schedule.report(ok)
+        watch.reported(attempt.length, ok, state)
         if ok and config.verdict_only:  # the verdict is in; shrinking is another unit's work
             bounded = schedule.next() is not None
             break
@@ -381,6 +412,19 @@ def search(engine: HFEngine, target: Target, config: SearchConfig, observer: Sea
     observer.finished(watch.progress)
     return replace(_result(engine, text, target_ids, cap, config, state, certificate), bounded=bounded,
                    decided_tokens=len(decided.prompt_ids) if decided else None)
+
+
+def _resumed(engine: HFEngine, schedule, cut: Resume, state: _State, watch: _Watch, target_ids: list[int]) -> bool:
+    """The schedule and state where the budget cut this search (search/resume.py): the lengths it
+    finished replayed, its shortest verified prompt checked again by generation; True when that replay
+    holds a success (what follows tightens a verdict)."""
+    replay(schedule, cut.tried)
+    watch.progress.tried.extend(cut.tried)
+    found = _certificate(engine, cut.found, target_ids) if cut.found else None
+    if found is not None and (state.best is None or len(found.prompt_ids) < len(state.best.prompt_ids)):
+        state.best = found
+    watch.progress.prompt = state.best.prompt if state.best else None
+    return any(ok for _, ok in cut.tried)
 
 
 class _Ended:

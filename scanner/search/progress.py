@@ -26,6 +26,11 @@ class SearchProgress:
     total_steps: int = 0  # GCG steps of the whole search so far
     outcome: str | None = None  # of the last finished length: found, failed, rejected early (why), ...
     prompt_tokens: int | None = None  # the shortest verified prompt so far
+    prompt: str | None = None  # that prompt
+    # What a search the budget cuts goes on from (search/resume.py): the lengths the schedule finished,
+    # (length, succeeded) in order, and this try's lowest-loss prompt (GCG's best_ids; None before a step).
+    tried: list[tuple[int, bool]] = field(default_factory=list)
+    best_ids: list[int] | None = None
     started: float = field(default_factory=time.monotonic)
 
     def elapsed(self) -> float:

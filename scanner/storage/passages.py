@@ -45,6 +45,12 @@ def is_current(run: RunDir, passages: PassageConfig) -> bool:
     return metadata.get(FINGERPRINT_KEY) == fingerprint(run, passages).encode()
 
 
+def passages_if_built(run: RunDir) -> pa.Table | None:
+    """The run's passages table, or None where it has none yet (an unfinished scan)."""
+    path = passages_path(run)
+    return pq.read_table(path) if path.is_file() else None
+
+
 def read_passages(run: RunDir) -> pa.Table:
     """The run's passages table (export, report); InputError naming the fix when there is none."""
     path = passages_path(run)

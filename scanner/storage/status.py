@@ -126,7 +126,8 @@ def _search(run: RunDir, workers: int, budget: bm.Budget | None, name: str = "se
     """A spending phase's section: search (verdicts) or tighten; `spent_before`: the budget the phases
     before it spent (search and tighten share one budget); `stop`: where --search-budget auto stopped it."""
     units, commits, stats = _units(run, name, SEARCH_PLAN if name == "search" else TIGHTEN_PLAN)
-    searched = {i: s.get("candidates", 0) for i, s in stats.items()}
+    cut = {i: cut_counts(s) for i, s in stats.items()}
+    searched = {i: s.get("candidates", 0) - cut[i]["candidates_cut"] for i, s in stats.items()}
     work = sum(s.get("search_s", 0) for s in stats.values())
     done = sum(searched.values())
     per_s, how = per_second(commits, searched, work, workers)
@@ -138,8 +139,12 @@ def _search(run: RunDir, workers: int, budget: bm.Budget | None, name: str = "se
         left, ends = by_budget, "budget"
     if stop is not None:
         left, ends = 0, "auto"
-    return {"units_done": len(stats), "units_total": None if units is None else len(units),
+    return {"units_done": len(stats) - sum(bool(c["candidates_cut"]) for c in cut.values()),
+            "units_cut": sum(bool(c["candidates_cut"]) for c in cut.values()),
+            "units_total": None if units is None else len(units),
             "candidates_done": done, "candidates_total": total,
+            "candidates_cut": sum(c["candidates_cut"] for c in cut.values()),
+            "searches_cut": sum(c["searches_cut"] for c in cut.values()),
             "memorized": sum(s.get("memorized", 0) for s in stats.values()),
             "failed": sum(s.get("failed", 0) for s in stats.values()),
             "budget": {"kind": budget.kind if budget else "steps", "spent": spent,
@@ -162,6 +167,15 @@ def _audit(run: RunDir, workers: int, sample: int) -> dict:
             "memorized": sum(s.get("memorized", 0) for s in stats.values()), "candidates_per_s": per_s,
             "rate": how, "work_s": work, "eta_s": None if total is None else eta(total - done, per_s),
             "commits": commits}
+
+
+def cut_counts(stats: dict) -> dict:
+    """What the search budget left undecided in a committed unit (its stats "cut", run/tasks.py): the
+    candidates without a verdict, and of them the searches stopped mid-way (a relaunch with a larger
+    budget goes on from where they stood; the others it starts)."""
+    cut = stats.get("cut") or {}
+    return {"candidates_cut": len(cut),
+            "searches_cut": sum(bool(c.get("forwards") or c.get("resume")) for c in cut.values())}
 
 
 def _left_by_budget(budget: bm.Budget, spent: float, mine: float, done: int, left: int) -> float:
@@ -266,4 +280,8 @@ def phase_counts(run: RunDir) -> dict:
 
 
 def _units_done(stats: list[dict], planned: list | None) -> dict:
-    return {"done": len(stats), "total": None if planned is None else len(planned)}
+    """Units committed whole, units the budget cut (committed, pending a relaunch) and what they left."""
+    cut = [cut_counts(s) for s in stats]
+    return {"done": sum(not c["candidates_cut"] for c in cut), "cut": sum(bool(c["candidates_cut"]) for c in cut),
+            "candidates_cut": sum(c["candidates_cut"] for c in cut),
+            "searches_cut": sum(c["searches_cut"] for c in cut), "total": None if planned is None else len(planned)}
