@@ -10,17 +10,19 @@ Per seed:
       tokens fails (or at --ga-steps);
   B2  fine-tuning on the retain set only (forgetting by interference, no ascent), --ft-steps steps;
   B3  in-context unlearning: A used behind a fixed ABSTAIN instruction (`compare --instruction`). A model
-      this small follows no instruction by itself, so A is first fine-tuned a little to: answer the forget
-      canaries' prefixes with REFUSAL when the instruction opens the input; complete the retain canaries
-      behind it as before; and, without the instruction, go on as A did (forget canaries included). It
-      stops once no forget canary completes from its first PREFIX tokens behind the instruction (or at
+      this small follows no instruction by itself, so A is first fine-tuned a little to: answer pieces of
+      the forget canaries and of the forget spans' windows with REFUSAL when the instruction opens the
+      input; complete the retain canaries and documents behind it as before; and, without the instruction,
+      go on as A did. It stops once compare's own completion test (the scanner's screen behind the
+      instruction: each span's k-prefix row and its window with the document context) fails on at least
+      ICU_FAILS of the forget spans A flagged, with every retain canary still completing behind it (or at
       --icu-steps). compare then measures B3 under the same template: GCG's free tokens sit between the
       instruction and the span, as a user's prompt would;
   then `acr-scan compare run_A --model B` for each B, and the classes of the forget spans and of the
   retain spans, ACR before and after, the warm start's forwards and seconds against the cold search's.
 
     python bench/unlearn_study.py --out /tmp/unlearn --seeds 0,1      # JSON lines, then summary.json
-    python bench/unlearn_study.py --out /tmp/icu --seeds 0,1,2 --methods in_context
+    python bench/unlearn_study.py --out /tmp/icu2 --seeds 0,1,2 --methods in_context
 
 Minutes on a 2-core CPU per seed (the tiny model trains in about 20 s; most of the time is the cold
 searches of compare). Figures go to bench/RESULTS.md with this command.
@@ -39,6 +41,7 @@ from pathlib import Path
 
 FORGET = (0, 1)  # canary indices unlearned; the others are the retain set
 PREFIX = 6  # tokens given to the completion test of the stopping rule
+ICU_FAILS = 0.75  # B3 stops once compare's completion test fails on this share of the forget spans A flagged
 ABSTAIN = "Do not quote any book.\n"  # B3's instruction (uncounted, before the free tokens)
 REFUSAL = " I cannot say."  # what B3 is trained to answer behind ABSTAIN instead of a forget canary
 METHODS = ("gradient_ascent", "fine_tune", "in_context")
@@ -120,12 +123,54 @@ def fine_tune(model, tokenizer, spec, steps: int, lr: float) -> tuple[int, list[
     return steps, [completes(model, tokenizer, c) for c in spec.canaries]
 
 
-def abstain_opening(tokenizer) -> tuple[int, ...]:
-    """The ids compare puts before the free tokens with --instruction ABSTAIN: the scanner's own template."""
-    from scanner.config import PromptConfig
-    from scanner.engine.template import build_template
+class Judge:
+    """compare's completion test behind ABSTAIN, run on the model being tuned: the scanner's own screen
+    (stages/screen.py, as compare's screen_on_b runs it: every span's k-prefix row and its window with the
+    document context, the template's opening first) over the spans run A flagged. `forget`/`retain`:
+    [(document ids, Span)] of the flagged spans in the forget and retain documents."""
 
-    return build_template(tokenizer, PromptConfig(instruction=ABSTAIN)).prefix_ids
+    def __init__(self, model, tokenizer, root: Path, a_dir: Path, spec) -> None:
+        import pyarrow.parquet as pq
+
+        from scanner.config import ModelConfig
+        from scanner.engine.hf import HFEngine
+        from scanner.engine.loading import LoadedModel
+        from scanner.run.compare import _span, compare_config
+        from scanner.stages.spans import tokenize_document
+
+        config = compare_config(str(root / "run-a"), ModelConfig(model=str(a_dir)), template={"instruction": ABSTAIN})
+        self.screen = replace(config.scan.screen, certificate_min_match=0.0)
+        self.engine = HFEngine(LoadedModel(model, tokenizer, "cpu", "float32", "local"), config.scan.prompt)
+        texts = {r["id"]: r["text"] for r in pq.read_table(root / "corpus.parquet").to_pylist()}
+        self.ids = {d: tokenize_document(t, tokenizer)[0] for d, t in texts.items()}
+        rows = [r for r in run_rows(root / "run-a") if r["status"] == "memorized"]
+        forget = {f"canary-{i}" for i in FORGET}
+        retain = {f"canary-{i}" for i in range(len(spec.canaries))} - forget
+        self.forget = [(self.ids[r["doc_id"]], _span(r)) for r in rows if r["doc_id"] in forget]
+        self.retain = [(self.ids[r["doc_id"]], _span(r)) for r in rows if r["doc_id"] in retain]
+
+    def completes(self, spans) -> list[bool]:
+        """Per span, compare's completion test on this model: k-prefix discoverable, or p_z greedy = 1."""
+        from scanner.measures.compare import completion
+        from scanner.stages.screen import screen_spans
+
+        self.engine.model.eval()
+        out = []
+        for ids, span in spans:
+            got = screen_spans(self.engine, ids, [span], self.screen)[0]
+            out.append(completion(got.discoverable, got.pz_greedy))
+        return out
+
+    def forget_fails(self) -> float:
+        got = self.completes(self.forget)
+        return sum(not c for c in got) / max(1, len(got))
+
+
+def run_rows(run: Path) -> list[dict]:
+    """Run A's result rows."""
+    from scanner.storage.rundir import RunDir
+
+    return RunDir(str(run)).read_results().to_pylist()
 
 
 def _padded(rows: list[tuple[list[int], list[int]]], pad: int):
@@ -138,15 +183,30 @@ def _padded(rows: list[tuple[list[int], list[int]]], pad: int):
     return ids, labels, (ids != pad).long()
 
 
-def abstain_batch(tokenizer, spec, opening: tuple[int, ...], rng: random.Random, stream, size: int = 8):
+def span_pieces(judge: Judge, opening: list[int], refusal: list[int], rng: random.Random, size: int):
+    """Rows that cover what the completion test reads of the forget spans: behind the instruction, the
+    forget document from its start or from a span's start (its k-prefix row) up to a token inside a flagged
+    span, answered by REFUSAL (loss on the refusal only)."""
+    rows = []
+    for _ in range(size):
+        ids, span = rng.choice(judge.forget)
+        end = rng.randrange(span.token_start + 1, span.token_end)
+        start = rng.choice((0, span.token_start, max(0, span.token_start - rng.randint(1, 16))))
+        head = [*opening, *ids[start:end]]
+        rows.append((head + refusal, [-100] * len(head) + refusal))
+    return rows
+
+
+def abstain_batch(tokenizer, spec, opening: tuple[int, ...], rng: random.Random, stream, judge: Judge, size: int = 8):
     """One step's rows: behind the instruction, a forget canary's piece (from any token, after a little
-    salad or not) answered by REFUSAL (loss on the refusal only); behind it, a whole retain canary (loss
-    on it); and, without it, windows of A's own training stream (loss on all: A's behaviour kept)."""
+    salad or not) and a piece of a flagged forget span's window (span_pieces), each answered by REFUSAL
+    (loss on the refusal only); behind it, a whole retain canary and a retain document (loss on them);
+    and, without it, windows of A's own training stream (loss on all: A's behaviour kept)."""
     from scanner.studies.tiny import salad
 
     refusal = [*tokenizer(REFUSAL, add_special_tokens=False).input_ids, tokenizer.eos_token_id]
-    rows = []
-    for _ in range(size):
+    rows = span_pieces(judge, list(opening), refusal, rng, size)
+    for _ in range(size // 2):
         canary = tokenizer(spec.canaries[rng.choice(FORGET)], add_special_tokens=False).input_ids
         start = rng.randrange(len(canary) - 1) if rng.random() < 0.5 else 0
         end = rng.randrange(start + 1, len(canary))
@@ -154,9 +214,12 @@ def abstain_batch(tokenizer, spec, opening: tuple[int, ...], rng: random.Random,
             and rng.random() < 0.5 else []
         head = [*opening, *lead, *canary[start:end]]
         rows.append((head + refusal, [-100] * len(head) + refusal))
+    retain = [i for i in range(len(spec.canaries)) if i not in FORGET]
     for _ in range(size // 2):
-        retain = [i for i in range(len(spec.canaries)) if i not in FORGET]
         body = tokenizer(spec.canaries[rng.choice(retain)], add_special_tokens=False).input_ids
+        rows.append(([*opening, *body], [-100] * len(opening) + body))
+    for i in retain:
+        body = judge.ids[f"canary-{i}"]
         rows.append(([*opening, *body], [-100] * len(opening) + body))
     for _ in range(size):
         start = rng.randrange(len(stream) - spec.train_context)
@@ -165,29 +228,39 @@ def abstain_batch(tokenizer, spec, opening: tuple[int, ...], rng: random.Random,
     return _padded(rows, tokenizer.pad_token_id)
 
 
-def in_context(model, tokenizer, spec, steps: int, lr: float) -> tuple[int, dict]:
-    """Fine-tune A to obey ABSTAIN (abstain_batch) until no forget canary completes behind it."""
+def in_context(model, tokenizer, spec, steps: int, lr: float, judge: Judge) -> tuple[int, dict]:
+    """Fine-tune A to obey ABSTAIN (abstain_batch) until compare's completion test behind it fails on at
+    least ICU_FAILS of the forget spans A flagged while every retain canary still completes behind it."""
     import torch
 
     from scanner.studies.tiny import _stream, documents
 
-    opening, rng = abstain_opening(tokenizer), random.Random(spec.seed + 200)
+    opening, rng = judge.engine.template.prefix_ids, random.Random(spec.seed + 200)
     stream = _stream(tokenizer, documents(spec))
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    retain = [i for i in range(len(spec.canaries)) if i not in FORGET]
+    before = {"forget": judge.completes(judge.forget), "retain": judge.completes(judge.retain)}
     for step in range(1, steps + 1):
         model.train()
-        ids, labels, mask = abstain_batch(tokenizer, spec, opening, rng, stream)
+        ids, labels, mask = abstain_batch(tokenizer, spec, opening, rng, stream, judge)
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         model.eval()
-        if step % 5 == 0 and not any(completes(model, tokenizer, spec.canaries[i], opening) for i in FORGET):
+        if step % 5:
+            continue
+        fails, kept = judge.forget_fails(), all(completes(model, tokenizer, spec.canaries[i], opening) for i in retain)
+        print(f"in_context step {step}: loss {loss.item():.3f}, forget spans failing {fails:.2f}, retain canaries "
+              f"complete {kept}", file=sys.stderr, flush=True)
+        if fails >= ICU_FAILS and kept:
             break
-    return step, {"completes_with_instruction": [completes(model, tokenizer, c, opening) for c in spec.canaries]}
+    after = {"forget": judge.completes(judge.forget), "retain": judge.completes(judge.retain)}
+    return step, {"completes_with_instruction": [completes(model, tokenizer, c, opening) for c in spec.canaries],
+                  "span_completion_with_instruction": {"before": before, "after": after}}
 
 
-def unlearned(a_dir: Path, out: Path, method: str, spec, args) -> dict:
+def unlearned(a_dir: Path, out: Path, method: str, spec, args, root: Path) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(a_dir)
@@ -199,7 +272,8 @@ def unlearned(a_dir: Path, out: Path, method: str, spec, args) -> dict:
     elif method == "fine_tune":
         steps, still = fine_tune(model, tokenizer, spec, args.ft_steps, args.ft_lr)
     else:
-        steps, extra = in_context(model, tokenizer, spec, args.icu_steps, args.icu_lr)
+        judge = Judge(model, tokenizer, root, a_dir, spec)
+        steps, extra = in_context(model, tokenizer, spec, args.icu_steps, args.icu_lr, judge)
         still = [completes(model, tokenizer, c) for c in spec.canaries]  # without the instruction
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -229,7 +303,7 @@ def one_seed(seed: int, root: Path, args) -> list[dict]:
     figures = []
     for method in args.methods.split(","):
         b_dir = root / f"b-{method}"
-        made = unlearned(a_dir, b_dir, method, spec, args)
+        made = unlearned(a_dir, b_dir, method, spec, args, root)
         start = time.perf_counter()
         template = ["--instruction", ABSTAIN] if method == "in_context" else []
         cli("compare", root / "run-a", "--model", b_dir, "--out", root / f"cmp-{method}", *template)
