@@ -72,8 +72,6 @@ def test_demo_runs_the_embedded_default(tiny_dir):
     assert "unseen text: 0/2 memorized" in out.stdout and "random string: 0/1 memorized" in out.stdout
     scan = tiny_dir / "demo-scan"
     assert "memorized spans with their prompts" in out.stdout and (scan / "report.html").is_file()
-    recall = json.loads((scan / "run" / "recall.json").read_text())  # the demo runs the recall audit
-    assert recall["drawn"] == 4 and f"The recall audit searched {recall['drawn']} spans" in (scan / "report.html").read_text()
     pages = [p.read_text(encoding="utf-8") for p in (scan / "report-passages").glob("*.html")]
     assert pages and all("surrounding text is not shown" not in p for p in pages), "each in the corpus's text"
     flagged = [json.loads(line) for line in (scan / "flagged.jsonl").read_text().splitlines()]

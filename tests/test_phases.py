@@ -204,6 +204,9 @@ def counted(rows: list[dict]) -> dict:
             "attempts": sum(len(r["attempts"]) for r in rows), "gcg_steps": sum(r["steps"] for r in rows),
             "memorized_by_prompt": {"free": free, "work_text": status["memorized"] - free, "unmeasured": 0},
             "memorized_in_several_documents": sum((r["copies_in_corpus"] or 0) > 1 for r in rows),
+            "audited": sum(r["audit_stratum"] is not None and r["searched_as"] is None for r in rows),
+            "audit_memorized": sum(r["audit_stratum"] is not None and r["searched_as"] is None
+                                   and r["status"] == "memorized" for r in rows),
             "fragile": sum(r["status"] == "memorized" and r["fragile"] is True for r in rows)}
 
 

@@ -211,7 +211,7 @@ def test_kept_columns_logs_and_failed_rows_are_retried(tiny_dir, tmp_path, monke
                         model=ModelConfig(model=str(tiny_dir), device="cpu"), spans=SpanConfig(span_tokens=12, stride=2),
                         screen=ScreenConfig(context_tokens=16), min_match_rate=0.8, docs_per_shard=3,
                         max_candidates=2, search=SearchConfig(decide_steps=5, shrink_steps=5, restarts=0),
-                        calibration=CalibrationConfig(random_prompts=0))
+                        calibration=CalibrationConfig(random_prompts=0), audit_sample=0)  # the search's retries only
     import scanner.search.miniprompt as miniprompt
 
     real = miniprompt.effective_cap  # the first call inside every span's search
