@@ -102,13 +102,13 @@ class Phases:
         done = self.stores["screen"].done()
         return [s for s in self.plan if s.shard not in done]
 
-    def candidates(self) -> list[dict]:
-        """Every candidate of the corpus (screen rows with status not_searched): the ranking columns and
-        what tells copies apart (target ids, certificate)."""
+    def candidates(self, status: str = "not_searched") -> list[dict]:
+        """Every candidate of the corpus (screen rows with status not_searched; the recall audit also asks
+        for the screened_out ones): the ranking columns and what tells copies apart (target ids, certificate)."""
         screen = self.stores["screen"]
         columns = [*RANK_COLUMNS, "target_ids", "certificate_prompt"]
         tables = [pq.read_table(screen.result_path(s.shard), columns=columns,
-                                filters=[("status", "=", "not_searched")]) for s in self.plan]
+                                filters=[("status", "=", status)]) for s in self.plan]
         return [row for t in tables for row in t.to_pylist()]
 
     def _units(self, name: str, kind: str, make) -> list[Unit]:
@@ -181,14 +181,8 @@ class Phases:
         known = {bm.target_key(r): r["span_id"] for r in ranked if r["span_id"] in decided}
         left, _ = bm.distinct([r for r in ranked if r["span_id"] not in decided], bm.target_key, known)
         known.update((bm.target_key(r), r["span_id"]) for r in ranked)
-        dropped, _ = bm.distinct(bm.rank(self._screened_out()), bm.target_key, known)
+        dropped, _ = bm.distinct(bm.rank(self.candidates("screened_out")), bm.target_key, known)
         return {"not_searched": left, "screened_out": dropped}
-
-    def _screened_out(self) -> list[dict]:
-        columns = [*RANK_COLUMNS, "target_ids", "certificate_prompt"]
-        return [row for s in self.plan for row in pq.read_table(
-            self.stores["screen"].result_path(s.shard), columns=columns,
-            filters=[("status", "=", "screened_out")]).to_pylist()]
 
     def audit_units(self) -> list[Unit]:
         """The recall audit's units: a seeded stratified draw of `unsearched()` (measures/recall.py),
