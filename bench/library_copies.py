@@ -2,7 +2,7 @@
 for the scanner of any checkout (this one, or its parent for "before"), one scan each.
 
     python bench/library_copies.py --work DIR [--fraction 0.25] [--code CHECKOUT] [--label after]
-                                   [--before CHECKOUT]
+                                   [--before CHECKOUT] [--figures-only]
 
 Builds or reuses the library benchmark's corpus and model (bench/library.py's "full" size: a header
 every document opens with, passages planted 1, 2, 4, 8 and 32 times at the middle of distinct documents,
@@ -10,10 +10,12 @@ a tiny Llama trained on them), takes the seeded share of its documents, ingests 
 bench/library.py's options and one searched candidate a document (--max-candidates), builds the report,
 and prints: documents with a memorized span, documents with a passage of their own (not shared text),
 the shared texts, and per duplication count the planted copies covered at 60 % or more of their
-characters by memorized spans. `--code`: the checkout whose scanner runs (its folder is the working
-directory and PYTHONPATH of every command), so the same script measures before and after. `--before`:
-a second checkout scanned right after, on the same corpus and model (built once: the library is built
-from this machine's installed files, so two invocations may not build the same one), with its own label.
+characters by memorized spans, those covered whole (99 %), and the mean share covered. `--code`: the
+checkout whose scanner runs (its folder is the working directory and PYTHONPATH of every command), so the
+same script measures before and after. `--before`: a second checkout scanned right after, on the same
+corpus and model (built once: the library is built from this machine's installed files, so two
+invocations may not build the same one), with its own label. `--figures-only`: no scan, the figures of
+the runs already in WORK.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import library as bench  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 COVERED = 0.6  # a planted copy counts as found when memorized spans cover this share of its characters
+WHOLE = 0.99  # ... and as found whole at this share (a window's ragged edge may miss a character or two)
 
 
 def acr_scan(code: Path, log: Path, *args: str) -> float:
@@ -61,7 +64,7 @@ def recall(rows: list[dict], truth: dict) -> dict:
         if r["status"] == "memorized":
             spans[int(r["doc_id"][:4])].append((r["char_start"], r["char_end"]))
     scanned = {int(r["doc_id"][:4]) for r in rows}
-    out = defaultdict(lambda: {"copies": 0, "covered": 0, "touched": 0})
+    out = defaultdict(lambda: {"copies": 0, "covered": 0, "whole": 0, "touched": 0, "share_sum": 0.0})
     for region in truth["regions"]:
         if region["kind"] != "plant" or region["doc"] not in scanned:
             continue
@@ -69,7 +72,11 @@ def recall(rows: list[dict], truth: dict) -> dict:
         c = out[f"x{region['count']}"]
         c["copies"] += 1
         c["covered"] += share >= COVERED
+        c["whole"] += share >= WHOLE
+        c["share_sum"] += share
         c["touched"] += share > 0
+    for c in out.values():
+        c["mean_share"] = round(c.pop("share_sum") / c["copies"], 3)
     return dict(sorted(out.items(), key=lambda kv: int(kv[0][1:])))
 
 
@@ -101,11 +108,16 @@ def main() -> None:
     parser.add_argument("--label", default="after")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--before", default=None, help="a second checkout, scanned on the same corpus and model")
+    parser.add_argument("--figures-only", action="store_true",
+                        help="no scan: the figures of the runs these labels left in WORK (after a change of figures)")
     args = parser.parse_args()
     work, _, truth, _ = bench.build(args, "full")
     names = json.loads((work / "library" / "truth.json").read_text())["names"]
     docs = bench.subset(work, names, args.fraction, args.seed, f"copies-f{args.fraction:.2f}")
     runs = [(args.label, args.code), *([("before", args.before)] if args.before else [])]
+    if args.figures_only:
+        print(json.dumps([{"label": label, **figures(docs.parent / f"run-{label}", truth)} for label, _ in runs], indent=1))
+        return
     print(json.dumps([one(work, docs, truth, label, Path(code).resolve()) for label, code in runs], indent=1))
 
 
