@@ -11,9 +11,10 @@ from scanner.engine import batched
 from scanner.engine.build import build_engines
 from scanner.engine.hf import HFEngine
 from scanner.errors import InputError
-from scanner.search.miniprompt import AcrResult, Target, effective_cap
+from scanner.search.miniprompt import Target, effective_cap
 from scanner.search.miniprompt import measure_many as measure_targets
 from scanner.search.progress import QUIET, SearchObserver
+from scanner.search.result import AcrResult
 
 log = logging.getLogger(__name__)
 

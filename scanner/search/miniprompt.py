@@ -1,5 +1,5 @@
 """MiniPrompt: the length schedule (search/schedule.py) driving GCG, with warm starts and restarts,
-and the result record of one target.
+its result record (search/result.py) for each target.
 
 `search` is a generator of model requests (search/gcg.py); `measure` runs one alone and
 `measure_many` runs several with their forwards shared (search/driver.py)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -20,7 +20,6 @@ from scanner.measures import acr as acr_math
 from scanner.measures.compression import thresholds as compression_thresholds
 from scanner.search.driver import run_many, run_one
 from scanner.search.gcg import (
-    DECIDING,
     SHRINKING,
     GCGOutcome,
     Request,
@@ -32,84 +31,11 @@ from scanner.search.gcg import (
 )
 from scanner.search.progress import QUIET, SearchObserver, SearchProgress
 from scanner.search.reject import HOPELESS, decide
+from scanner.search.result import AcrResult, finish
 from scanner.search.resume import Resume, replay, where
 from scanner.search.schedule import Attempt, make_schedule
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class AcrResult:
-    target: str
-    target_ids: list[int]
-    target_tokens: int
-    prompt: str | None
-    prompt_ids: list[int] | None
-    prompt_tokens: int | None
-    acr: float
-    memorized: bool  # at the configured tau
-    thresholds: dict[str, dict]
-    success: bool  # a prompt was found and verified by generation
-    verified_generation: bool
-    teacher_forced: bool
-    min_margin: float | None
-    certificate_tokens: int | None  # length of a natural-prefix certificate, when one verified
-    cap: int
-    schedule: str
-    tau: float
-    steps: int
-    forwards: int
-    rejected_matches: int  # teacher-forced matches that generation refuted (METHOD.md defect 1)
-    # The engine whose greedy generation decided `success` (hf or vllm), its version, dtype and flags.
-    verify_engine: str
-    verify_version: str
-    verify_dtype: str
-    verify_flags: dict
-    # That generation and HF's teacher-forced check of the reported prompt disagree (None: no prompt).
-    verify_disagrees: bool | None
-    wall_s: float
-    seed: int
-    bos: str
-    # Nothing found, and the early-rejection rule stopped at least one attempt before its budget
-    # (search/reject.py); steps and forwards count what was spent.
-    rejected_early: bool = False
-    # A verdict-only search (SearchConfig.verdict_only) stopped at its first success while its schedule
-    # had shorter lengths left: acr is the bound that success proves, not the schedule's minimum.
-    bounded: bool = False
-    # The length of the decided prompt this search shrank from (Target.decided_prompt); None otherwise.
-    decided_tokens: int | None = None
-    # The verify engine's own generation of the prompt (HFEngine.verify): its smallest margin over the
-    # span, where it occurs, and the threshold under which the success counts as fragile (None: no prompt).
-    generation_margin: float | None = None
-    generation_margin_at: int | None = None
-    fragile_below: float | None = None
-    trace: list[dict] = field(default_factory=list)
-    # {stage: {"steps", "forwards", "seconds"}}: deciding is the attempts up to and including the first
-    # verified success (all of them when none succeeded), shrinking the attempts after it (the driver's).
-    stages: dict[str, dict] = field(default_factory=dict)
-    # Probe sampling (config.DraftConfig): the draft model's forwards and seconds (inside wall_s); 0 without.
-    draft_forwards: int = 0
-    draft_s: float = 0.0
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def stage_steps(trace: list[dict], decided: bool = False) -> dict[str, int]:
-    """GCG steps of the deciding and the shrinking attempts of a search's trace (`decided`: it shrank a
-    decided prompt, so all of them shrink)."""
-    first = -1 if decided else next((i for i, attempt in enumerate(trace) if attempt["success"]), len(trace))
-    return {DECIDING: sum(a["steps"] for a in trace[:first + 1]), SHRINKING: sum(a["steps"] for a in trace[first + 1:])}
-
-
-def _finish(done) -> AcrResult:
-    """The search's result with what the driver attributed to it (driver.Finished), in total and by stage."""
-    steps = stage_steps(done.value.trace, done.value.decided_tokens is not None)
-    stages = {name: {"steps": steps[name], **done.stages.get(name, {}),
-                     "forwards": done.stages.get(name, {}).get("forwards", 0),
-                     "seconds": done.stages.get(name, {}).get("seconds", 0.0)} for name in (DECIDING, SHRINKING)}
-    return replace(done.value, wall_s=done.seconds, forwards=done.forwards, stages=stages,
-                   draft_forwards=done.draft_forwards, draft_s=done.draft_seconds)
 
 
 @dataclass
@@ -306,7 +232,7 @@ class Target:
 def measure(engine: HFEngine, text: str, config: SearchConfig, natural_prefix: str | None = None,
             target_ids: list[int] | None = None, observer: SearchObserver = QUIET) -> AcrResult:
     """The ACR of one target text: MiniPrompt under `config.schedule`, every success verified."""
-    return _finish(run_one(engine, search(engine, Target(text, natural_prefix, target_ids), config, observer)))
+    return finish(run_one(engine, search(engine, Target(text, natural_prefix, target_ids), config, observer)))
 
 
 @dataclass(frozen=True)
@@ -352,7 +278,7 @@ def measure_many(engine: HFEngine, jobs: list[tuple[Target, SearchConfig]], widt
             continue
         if done.error is not None:
             observer.failed(done.index, done.error)
-        yield done.index, done.error or _finish(done)
+        yield done.index, done.error or finish(done)
 
 
 def search(engine: HFEngine, target: Target, config: SearchConfig, observer: SearchObserver = QUIET,
