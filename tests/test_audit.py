@@ -6,12 +6,11 @@ The truth comes from the same corpus scanned without a budget: every candidate s
 
 import json
 import random
-import subprocess
-import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from clirun import cli
 
 from scanner.schema import RESULTS_WALL_CLOCK
 from scanner.studies.tiny import CANARIES, salad
@@ -21,10 +20,6 @@ from scanner.studies.tiny import CANARIES, salad
 CARDS = ["--span-tokens", "12", "--stride", "6", "--context-tokens", "16", "--min-match-rate", "0.8", "--steps", "10",
          "--candidates", "64", "--top-k", "64", "--restarts", "0", "--calibration-prompts", "0", "--extend-tokens", "0",
          "--unit-size", "2"]
-
-
-def cli(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "scanner", *args], capture_output=True, text=True, timeout=timeout)
 
 
 CUT = [*CARDS, "--max-candidates", "1", "--audit-sample", "3"]

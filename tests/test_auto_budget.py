@@ -9,12 +9,11 @@ salad the model never saw. Rule auto:1/2 in units of 1: two salad verdicts in a 
 import json
 import random
 import shutil
-import subprocess
-import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from clirun import cli
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -28,10 +27,6 @@ SCAN = ["--span-tokens", "12", "--stride", "8", "--context-tokens", "16", "--min
 AUTO = ["--search-budget", "auto:1/2"]
 WHY = "yield of the last 2 searched candidates 0 of 2, below the auto threshold 1/2"
 CANARY = CANARIES[2]  # every span of it memorized with these options
-
-
-def cli(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "scanner", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def corpus(path, words: int):

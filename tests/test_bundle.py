@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from clirun import cli
 
 from scanner.cli.demo import demo_corpus
 from scanner.cli.evidence import recheck_lines
@@ -28,11 +29,6 @@ from scanner.results.verify import Check, Recheck, manifest_problems, verify_bun
 
 SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--min-match-rate", "0.8",
         "--max-candidates", "0", "--calibration-prompts", "0", "--extend-tokens", "0"]
-
-
-def cli(*args, cwd=None, timeout=600):
-    return subprocess.run([sys.executable, "-m", "scanner", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd)
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,11 @@ calibration must mark them predictable and leave the canaries memorized, control
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from clirun import cli
 
 from scanner.config import CalibrationConfig
 from scanner.errors import InputError
@@ -28,10 +27,6 @@ COUNTING_TEXT = counting(1, 14)[:-1]
 REFRAIN_TEXT = REFRAIN.rsplit(",", 3)[0]
 SPEC = TinySpec(predictable_docs=200)
 REFERENCE_SPEC = TinySpec(canaries=(), predictable_docs=200, seed=1, documents=200, steps=300)
-
-
-def cli(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "scanner", *args], capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

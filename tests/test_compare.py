@@ -8,11 +8,10 @@ run A to seconds; the controls are the spans A searched and found not memorized.
 
 import json
 import shutil
-import subprocess
-import sys
 
 import pyarrow.parquet as pq
 import pytest
+from clirun import cli
 
 from scanner.cli.demo import demo_corpus
 from scanner.measures.compare import verdict_class
@@ -20,10 +19,6 @@ from scanner.measures.compare import verdict_class
 SCAN = ["--span-tokens", "12", "--stride", "6", "--context-tokens", "16", "--min-match-rate", "0.8",
         "--steps", "10", "--candidates", "64", "--top-k", "64", "--restarts", "0", "--max-candidates", "1",
         "--calibration-prompts", "0", "--extend-tokens", "0"]
-
-
-def cli(*args, timeout=900):
-    return subprocess.run([sys.executable, "-m", "scanner", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def rows(folder):
@@ -207,16 +202,3 @@ def test_a_file_of_targets_chooses_the_spans_inside_them(run_a, tiny_dir, tmp_pa
     refused = cli("compare", str(root / "a"), "--model", str(tiny_dir), "--out", str(root / "nofile"), "--file",
                   str(absent))
     assert refused.returncode == 2 and "--file target 1" in refused.stderr and "holds no span" in refused.stderr
-
-
-def test_compare_runs_on_ray_actors(run_a, tiny_dir, tmp_path):
-    pytest.importorskip("ray")
-    root, results = run_a
-    flagged = next(r["span_id"] for r in results if r["status"] == "memorized")
-    done = cli("compare", str(root / "a"), "--model", str(tiny_dir), "--out", str(root / "ray"), "--spans", flagged,
-               "--executor", "ray", "--num-actors", "1", "--cpus-per-actor", "1", "--threads", "1")
-    assert done.returncode == 0, done.stderr
-    (row,) = rows(root / "ray")
-    assert row["verdict_class"] == "still_memorized" and row["warm_from_a"]
-    provenance = json.loads((root / "ray" / "provenance.json").read_text())
-    assert provenance["model"]  # written by the actor's setup

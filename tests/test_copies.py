@@ -5,13 +5,12 @@ naming the copy searched (searched_as). Real scans on the tiny model."""
 
 import json
 import random
-import subprocess
-import sys
 from collections import defaultdict
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from clirun import cli
 
 from scanner.cli.demo import demo_corpus
 from scanner.measures import budget as bm
@@ -22,10 +21,6 @@ from scanner.studies.tiny import salad
 SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--min-match-rate", "0.8", "--steps", "10",
         "--candidates", "64", "--top-k", "64", "--restarts", "0", "--calibration-prompts", "0", "--unit-size", "1"]
 VERDICT = ("status", "memorized", "acr", "acr_kind", "prompt", "prompt_ids", "prompt_tokens", "verified_generation")
-
-
-def cli(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "scanner", *args], capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from clirun import cli
 
 from scanner.cli.demo import demo_corpus
 from scanner.cli.evidence import verify_lines
@@ -55,10 +56,6 @@ AAAAC3NzaC1lZDI1NTE5AAAAQL7JJ6MNUwLgkxV+nxe3tV21EpC/7vTtptINj+kvl8VtI+
 +qjKz91SrX5fEXrfRQUo+mEUi87j/QzhAbiX5GCAk=
 -----END SSH SIGNATURE-----
 """
-
-
-def cli(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "scanner", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def recheck_script(bundle: Path, *args):

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from clirun import cli
 from filelock import FileLock
 
 from scanner.studies.families import CHAT_FAMILIES, FAMILIES, build_families, control_text
@@ -44,11 +45,6 @@ SCAN = [*SEARCH, "--max-candidates", "2"]
 # lacks: it generated other tokens than the model) is refused there.
 VLLM_FAMILIES = tuple(n for n in NAMES if n != "gemma2")
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
-
-
-def cli(*args, timeout=900, cwd=None):
-    return subprocess.run([sys.executable, "-m", "scanner", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd)
 
 
 @pytest.fixture(scope="session")

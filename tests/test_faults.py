@@ -25,6 +25,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from clirun import cli
 
 from scanner.schema import WALL_CLOCK
 from scanner.storage.lock import holder_of
@@ -33,12 +34,6 @@ from scanner.studies.tiny import CANARIES, salad
 SCAN = ["--span-tokens", "12", "--stride", "3", "--context-tokens", "12", "--docs-per-shard", "1",
         "--min-match-rate", "0.9", "--max-candidates-per-doc", "1", "--steps", "30", "--candidates", "64",
         "--top-k", "64", "--restarts", "0"]
-
-
-def cli(*args, cwd=None, timeout=300):
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    return subprocess.run([sys.executable, "-m", "scanner", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd, env=env)
 
 
 # Ids a spreadsheet would run as formulas: the CSV export must defuse them.

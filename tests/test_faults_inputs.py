@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 import random
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from clirun import cli
 
 from scanner.studies.tiny import salad
 
@@ -27,11 +26,6 @@ SCAN = ["--span-tokens", "16", "--context-tokens", "8", "--max-candidates", "0",
         "--device", "cpu", "--threads", "1"]
 DOCS = 6  # two row groups of three rows: shard 1 is row group 1
 KEY = ["doc_id", "span_id", "token_start", "token_end", "text", "status", "reason", "greedy_match_rate"]
-
-
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "scanner", *map(str, args)], capture_output=True, text=True,
-                          timeout=300)
 
 
 def texts(seed: int = 0) -> list[bytes]:

@@ -21,6 +21,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from clirun import cli
 
 from scanner.cli.demo import demo_corpus
 
@@ -28,11 +29,6 @@ HOSTILE_ID = "doc-0\x1b]0;pwned\x07\x1b[2J\x9b31m\u202e"
 RAW = ("\x1b]0;", "\x07", "\x1b[2J", "\x9b", "\u202e")  # what a terminal would act on, printed raw
 SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--min-match-rate", "0.8",
         "--max-candidates", "0", "--calibration-prompts", "0", "--extend-tokens", "0"]
-
-
-def cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "scanner", *map(str, args)], capture_output=True, text=True,
-                          timeout=600, cwd=cwd)
 
 
 def recheck(bundle: Path, *args):

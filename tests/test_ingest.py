@@ -9,14 +9,13 @@ import hashlib
 import json
 import random
 import re
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 import zstandard
+from clirun import cli
 from lxml import etree
 
 from scanner.errors import InputError
@@ -33,10 +32,6 @@ SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--doc
         "--top-k", "64", "--restarts", "0"]
 FRENCH = ("Le café de la gare était fermé à cause de la grève. Où est passé le garçon? Il a mangé une crème "
           "brûlée.\nÇa m'étonne beaucoup, dit-elle, en français, près de la fenêtre où l'été s'achève.\n")
-
-
-def cli(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "scanner", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def write_epub(path: Path, chapters: list[tuple[str, list[str]]], title="A Test Novel", author="Ann Author"):

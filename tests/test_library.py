@@ -5,12 +5,11 @@ header every document holds is shared text, shown once and not counted as any bo
 import json
 import random
 import re
-import subprocess
-import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from clirun import cli
 
 from scanner.studies.tiny import CANARIES, salad
 
@@ -19,10 +18,6 @@ from scanner.studies.tiny import CANARIES, salad
 SLOW = ["--span-tokens", "12", "--stride", "12", "--context-tokens", "16", "--min-match-rate", "0", "--steps", "10",
         "--candidates", "96", "--top-k", "64", "--restarts", "0", "--no-early-reject", "--calibration-prompts", "0",
         "--unit-size", "64"]
-
-
-def cli(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "scanner", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def search_spent(out) -> float:

@@ -3,12 +3,11 @@
 passage at a document's first token is scored and flagged at position 0."""
 
 import random
-import subprocess
-import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from clirun import cli
 
 from scanner.config import PromptConfig
 from scanner.engine.template import build_template, separator_id
@@ -19,10 +18,6 @@ from scanner.studies.tiny import salad
 @pytest.fixture(scope="module")
 def neox(tmp_path_factory):
     return build_neox(tmp_path_factory.mktemp("neox") / "model")
-
-
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "scanner", *args], capture_output=True, text=True, timeout=900)
 
 
 def test_auto_opens_with_the_separator_where_no_bos_is_added(neox):

@@ -8,12 +8,11 @@ evidence, the best of which is not the first in corpus order."""
 import json
 import re
 import shutil
-import subprocess
-import sys
 from collections import Counter
 
 import pyarrow.parquet as pq
 import pytest
+from clirun import cli
 
 from scanner.cli.demo import demo_corpus
 from scanner.measures import budget as bm
@@ -22,10 +21,6 @@ from scanner.schema import WALL_CLOCK
 SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--min-match-rate", "0.8", "--steps", "10",
         "--candidates", "64", "--top-k", "64", "--restarts", "0", "--calibration-prompts", "0", "--unit-size", "1"]
 BUDGET = ["--search-budget", "1steps"]  # the first unit starts (nothing spent yet), no other
-
-
-def cli(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "scanner", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def one_doc(root, doc: int):

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
-import subprocess
 import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from clirun import cli
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -32,12 +31,6 @@ SCAN = ["--span-tokens", "12", "--stride", "3", "--context-tokens", "12", "--cer
         "--docs-per-shard", "1",
         "--min-match-rate", "0.9", "--max-candidates-per-doc", "1", "--steps", "30", "--candidates", "64",
         "--top-k", "64", "--restarts", "0", "--calibration-prompts", "0", "--screen-window", "exact"]
-
-
-def cli(*args, timeout=300):
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    return subprocess.run([sys.executable, "-m", "scanner", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
 
 
 def write_corpus(path: Path) -> Path:

@@ -4,13 +4,12 @@ window bounds the screen's chunk; a chat template that refuses a system role is 
 
 import json
 import random
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from clirun import cli
 from transformers import Gemma2Config, LlamaConfig, MistralConfig, Qwen2Config
 
 from scanner.config import PromptConfig, ScreenConfig
@@ -24,10 +23,6 @@ from scanner.studies.tiny import salad
 
 SCAN = ["--span-tokens", "12", "--stride", "12", "--min-match-rate", "0.99", "--max-candidates", "0",
         "--calibration-prompts", "0"]
-
-
-def cli(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "scanner", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def test_the_context_is_capped_and_a_span_that_cannot_fit_is_refused():

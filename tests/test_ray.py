@@ -148,6 +148,26 @@ def test_a_seconds_budget_reaches_the_actors_and_a_relaunch_goes_on_from_the_cut
         assert where["length"] in lengths, "the relaunch went on at the length the cut search was at"
 
 
+def test_compare_runs_on_ray_actors(local_ray, reference, tiny_dir, tmp_path):
+    """`acr-scan compare --executor ray` with run A the reference scan and B its own model: the span is
+    measured on an actor (its setup writes the provenance) and stays memorized, warm-started from A.
+    The CLI runs in this process, so it joins the module's Ray rather than starting one."""
+    import json
+
+    from clirun import cli
+
+    corpus, want = reference
+    flagged = next(r["span_id"] for r in want.to_pylist() if r["status"] == "memorized")
+    out = tmp_path / "compare"
+    done = cli("compare", str(corpus.parent / "run"), "--model", str(tiny_dir), "--out", str(out), "--spans", flagged,
+               "--executor", "ray", "--num-actors", "1", "--cpus-per-actor", "1", "--threads", "1")
+    assert done.returncode == 0, done.stderr
+    (row,) = pq.read_table(out / "compare.parquet").to_pylist()
+    assert row["verdict_class"] == "still_memorized" and row["warm_from_a"]
+    assert json.loads((out / "provenance.json").read_text())["model"]  # written by the actor's setup
+    assert ray.is_initialized(), "the module's Ray is still up: compare shut down only what it started"
+
+
 def test_options_that_cannot_work_fail_before_anything_runs(reference, tiny_dir, tmp_path):
     corpus, _ = reference
     with pytest.raises(InputError, match="--num-actors only apply to --executor ray"):

@@ -10,6 +10,7 @@ import sys
 
 import pyarrow.parquet as pq
 import pytest
+from clirun import cli
 
 from scanner.cli.demo import demo_corpus
 from scanner.schema import WALL_CLOCK
@@ -17,10 +18,6 @@ from scanner.studies.tiny import CANARIES
 
 SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--docs-per-shard", "3", "--min-match-rate", "0.95",
         "--steps", "40", "--candidates", "64", "--top-k", "64", "--restarts", "0"]
-
-
-def cli(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "scanner", *args], capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

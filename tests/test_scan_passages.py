@@ -20,6 +20,7 @@ import tempfile
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from clirun import cli
 
 from scanner.results.export import export_passages
 from scanner.schema import WALL_CLOCK, passages_schema
@@ -29,10 +30,6 @@ SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--doc
         "--min-match-rate", "0.95", "--certificate-min-match", "0.5", "--steps", "20", "--candidates", "64",
         "--top-k", "64", "--restarts", "0", "--max-candidates-per-doc", "3", "--extend-tokens", "40"]
 TWICE = f"{CANARIES[0]}\n{CANARIES[0]}"  # the second copy follows from the first, as in training
-
-
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "scanner", *args], capture_output=True, text=True, timeout=900)
 
 
 @pytest.fixture(scope="module")
