@@ -1,5 +1,5 @@
-"""MiniPrompt: the length schedule (search/schedule.py) driving GCG, with warm starts and restarts,
-its result record (search/result.py) for each target.
+"""MiniPrompt: the length schedule (search/schedule.py) driving GCG, with warm starts and restarts;
+each target's result record is search/result.py's AcrResult.
 
 `search` is a generator of model requests (search/gcg.py); `measure` runs one alone and
 `measure_many` runs several with their forwards shared (search/driver.py)."""
