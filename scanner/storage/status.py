@@ -139,8 +139,8 @@ def _search(run: RunDir, workers: int, budget: bm.Budget | None, name: str = "se
         left, ends = by_budget, "budget"
     if stop is not None:
         left, ends = 0, "auto"
-    return {"units_done": len(stats) - sum(bool(c["candidates_cut"]) for c in cut.values()),
-            "units_cut": sum(bool(c["candidates_cut"]) for c in cut.values()),
+    units_cut = sum(bool(c["candidates_cut"]) for c in cut.values())
+    return {"units_done": len(stats) - units_cut, "units_cut": units_cut,
             "units_total": None if units is None else len(units),
             "candidates_done": done, "candidates_total": total,
             "candidates_cut": sum(c["candidates_cut"] for c in cut.values()),
