@@ -66,7 +66,9 @@ def test_auto_stops_when_the_yield_falls_and_says_why(stopped):
     canary = [r for r in rows if r["doc_id"] == "d0" and r["status"] != "screened_out"]
     assert canary and all(r["status"] == "memorized" for r in canary), "the memorized spans first, all found"
     missed = [r for r in decided if r["doc_id"] == "d1"]
-    assert len(missed) == 2 and not any(r["memorized"] for r in missed), "two salad verdicts, then it stops"
+    # The budget takes a run's windows in turns (measures/budget.py fresh_first): salad verdicts come
+    # between the canary's, so more than two may be decided; it stops after the second in a row.
+    assert len(missed) >= 2 and not any(r["memorized"] for r in missed), "salad verdicts, then it stops"
     assert len(waiting) >= 2 and all(r["doc_id"] == "d1" for r in waiting), "the rest of the salad is left"
     assert all(WHY in r["reason"] and "--search-budget auto:1/2" in r["reason"] for r in waiting)
     record = json.loads((out / "search_stop.json").read_text())
@@ -105,8 +107,8 @@ def test_a_larger_fixed_budget_goes_on_after_an_auto_stop(stopped, tiny_dir, tmp
     before = {r["span_id"]: r for r in rows}
     went_on = [s for s, r in after.items() if before[s]["status"] == "not_searched" and r["status"] != "not_searched"]
     assert len(went_on) == 1, "the relaunch searched one more unit"
-    assert all(r["reason"] == f"search budget spent (--search-budget {budget})" for r in after.values()
-               if r["status"] == "not_searched")
+    assert all(r["reason"].startswith(f"not reached: the search budget (--search-budget {budget}) was spent "
+                                      "before its turn") for r in after.values() if r["status"] == "not_searched")
     assert not (more / "search_stop.json").exists() and status(more)["phases"]["stopped"] is None
 
 

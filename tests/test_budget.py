@@ -112,3 +112,44 @@ def test_a_seconds_budget_is_a_deadline_that_the_workers_spend_together(spent, a
     assert deadline == now + max(0.0, amount - spent) / workers and deadline >= now
     assert bm.deadline(spent, bm.Budget("steps", amount), workers, now) is None
     assert bm.deadline(spent, None, workers, now) is None
+
+
+def _span(name: str, doc: int, start: int, rate: float) -> dict:
+    return {"span_id": name, "doc_row": doc, "token_start": start, "token_end": start + 32,
+            "target_tokens": 32, "greedy_match_rate": rate, "mean_nll": 1.0, "certificate_tokens": None}
+
+
+def test_every_passage_gets_its_first_search_before_any_gets_a_second():
+    """Three touching windows of one passage (doc 0) rank above a lone window elsewhere (doc 1): the lone
+    one is searched second, not fourth; a window after a gap starts a run of its own."""
+    spans = [_span("a1", 0, 0, 0.97), _span("a2", 0, 32, 0.96), _span("a3", 0, 64, 0.95),
+             _span("b", 1, 0, 0.91), _span("c", 0, 200, 0.5)]
+    order, waits = bm.fresh_first(bm.rank(spans), found=[])
+    assert [r["span_id"] for r in order] == ["a1", "b", "c", "a2", "a3"]
+    assert waits == set()
+
+
+def test_a_passage_certificates_found_waits_behind_every_passage_not_yet_found():
+    """The issue's case: the best candidate (0.97) touches a certified span, so a 0.91 candidate of a
+    passage nobody found goes first, and the known run's windows are named as waiting."""
+    spans = [_span("known", 0, 32, 0.97), _span("fresh", 1, 0, 0.91), _span("fresh2", 1, 32, 0.6)]
+    order, waits = bm.fresh_first(bm.rank(spans), found=[(0, 0, 32)])
+    assert [r["span_id"] for r in order] == ["fresh", "fresh2", "known"]
+    assert waits == {"known"}
+    _, none = bm.fresh_first(bm.rank(spans), found=[(0, 100, 132), (5, 0, 32)])  # beside no candidate
+    assert none == set()
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 10), st.floats(0, 1)), min_size=1, max_size=30,
+                unique_by=lambda t: (t[0], t[1])),
+       st.lists(st.tuples(st.integers(0, 3), st.integers(0, 10)), max_size=4))
+def test_fresh_first_reorders_and_never_drops(cells, found):
+    spans = [_span(f"s{d}-{k}", d, 32 * k, rate) for d, k, rate in cells]
+    ranked = bm.rank(spans)
+    order, waits = bm.fresh_first(ranked, [(d, 32 * k, 32 * k + 32) for d, k in found])
+    assert sorted(r["span_id"] for r in order) == sorted(r["span_id"] for r in spans)
+    known = [i for i, r in enumerate(order) if r["span_id"] in waits]
+    assert known == list(range(len(order) - len(known), len(order))), "known runs come last"
+    fresh = [r["span_id"] for r in ranked if r["span_id"] not in waits]
+    if fresh:  # the best candidate not yet known is searched first
+        assert order[0]["span_id"] == fresh[0]

@@ -16,6 +16,7 @@ from clirun import cli
 
 from scanner.cli.demo import demo_corpus
 from scanner.measures import budget as bm
+from scanner.run.phases import WAITED
 from scanner.schema import WALL_CLOCK
 
 SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--min-match-rate", "0.8", "--steps", "10",
@@ -52,8 +53,11 @@ def test_a_small_budget_searches_the_best_evidence_first_not_corpus_order(budget
     assert len(searched) == 1 and searched[0]["steps"] > 0 and waiting
     # The budget ran out before every verdict: nothing was shrunk, a memorized verdict is its bound.
     assert searched[0]["acr_kind"] == ("decision_bound" if searched[0]["memorized"] else "searched_min")
-    assert all(r["reason"] == "search budget spent (--search-budget 1steps)" and r["acr"] is None for r in waiting)
-    assert all(bm.evidence_key(searched[0]) < bm.evidence_key(r) for r in waiting), "the best evidence went first"
+    assert all(r["reason"].startswith("not reached: the search budget (--search-budget 1steps) was spent before "
+                                      "its turn") and r["acr"] is None for r in waiting)
+    # Windows beside a span a certificate found wait behind the rest (measures/budget.py fresh_first).
+    fresh = [r for r in waiting if not r["reason"].endswith(WAITED)]
+    assert all(bm.evidence_key(searched[0]) < bm.evidence_key(r) for r in fresh), "the best evidence went first"
     assert min(r["token_start"] for r in waiting) < searched[0]["token_start"], "not the first in corpus order"
 
 

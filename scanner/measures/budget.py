@@ -8,6 +8,7 @@ is a function of its arguments, so a relaunch that reads the same committed unit
 from __future__ import annotations
 
 import hashlib
+from collections import defaultdict
 from dataclasses import dataclass
 
 # The budget's parse is the config's (a run's identity); re-exported for the phases' math.
@@ -36,6 +37,46 @@ def evidence_key(row: dict) -> tuple:
 
 def rank(rows: list[dict]) -> list[dict]:
     return sorted(rows, key=evidence_key)
+
+
+def fresh_first(ranked: list[dict], found: list[tuple[int, int, int]]) -> tuple[list[dict], set[str]]:
+    """The rank order rearranged so the budget reaches what is not yet known first. Candidates of one
+    document whose token ranges touch or overlap form a run (a passage, if any is memorized); round r
+    holds the r-th best candidate of every run, so no run gets a second search before every run had its
+    first. Runs that touch a span already found memorized (`found`: (doc_row, token_start, token_end),
+    the certified spans) come after all others: their passage is known, and a search there adds a bound,
+    not a finding. Returns (the order, the span_ids of the known runs)."""
+    run_of, known_runs = _runs(ranked, found)
+    turn: dict[tuple, int] = defaultdict(int)
+    keyed = []
+    for i, row in enumerate(ranked):
+        run = run_of[row["span_id"]]
+        keyed.append((run in known_runs, turn[run], i))
+        turn[run] += 1
+    order = [ranked[i] for *_, i in sorted(keyed)]
+    return order, {r["span_id"] for r in ranked if run_of[r["span_id"]] in known_runs}
+
+
+def _runs(ranked: list[dict], found: list[tuple[int, int, int]]) -> tuple[dict[str, tuple], set[tuple]]:
+    """{span_id: its run's key (doc_row, first token)} and the keys of runs holding a found range."""
+    by_doc: dict[int, list[tuple[int, int, str | None]]] = defaultdict(list)
+    for row in ranked:
+        by_doc[row["doc_row"]].append((row["token_start"], row["token_end"], row["span_id"]))
+    for doc, start, end in found:
+        if doc in by_doc:  # a found span beside no candidate marks no run
+            by_doc[doc].append((start, end, None))
+    run_of, known = {}, set()
+    for doc, ranges in by_doc.items():
+        key, reach = None, -1
+        for start, end, span in sorted(ranges, key=lambda r: (r[0], r[1])):
+            if start > reach:  # a gap: a new run starts here
+                key = (doc, start)
+            reach = max(reach, end)
+            if span is None:
+                known.add(key)
+            else:
+                run_of[span] = key
+    return run_of, known
 
 
 def target_key(row: dict) -> str:

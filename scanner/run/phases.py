@@ -68,6 +68,7 @@ log = logging.getLogger(__name__)
 
 CERTIFY_PLAN, SEARCH_PLAN, TIGHTEN_PLAN = PHASE_PLANS  # saved once, beside run_config.json (storage/rundir.py)
 SEARCHED = ("search", "tighten")  # the stores whose units spend the budget
+POSITION = ("doc_row", "token_start", "token_end")  # where a span stands: its passage's neighbours
 
 
 class Phases:
@@ -106,7 +107,7 @@ class Phases:
         """Every candidate of the corpus (screen rows with status not_searched; the recall audit also asks
         for the screened_out ones): the ranking columns and what tells copies apart (target ids, certificate)."""
         screen = self.stores["screen"]
-        columns = [*RANK_COLUMNS, "target_ids", "certificate_prompt"]
+        columns = [*RANK_COLUMNS, *POSITION, "target_ids", "certificate_prompt"]
         tables = [pq.read_table(screen.result_path(s.shard), columns=columns,
                                 filters=[("status", "=", status)]) for s in self.plan]
         return [row for t in tables for row in t.to_pylist()]
@@ -141,7 +142,7 @@ class Phases:
     def search_units(self) -> list[Unit]:
         def make() -> dict:
             settled = self.settled()
-            ranked = bm.rank(self.candidates())
+            ranked, waits = bm.fresh_first(bm.rank(self.candidates()), self.found())
             known = {}  # a target one copy's certificate settled: the others take its verdict
             for row in ranked:
                 if row["span_id"] in settled:
@@ -155,8 +156,14 @@ class Phases:
                 chosen = {r["span_id"] for r in order}
                 copies = {rep: items for rep, items in copies.items() if rep in chosen}
             return {"units": bm.units([[r["shard"], r["span_id"]] for r in order], self.config.unit_size),
-                    "copies": copies, **({"drawn": drawn} if drawn else {})}
+                    "copies": copies, "waits": sorted(waits & {r["span_id"] for r in order}),
+                    **({"drawn": drawn} if drawn else {})}
         return self._units(SEARCH_PLAN, "search", make)
+
+    def found(self) -> list[tuple[int, int, int]]:
+        """(doc_row, token_start, token_end) of every span a certificate settled memorized."""
+        return [(r["doc_row"], r["token_start"], r["token_end"]) for r in self.stores["certify"].rows()
+                if r["status"] == "memorized"]
 
     def tighten_units(self) -> list[Unit]:
         """Once every search unit is done: the decided prompts (--tighten: and the certified spans'),
@@ -430,21 +437,32 @@ def _reasons(phases: Phases, units: list[Unit], copies: dict) -> dict[str, str]:
     """Why each candidate that no search unit decided stays not_searched (its copies: the same)."""
     done = {kind: phases.stores[kind].done() for kind in SEARCHED}
     budget = f"--search-budget {phases.config.search_budget}"
-    out = {span: f"search budget spent during its search ({budget}, after {spent['steps']} GCG steps, "
-                 f"{spent['search_s']:.1f} s); a relaunch with a larger budget goes on from where it stood"
-           for span, spent in phases.cut().items()}
+    out = {span: _cut_reason(budget, spent) for span, spent in phases.cut().items()}
     stop = phases.auto_stop()
+    waits = set(phases._plan(SEARCH_PLAN).get("waits", []))
     for unit in units:
         if unit.kind == "search" and unit.index not in done["search"]:
-            why = f"search budget spent ({budget})"
+            why = f"not reached: the search budget ({budget}) was spent before its turn"
             if stop is not None and unit.index >= stop.unit:
                 why = (f"search stopped before search-{stop.unit:05d} by {budget}: {stop.why()}; a relaunch "
                        "with a fixed --search-budget searches it")
-            out.update({span: why for _, span in unit.spans})
+            out.update({span: why + (WAITED if span in waits else "") for _, span in unit.spans})
     for rep, items in copies.items():
         if rep in out:
             out.update({span: out[rep] for _, span in items})
     return out
+
+
+WAITED = "; it waited behind the candidates of passages not yet found, its own passage being found already"
+
+
+def _cut_reason(budget: str, spent: dict) -> str:
+    """Why a search the budget cut stays undecided; one cut before its first GCG step was never reached."""
+    if not spent.get("steps"):
+        return (f"not reached: the search budget ({budget}) ran out as its unit started, before its search; "
+                "a relaunch with a larger budget searches it")
+    return (f"search budget spent during its search ({budget}, after {spent['steps']} GCG steps, "
+            f"{spent['search_s']:.1f} s); a relaunch with a larger budget goes on from where it stood")
 
 
 COST = ("steps", "forwards", "search_s")  # what a span's searches spent, summed over decide and tighten

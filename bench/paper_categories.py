@@ -1,0 +1,142 @@
+"""The paper's categories on real weights (issue 37 item 3): `acr` over famous quotes and Wikipedia
+chunks (the paper's own targets, ../shared/data/acr-paper/ or --data), random token strings, and text
+written after the model's cutoff (bench/plants_text.py's never-trained passages and prose, by sentence),
+on SmolLM2-135M (the GGUF) and on the fine-tuned model bench/plants.py builds, one budget for every
+target (stated in each record and the table).
+
+    python bench/paper_categories.py run --model smollm2 --out R.jsonl [--per-category 8]
+    python bench/paper_categories.py run --model W/model --out R.jsonl
+    python bench/paper_categories.py table --out R.jsonl      # a table per category, JSON
+
+A run appends one JSON line per finished target and skips what R.jsonl already holds, so a run killed
+midway resumes where it stopped (the table counts what is there). The seed's first two claims (famous
+quotes compress, unseen text does not) read off the table: portion memorized with an exact 95 %
+(Clopper-Pearson) interval, the ACR distribution, and the calibrated verdicts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+from calibration import smollm2_path  # noqa: E402  (bench/ is not a package)
+from plants_text import PASSAGES, PROSE  # noqa: E402
+
+DATA = BENCH.parent.parent / "shared" / "data" / "acr-paper"
+CATEGORIES = ("famous", "wikipedia", "unseen", "random")
+# The budget of every target, CPU-sized: the paper's is 200 steps of 100 candidates at top-k 250.
+BUDGET = {"steps": 20, "candidates": 64, "top_k": 64, "restarts": 0}
+
+
+def targets(category: str, n: int, tokenizer, data: Path) -> list[str]:
+    """The first n targets of a category, in a fixed order (the same on every run: resumable)."""
+    if category == "famous":
+        quotes = json.loads((data / "famous_quotes.json").read_text())
+        return list(dict.fromkeys(quotes))[:n]
+    if category == "wikipedia":
+        chunks = json.loads((data / "wikipedia.json").read_text())
+        return [c for c in chunks if c.strip() and c.isascii()][:n]
+    if category == "unseen":
+        text = " ".join([t for strength, t in PASSAGES.values() if strength == "never"] + list(PROSE))
+        return [s for s in re.split(r"(?<=[.!?])\s+", text) if 6 <= len(s.split()) <= 25][:n]
+    return random_strings(tokenizer, n)
+
+
+def random_strings(tokenizer, n: int, seed: int = 0) -> list[str]:
+    """The paper's random category: 3-17 ids drawn uniformly from the vocabulary, decoded, kept when the
+    text is ASCII and re-encodes to as many tokens (a target the search can state)."""
+    rng, out = random.Random(seed), []
+    vocab = tokenizer.vocab_size
+    while len(out) < n:
+        ids = [rng.randrange(vocab) for _ in range(rng.randint(3, 17))]
+        text = tokenizer.decode(ids)
+        if text.strip() and text.isascii() and len(tokenizer(text, add_special_tokens=False).input_ids) == len(ids):
+            out.append(text)
+    return out
+
+
+def model_name(model: str) -> str:
+    return str(smollm2_path()) if model == "smollm2" else model
+
+
+def run(model: str, out: Path, per_category: int, data: Path) -> None:
+    from scanner.config import GCGConfig, ModelConfig, PromptConfig, SearchConfig
+    from scanner.run.measure import build_engine, measure_many
+
+    config = ModelConfig(model=model_name(model), device="cpu")
+    engine = build_engine(config, PromptConfig())
+    done = {(r["model"], r["category"], r["index"]) for r in read(out)}
+    search = SearchConfig(decide_steps=BUDGET["steps"], restarts=BUDGET["restarts"],
+                          gcg=GCGConfig(num_candidates=BUDGET["candidates"], top_k=BUDGET["top_k"]))
+    for category in CATEGORIES:
+        todo = [(i, t) for i, t in enumerate(targets(category, per_category, engine.tokenizer, data))
+                if (model, category, i) not in done]
+        for i, text in todo:  # one call per target: each record lands before the next search starts
+            start = time.perf_counter()
+            record = next(measure_many(config, PromptConfig(), search, [{"text": text}], engine=engine))
+            row = {"model": model, "category": category, "index": i, "budget": BUDGET,
+                   "wall_s": round(time.perf_counter() - start, 1),
+                   **{k: record.get(k) for k in ("target", "target_tokens", "prompt_tokens", "acr", "memorized",
+                                                 "calibrated_memorized", "predictable", "prompt", "steps")}}
+            with out.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(json.dumps({k: row[k] for k in ("model", "category", "index", "acr", "memorized", "wall_s")}),
+                  flush=True)
+
+
+def read(out: Path) -> list[dict]:
+    return [json.loads(line) for line in out.read_text().splitlines() if line.strip()] if out.exists() else []
+
+
+def clopper_pearson(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
+    from scipy.stats import beta
+
+    lo = 0.0 if k == 0 else float(beta.ppf(alpha / 2, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta.ppf(1 - alpha / 2, k + 1, n - k))
+    return round(lo, 3), round(hi, 3)
+
+
+def table(out: Path) -> list[dict]:
+    rows = read(out)
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["model"], r["category"]), []).append(r)
+    lines = []
+    for (model, category), rs in sorted(groups.items()):
+        acrs = sorted(r["acr"] for r in rs)
+        memorized = sum(bool(r["memorized"]) for r in rs)
+        calibrated = sum(bool(r["calibrated_memorized"]) for r in rs)
+        lines.append({"model": Path(model).name, "category": category, "n": len(rs),
+                      "memorized": memorized, "portion": round(memorized / len(rs), 3),
+                      "interval95": clopper_pearson(memorized, len(rs)),
+                      "calibrated_memorized": calibrated, "calibrated_interval95": clopper_pearson(calibrated, len(rs)),
+                      "acr_mean": round(statistics.fmean(acrs), 3), "acr_median": round(statistics.median(acrs), 3),
+                      "acr_max": round(acrs[-1], 3), "s_per_target": round(statistics.fmean(r["wall_s"] for r in rs), 1),
+                      "budget": rs[0]["budget"]})
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=("run", "table"))
+    parser.add_argument("--model", default="smollm2", help="smollm2 (the GGUF) or a model folder")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--per-category", type=int, default=8)
+    parser.add_argument("--data", type=Path, default=DATA)
+    args = parser.parse_args()
+    if args.what == "run":
+        run(args.model, args.out, args.per_category, args.data)
+    else:
+        print(json.dumps(table(args.out), indent=1))
+
+
+if __name__ == "__main__":
+    main()
