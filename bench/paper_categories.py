@@ -74,7 +74,7 @@ def run(model: str, out: Path, per_category: int, data: Path) -> None:
     config = ModelConfig(model=model_name(model), device="cpu")
     engine = build_engine(config, PromptConfig())
     done = {(r["model"], r["category"], r["index"]) for r in read(out)}
-    search = SearchConfig(decide_steps=BUDGET["steps"], restarts=BUDGET["restarts"],
+    search = SearchConfig(decide_steps=BUDGET["steps"], shrink_steps=BUDGET["steps"], restarts=BUDGET["restarts"],
                           gcg=GCGConfig(num_candidates=BUDGET["candidates"], top_k=BUDGET["top_k"]))
     for category in CATEGORIES:
         todo = [(i, t) for i, t in enumerate(targets(category, per_category, engine.tokenizer, data))

@@ -2,7 +2,7 @@
 the start rule that makes the budget resume-safe."""
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scanner.errors import InputError
@@ -140,6 +140,7 @@ def test_a_passage_certificates_found_waits_behind_every_passage_not_yet_found()
     assert none == set()
 
 
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 10), st.floats(0, 1)), min_size=1, max_size=30,
                 unique_by=lambda t: (t[0], t[1])),
        st.lists(st.tuples(st.integers(0, 3), st.integers(0, 10)), max_size=4))
