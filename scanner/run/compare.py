@@ -11,9 +11,8 @@ RUN_B is resumable as a scan's run directory is: compare.json (what is compared,
 model.json (B's files by sha256, as a scan records its model's: run/model_record.py; a relaunch with other
 bytes is refused, and every worker checks what it loaded against it), compare_plan.json (the units, saved
 once), compare/ (each unit's rows, committed by the one Store protocol), then compare.parquet and
-compare_summary.json once every unit is done. Units holding failed
-rows run again on relaunch. Tasks run on the scan's executors (local, or Ray actors built from configs
-and paths only).
+compare_summary.json once every unit is done. Units holding failed rows run again on relaunch. Tasks run
+on the scan's executors (local, or Ray actors built from configs and paths only).
 """
 
 from __future__ import annotations
