@@ -54,6 +54,9 @@ def read_targets(texts: tuple[str, ...], file: str | None) -> list[dict]:
             targets += [_json_target(file, number, line) for number, line in enumerate(lines, 1) if line.strip()]
         else:
             targets += [{"text": line} for line in lines if line.strip()]
+    if not targets and file:
+        raise InputError(f"--file {file} holds no target text (it is empty, or blank lines only); put one text per "
+                         "line (.txt), or one {\"text\": ...} object per line (.jsonl)")
     if not targets:
         raise InputError("no target text; pass TEXT arguments or --file")
     return targets

@@ -225,7 +225,7 @@ class Worker:
         if self.engine is None:
             self.engine, self.meta = open_engine(self.config)
             # The files just loaded are the run's recorded bytes, or this worker scans nothing.
-            self.meta[b"model_hash"] = check_loaded(self.run, self.config.model, self.seen).encode()
+            self.meta[b"model_hash"] = check_loaded(self.run.path, self.config.model, self.seen).encode()
         self.corpus = self.corpus or open_corpus(self.config.corpus)  # workers read the corpus from shared storage
         return {k.decode(): v.decode() for k, v in self.meta.items()}
 
