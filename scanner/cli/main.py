@@ -103,8 +103,17 @@ def cli(verbose: int) -> None:
 
 
 class SafeFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        return terminal_safe(super().format(record))
+    """A log line is one line, terminal-safe (a newline in an id would forge the next one); a traceback
+    keeps its lines, each made safe."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+        return terminal_safe(super().formatMessage(record))
+
+    def formatException(self, ei) -> str:  # noqa: N802
+        return "\n".join(map(terminal_safe, super().formatException(ei).splitlines()))
+
+    def formatStack(self, stack_info: str) -> str:  # noqa: N802
+        return "\n".join(map(terminal_safe, super().formatStack(stack_info).splitlines()))
 
 
 @cli.command("acr", cls=SectionedCommand)
