@@ -326,8 +326,9 @@ def status_command(run_dir, workers, watch, interval, iterations) -> None:
               "(evidence, configuration, model hashes, manifest, a standalone recheck.py).")
 @click.option("--model", "model", default=None, help="--bundle: where the model is now (default: the run's); "
               "refused unless its files are the bytes the run recorded.")
-@click.option("--sign", "sign", default=None, help="--bundle: sign manifest.json with this unencrypted ssh-ed25519 "
-              "private key (manifest.json.sig, as `ssh-keygen -Y sign` writes it).")
+@click.option("--sign", "sign", default=None, help="--bundle: sign manifest.json with this ssh-ed25519 private key "
+              "(manifest.json.sig, as `ssh-keygen -Y sign` writes it); a passphrase is read from "
+              "ACR_SIGN_PASSPHRASE, else asked on the terminal.")
 @click.option("--without-shared-text", "no_shared", is_flag=True,
               help="Leave out shared text: passages many documents hold (a header, a licence; the passages' "
                    "shared_text, --shared-text-min-docs of the scan) and their spans.")
