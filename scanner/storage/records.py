@@ -150,15 +150,15 @@ SPAN_ID = Rule("a non-empty string", lambda v: isinstance(v, str) and bool(v))
 
 
 def _claims_are_held(record) -> bool:
-    """A search cut after a length succeeded found a prompt there: a success without it is no record."""
-    tried = record.get("tried", [])
-    return not any(ok for _, ok in tried) or (isinstance(record.get("found"), str) and bool(record["found"]))
+    """A search cut after a length succeeded found a prompt there (the empty one at length 0): a success
+    without it is no record (believed, it committed not_memorized with 0 steps)."""
+    return not any(ok for _, ok in record.get("tried", [])) or isinstance(record.get("found"), str)
 
 
 # A cut search's resume record (search/resume.py Resume.to_json): where it stood, to go on from.
 RESUME = Rule("a resume record whose successes hold the prompt they found (\"found\")", _claims_are_held)
-RESUME_FIELDS = {"tried": [Tuple(POSITIVE, bool)], "found": Optional(Nullable(str)),
-                 "length": Optional(Nullable(POSITIVE)), "trial": Optional(COUNT), "steps": Optional(COUNT),
+RESUME_FIELDS = {"tried": [Tuple(COUNT, bool)], "found": Optional(Nullable(str)),
+                 "length": Optional(Nullable(COUNT)), "trial": Optional(COUNT), "steps": Optional(COUNT),
                  "prompt_ids": Optional(Nullable([COUNT])), "prompt": Optional(Nullable(str))}
 # A unit's stats "cut" (run/tasks.py): {span_id: what its cut search spent, and where it stood}.
 CUT = Map({"steps": COUNT, "forwards": COUNT, "search_s": AMOUNT, "resume": Optional(RESUME_FIELDS)})
