@@ -31,6 +31,8 @@ _RULE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 # --search-budget auto's rule: search on while at least 1 of the last 64 decided candidates along the rank
 # was memorized (the window and threshold bench/auto_budget.py chose by replaying recorded verdicts).
 AUTO_RULE = (1, 64)
+# A budget larger than this is no ceiling (1e12 s is 31,000 years): refused, as an infinite one must be.
+MAX_BUDGET = 1e12
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,9 @@ def parse_budget(text: str | None) -> Budget | None:
         raise InputError(f"--search-budget {given!r} is not a budget; give {BUDGET_FORMS}")
     kind, scale = _UNITS[match.group(2)]
     amount = float(match.group(1)) * scale
+    if not amount <= MAX_BUDGET:  # an infinite one (1e400 digits) too: int() of it crashed, JSON cannot hold it
+        raise InputError(f"--search-budget {given!r} is more than any scan spends (at most {MAX_BUDGET:.0e} steps "
+                         "or seconds); give a smaller budget, or leave --search-budget out for no ceiling")
     if amount <= 0:
         raise InputError(f"--search-budget {given!r} must be above 0; give {BUDGET_FORMS}")
     if kind == "steps" and amount != int(amount):

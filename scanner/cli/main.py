@@ -106,8 +106,17 @@ def cli(verbose: int) -> None:
 
 
 class SafeFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        return terminal_safe(super().format(record))
+    """A log line is one line, terminal-safe (a newline in an id would forge the next one); a traceback
+    keeps its lines, each made safe."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+        return terminal_safe(super().formatMessage(record))
+
+    def formatException(self, ei) -> str:  # noqa: N802
+        return "\n".join(map(terminal_safe, super().formatException(ei).splitlines()))
+
+    def formatStack(self, stack_info: str) -> str:  # noqa: N802
+        return "\n".join(map(terminal_safe, super().formatStack(stack_info).splitlines()))
 
 
 @cli.command("acr", cls=SectionedCommand)
@@ -320,8 +329,9 @@ def status_command(run_dir, workers, watch, interval, iterations) -> None:
               "(evidence, configuration, model hashes, manifest, a standalone recheck.py).")
 @click.option("--model", "model", default=None, help="--bundle: where the model is now (default: the run's); "
               "refused unless its files are the bytes the run recorded.")
-@click.option("--sign", "sign", default=None, help="--bundle: sign manifest.json with this unencrypted ssh-ed25519 "
-              "private key (manifest.json.sig, as `ssh-keygen -Y sign` writes it).")
+@click.option("--sign", "sign", default=None, help="--bundle: sign manifest.json with this ssh-ed25519 private key "
+              "(manifest.json.sig, as `ssh-keygen -Y sign` writes it); a passphrase is read from "
+              "ACR_SIGN_PASSPHRASE, else asked on the terminal.")
 @click.option("--without-shared-text", "no_shared", is_flag=True,
               help="Leave out shared text: passages many documents hold (a header, a licence; the passages' "
                    "shared_text, --shared-text-min-docs of the scan) and their spans.")

@@ -10,20 +10,23 @@ from pathlib import Path
 
 import click
 
-# Characters a terminal acts on instead of showing: C0 controls but newline and tab, DEL, C1 (0x9b is a
-# CSI of its own), and the bidirectional overrides that reorder a line. Ids, file names and prompts come
-# from a corpus or a bundle anyone can write; printed raw, ESC]0;...BEL retitles the terminal and ESC[2J
-# clears it. click strips CSI colours when piped, never OSC, and never on a terminal.
-UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# Characters a terminal acts on instead of showing: every C0 control (newline and tab included: a doc_id
+# holding "\nMATCH ..." printed raw forges a line of the verdict), DEL, C1 (0x9b is a CSI of its own), and
+# the bidirectional overrides that reorder a line. Ids, file names and prompts come from a corpus or a
+# bundle anyone can write; printed raw, ESC]0;...BEL retitles the terminal and ESC[2J clears it. click
+# strips CSI colours when piped, never OSC, and never on a terminal.
+UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def terminal_safe(text: str) -> str:
-    """`text` with every character a terminal would act on written as a visible escape (\\x1b, \\u202e)."""
+    """`text` with every character a terminal would act on written as a visible escape (\\x1b, \\n,
+    \\u202e): one line, whatever it holds."""
     return UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
 
 
 def echo(text: str, err: bool = False) -> None:
-    """click.echo of text that may hold what others wrote (ids, names): made terminal-safe first."""
+    """click.echo of one line that may hold what others wrote (ids, names): made terminal-safe first, so
+    a newline in it is shown, not obeyed (a message of several lines is several calls)."""
     click.echo(terminal_safe(text), err=err)
 
 

@@ -59,8 +59,8 @@ from scanner.run.shard import shard_stats
 from scanner.run.tasks import UNIT_KINDS, PassagesTask, Unit
 from scanner.schema import RANK_COLUMNS, results_schema
 from scanner.storage.atomic import atomic_write_json, remove_file
-from scanner.storage.integrity import read_json_object
 from scanner.storage.passages import is_current
+from scanner.storage.records import AUDIT_DRAW, UNITS_PLAN, read_record
 from scanner.storage.rundir import AUDIT_PLAN, PHASE_PLANS, RECALL_FILE, STOP_FILE, Plan, RunDir
 from scanner.storage.store import Store
 
@@ -118,7 +118,7 @@ class Phases:
 
     def _plan(self, name: str, make=None) -> dict:
         path = self.run.path / name
-        saved = read_json_object(path)
+        saved = read_record(path, AUDIT_DRAW if name == AUDIT_PLAN else UNITS_PLAN)  # a bad one: made again
         if saved is None and make is not None:
             saved = make()
             atomic_write_json(path, saved)

@@ -38,6 +38,7 @@ from scanner.errors import InputError, require
 from scanner.schema import SCHEMA_VERSION, results_schema
 from scanner.storage.atomic import TMP_SUFFIX, atomic_write_json, remove_file
 from scanner.storage.integrity import read_json_object, reopen_damaged, shard_problem
+from scanner.storage.records import RECALL, read_record
 from scanner.storage.store import PHASES, RESULTS, Store, has_work
 
 log = logging.getLogger(__name__)
@@ -412,7 +413,7 @@ class RunDir:
     def recall(self) -> dict | None:
         """recall.json (run/phases.py write_recall): what the recall audit estimates the unsearched still
         hold; None before the audit's results are written, or without an audit."""
-        return read_json_object(self.path / RECALL_FILE)
+        return read_record(self.path / RECALL_FILE, RECALL)
 
     def load_plan(self) -> Plan:
         require((self.path / PLAN_FILE).exists(), f"'{self.path}' is not a run directory (no {PLAN_FILE}); "

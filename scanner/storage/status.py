@@ -24,6 +24,7 @@ from scanner.measures import budget as bm
 from scanner.storage.integrity import read_json_object
 from scanner.storage.lock import scan_process
 from scanner.storage.passages import PASSAGES_FILE
+from scanner.storage.records import STOP, plan_spec, read_record
 from scanner.storage.rundir import AUDIT_PLAN, CONFIG_FILE, PHASE_PLANS, PLAN_FILE, STOP_FILE, Plan, RunDir
 from scanner.storage.store import Store
 
@@ -91,7 +92,7 @@ def _screen(run: RunDir, plan: Plan, workers: int) -> dict:
 def _units(run: RunDir, name: str, plan_file: str) -> tuple[list | None, list, dict]:
     """(the saved plan's units or None, the done units' commits, their stats by index)."""
     store = Store(run.path, name)
-    units = (read_json_object(run.path / plan_file) or {}).get("units")
+    units = (read_record(run.path / plan_file, plan_spec(plan_file), quiet=True) or {}).get("units")
     commits = _commits(store)
     return units, commits, {i: store.stats(i) for _, i in commits}
 
@@ -111,11 +112,8 @@ def _certify(run: RunDir, workers: int) -> dict:
 def stopped(run: RunDir, search_budget: str | None) -> dict | None:
     """Where --search-budget auto stopped the search (STOP_FILE, run/phases.py record_stop), when the run
     still goes on with that budget; None otherwise, or when the record is not one."""
-    record = read_json_object(run.path / STOP_FILE)
-    fields = {"unit": int, "verdicts": int, "window": int, "memorized": int, "why": str, "candidates_left": int}
+    record = read_record(run.path / STOP_FILE, STOP, quiet=True)  # status runs every few seconds
     if not record or record.get("budget") != search_budget or bm.parse_auto(search_budget) is None:
-        return None
-    if not all(isinstance(record.get(k), kind) for k, kind in fields.items()):
         return None
     return {k: record.get(k) for k in ("unit", "unit_name", "verdicts", "window", "memorized", "at_least", "why",
                                    "units_left", "candidates_left")}
@@ -262,7 +260,7 @@ def phase_counts(run: RunDir) -> dict:
     saved = (read_json_object(run.path / "run_config.json") or {}).get("config", {})
     budget = bm.parse_budget(saved.get("search_budget"))
     screened = [stores["screen"].stats(i) for i in stores["screen"].done_shards()]
-    units = {name: (read_json_object(run.path / plan_file) or {}).get("units")
+    units = {name: (read_record(run.path / plan_file, plan_spec(plan_file), quiet=True) or {}).get("units")
              for name, plan_file in (("certify", CERTIFY_PLAN), ("search", SEARCH_PLAN), ("tighten", TIGHTEN_PLAN))}
     unit_stats = {name: [stores[name].stats(i) for i in stores[name].done_shards()] for name in units}
     results = run.status()
