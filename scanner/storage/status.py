@@ -20,6 +20,8 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+from scanner.config import parse_audit
+from scanner.errors import InputError
 from scanner.measures import budget as bm
 from scanner.storage.integrity import read_json_object
 from scanner.storage.lock import scan_process
@@ -154,16 +156,36 @@ def _search(run: RunDir, workers: int, budget: bm.Budget | None, name: str = "se
             "over": left == 0, **({"stopped": stop} if stop else {}), "commits": commits}
 
 
-def _audit(run: RunDir, workers: int, sample: int) -> dict:
-    """The recall audit's section: its units (planned once the search's verdicts are in) and what they found."""
-    units, commits, stats = _units(run, "audit", AUDIT_PLAN)
+def _audit_off(spec) -> bool:
+    """--audit-sample 0 (the run's saved spec); a spec that does not parse is not taken for off."""
+    try:
+        rule = parse_audit(spec)
+    except InputError:
+        return False
+    return rule.kind == "count" and rule.amount == 0
+
+
+def _audit(run: RunDir, workers: int, sample) -> dict:
+    """The recall audit's section: its units (planned once the search's verdicts are in; the current
+    draw's, not an earlier draw's kept parts), what they found, and until one commits the rate the
+    draw was priced at (audit_plan.json: the scan's measured seconds per search)."""
+    saved = read_json_object(run.path / AUDIT_PLAN) or {}
+    units, first = saved.get("units"), saved.get("first", 0)
+    units = units if isinstance(units, list) and isinstance(first, int) else None
+    mine = set(range(first, first + len(units))) if units is not None else set()
+    store = Store(run.path, "audit")
+    commits = [(t, i) for t, i in _commits(store) if i in mine]
+    stats = {i: store.stats(i) for _, i in commits}
     searched = {i: s.get("candidates", 0) for i, s in stats.items()}
     work = sum(s.get("search_s", 0) for s in stats.values())
     per_s, how = per_second(commits, searched, work, workers)
+    priced = (saved.get("cost") or {}).get("per_search_s")
+    if per_s is None and isinstance(priced, int | float) and priced > 0:
+        per_s, how = workers / priced, f"this scan's measured {priced:.1f} s per search (audit_plan.json), --workers {workers}"
     total = None if units is None else sum(len(u) for u in units)
     done = sum(searched.values())
-    return {"sample": sample, "units_done": len(stats), "units_total": None if units is None else len(units),
-            "candidates_done": done, "candidates_total": total,
+    return {"sample": sample, "off": _audit_off(sample), "why": saved.get("why"), "units_done": len(stats),
+            "units_total": None if units is None else len(units), "candidates_done": done, "candidates_total": total,
             "memorized": sum(s.get("memorized", 0) for s in stats.values()), "candidates_per_s": per_s,
             "rate": how, "work_s": work, "eta_s": None if total is None else eta(total - done, per_s),
             "commits": commits}
@@ -212,7 +234,7 @@ def _phase(sections: dict) -> str:
     if not search["over"]:  # a unit left and budget to start it; on Ray, units in flight then finish
         return "search"
     audit = sections["audit"]
-    if audit["sample"] and not search["failed"] and (audit["units_total"] is None
+    if not audit["off"] and not search["failed"] and (audit["units_total"] is None
                                                      or audit["units_done"] < audit["units_total"]):
         return "audit"
     tighten = sections["tighten"]
