@@ -133,6 +133,11 @@ def _draw(phases, parts: dict, rule) -> dict:
              "size": sum(len(s["drawn"]) for s in strata), "why": why, "cost": cost, "first": first,
              "strata": strata, "units": bm.units(items, config.unit_size)}
     atomic_write_json(phases.run.path / AUDIT_PLAN, saved)
+    if saved["size"]:
+        log.info("recall audit: %d searches drawn (--audit-sample %s: %s)", saved["size"], config.audit_sample, why)
+    else:
+        log.info("recall audit: none drawn, no recall stated (--audit-sample %s: %s); --audit-sample N asks for "
+                 "N searches", config.audit_sample, why)
     return saved
 
 

@@ -7,11 +7,12 @@
    ranked corpus-wide by screen evidence (budget.py), are decided best-first in search units of
    --unit-size while --search-budget / --max-candidates allow: each search stops at its verdict (the
    first verified prompt, or "not memorized"). Once the budget allows no more search units, the recall
-   audit (--audit-sample) searches a seeded random sample, stratified along the rank, of what the search
-   left (candidates past the budget, distinct targets) and of what the screen dropped (screened_out), in
-   audit units outside the budget; recall.json estimates from them what the unsearched still hold
-   (measures/recall.py). Its draw is saved with what it was drawn from and made again when that changed
-   (a relaunch with a larger budget decided more). Only when every candidate has its verdict do tighten
+   audit (--audit-sample: by default searches worth a quarter of the search's seconds) searches a seeded
+   random sample, stratified along the rank, of what the search left (candidates past the budget,
+   distinct targets) and of what the screen dropped (screened_out), in audit units outside the budget;
+   recall.json estimates from their committed verdicts what the unsearched still hold (run/audit.py,
+   measures/recall.py). Its draw is saved with what it was drawn from and made again when that or the
+   sample changed, its committed finds kept. Only when every candidate has its verdict do tighten
    units shrink the decided prompts, best bound first, while budget remains (--tighten: the certified
    spans too). A span's search depends only on its target tokens: identical targets (a header every
    book carries, a quotation, a second edition) are certified or searched once, by their best-ranked
