@@ -125,7 +125,10 @@ def _eta(snap: dict) -> str:
     if snap["eta_s"] is None:
         return "unknown (one task builds passages.parquet)" if phase == "passages" else "unknown yet"
     ends = "the budget" if phase in ("search", "tighten") and snap[phase]["ends"] == "budget" else ENDS[phase]
-    return f"{_duration(snap['eta_s'])} to the end of {ends}"
+    audit = snap.get("audit") or {}
+    then = ("" if phase != "search" or audit.get("off") or audit.get("eta_s") is None
+            else f", then about {_duration(audit['eta_s'])} for the recall audit (--audit-sample {audit['sample']})")
+    return f"{_duration(snap['eta_s'])} to the end of {ends}{then}"
 
 
 def stopped(snap: dict) -> bool:

@@ -180,12 +180,12 @@ def search_cost(units: list[dict]) -> dict:
              for name in {n for o in outcomes for n in o}}
     refuted = [sum(total.get(n, [0, 0])[i] for n in REFUTED) for i in (0, 1)]
     every = [sum(v[i] for v in total.values()) for i in (0, 1)]
-    count, seconds, basis = *refuted, "refuted searches"
-    if not count:
-        count, seconds, basis = *every, "searches"
+    count, seconds, basis = *refuted, "refuted searches of this scan, measured"
+    if not count:  # memorized ones end at their first verified prompt: cheaper than most audit draws
+        count, seconds, basis = *every, "searches of this scan, none refuted: a floor"
     return {"spent_s": round(spent, 3), "searches": every[0],
             "per_search_s": round(seconds / count, 3) if count else None,
-            "basis": f"{count} {basis} of this scan, measured" if count else "no search measured"}
+            "basis": f"{count} {basis}" if count else "no search measured"}
 
 
 def audit_size(rule: AuditRule, cost: dict) -> tuple[int, str]:
@@ -193,13 +193,14 @@ def audit_size(rule: AuditRule, cost: dict) -> tuple[int, str]:
     of the search's seconds or a time, in whole searches at the measured seconds per search (rounded
     down: the audit costs at most what was asked), at most AUDIT_MAX. Nothing measured buys nothing."""
     if rule.kind == "count":
-        return int(rule.amount), f"--audit-sample {rule.amount:g}"
+        return int(rule.amount), f"{rule.amount:g} searches, as given"
     per = cost["per_search_s"]
     allowance = rule.amount * cost["spent_s"] if rule.kind == "share" else rule.amount
-    asked = (f"{rule.amount:.0%} of the {cost['spent_s']:.0f} s the budgeted search spent"
-             if rule.kind == "share" else f"{rule.amount:g} s")
+    asked = (f"{rule.amount:.0%} of the {cost['spent_s']:.0f} s the budgeted search spent = {allowance:.0f} s"
+             if rule.kind == "share" else f"{allowance:.0f} s")
     if not per:
         return 0, f"{asked}; no search measured what a search costs here, so it buys none"
-    draws = min(AUDIT_MAX, math.floor(allowance / per + 1e-9))
-    most = f", at most {AUDIT_MAX}" if draws == AUDIT_MAX else ""
-    return draws, f"{asked} = {allowance:.0f} s, at {per:.1f} s a search ({cost['basis']}){most}"
+    bought = math.floor(allowance / per + 1e-9)
+    draws = min(AUDIT_MAX, bought)
+    most = f", at most {AUDIT_MAX}" if bought > AUDIT_MAX else ""
+    return draws, f"{asked} at {per:.1f} s a search ({cost['basis']}): {bought} searches{most}"

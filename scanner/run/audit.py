@@ -134,7 +134,9 @@ def _draw(phases, parts: dict, rule) -> dict:
              "strata": strata, "units": bm.units(items, config.unit_size)}
     atomic_write_json(phases.run.path / AUDIT_PLAN, saved)
     if saved["size"]:
-        log.info("recall audit: %d searches drawn (--audit-sample %s: %s)", saved["size"], config.audit_sample, why)
+        every = " (all there were)" if saved["size"] < size else ""
+        log.info("recall audit: %d searches drawn%s (--audit-sample %s: %s)", saved["size"], every,
+                 config.audit_sample, why)
     else:
         log.info("recall audit: none drawn, no recall stated (--audit-sample %s: %s); --audit-sample N asks for "
                  "N searches", config.audit_sample, why)

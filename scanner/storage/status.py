@@ -12,7 +12,9 @@ complete.
 
 Rates come from the wall-clock times of a phase's last commits (its done markers' mtimes), so they
 count every worker at once; until two parts of a phase are done they fall back to what the parts'
-stats recorded (work seconds) times --workers.
+stats recorded (work seconds) times --workers. The recall audit's: the price its draw was made at (the
+scan's measured seconds per search, audit_plan.json) until it commits a unit, and before its draw what
+--audit-sample will buy as the search stands (audit_ahead), so the search's ETA can say what follows it.
 """
 
 from __future__ import annotations
@@ -191,6 +193,22 @@ def _audit(run: RunDir, workers: int, sample) -> dict:
             "commits": commits}
 
 
+def audit_ahead(sample, search: dict, workers: int) -> float | None:
+    """Before its draw, about how long the recall audit will take on `workers`, from the search's own
+    figures: a share of the search's seconds at its end (spent, plus its ETA on every worker), a time as
+    given, a count at the search's seconds per candidate; None when not known yet."""
+    try:
+        rule = parse_audit(sample)
+    except InputError:
+        return None
+    if rule.kind == "share":
+        return None if search["eta_s"] is None else rule.amount * (search["work_s"] + search["eta_s"] * workers) / workers
+    if rule.kind == "seconds":
+        return rule.amount / workers
+    per = search["s_per_candidate"]
+    return 0.0 if not rule.amount else None if per is None else rule.amount * per / workers
+
+
 def cut_counts(stats: dict) -> dict:
     """What the search budget left undecided in a committed unit (its stats "cut", run/tasks.py): the
     candidates without a verdict, and of them the searches stopped mid-way (a relaunch with a larger
@@ -265,6 +283,8 @@ def progress(run: RunDir, workers: int = 1) -> dict:
                 "tighten": _search(run, workers, budget, "tighten", search["budget"]["spent"]),
                 "write": _write(run, plan)}
     sections["passages"] = _passages(run, sections["write"])
+    if sections["audit"]["units_total"] is None:  # not drawn yet: what it will cost, as the search stands
+        sections["audit"]["eta_s"] = audit_ahead(sections["audit"]["sample"], search, workers)
     phase = _phase(sections)
     commits = [t for s in sections.values() for t, _ in s.get("commits", [])]
     for section in sections.values():
