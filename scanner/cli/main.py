@@ -28,6 +28,7 @@ from scanner.cli.options import (
     search_options,
 )
 from scanner.cli.output import (
+    audit_line,
     calibration_line,
     echo,
     emit_records,
@@ -179,6 +180,9 @@ def scan_command(corpus, out, **options) -> None:
     executor = executor_config(options)
     stats = run_with_progress(scan_config(options, corpus), out, executor, passage_config(options))
     click.echo(summary_line(stats, out))
+    audit = audit_line(out)
+    if audit:
+        echo(audit)
     failed = stats["run"]["failed_shards"]
     if failed:
         for task, error in sorted(failed.items(), key=str):

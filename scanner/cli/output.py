@@ -53,6 +53,28 @@ def summary_line(stats: dict, out: str) -> str:
             f"shards ({counts}); results in {Path(out) / 'results'}")
 
 
+def audit_line(out: str) -> str | None:
+    """What the recall audit did, after the scan's summary: its searches and the recall they state, or
+    why there were none; None for a run that never reached the audit (or --audit-sample 0)."""
+    from scanner.storage.records import AUDIT_DRAW, RECALL, read_record
+    from scanner.storage.rundir import AUDIT_PLAN, RECALL_FILE
+
+    plan = read_record(Path(out) / AUDIT_PLAN, AUDIT_DRAW, quiet=True) or {}
+    recall = read_record(Path(out) / RECALL_FILE, RECALL, quiet=True) or {}
+    if not plan:
+        return None
+    if not plan.get("size"):
+        return (f"recall audit: none drawn, no recall stated (--audit-sample {plan.get('sample')}: {plan.get('why')}); "
+                "--audit-sample N asks for N searches")
+    if not recall:
+        return f"recall audit: {plan.get('size')} searches drawn, none committed yet"
+    said = recall.get("recall")
+    stated = (f"recall {said:.0%} ({recall['recall_low']:.0%} to {recall['recall_high']:.0%})" if said is not None
+              else "no recall in all (a stratum had no draw)")
+    return (f"recall audit: {recall.get('drawn')} searched (--audit-sample {plan.get('sample')}), "
+            f"{recall.get('hits')} memorized; {stated}; recall.json")
+
+
 def calibration_line(table) -> str:
     """The paper's and the calibrated count side by side (export, report, verify)."""
     from scanner.measures import calibration as calibrate

@@ -170,7 +170,8 @@ def run_unit(engine, unit: Unit, rows: list[dict], config: ScanConfig, width: in
         new, stages, cut = search_rows(engine, rows, unit_search(config, unit.kind), width, unit.decided(),
                                        unit.kind, observer, unit.deadline, resume)
     verify_s = engine.verify_s - verified
-    new.update(calibrate(engine, new, docs(new.values()), config))
+    new.update(calibrate(engine, new, docs(new.values()), config,
+                         lambda done, total: observer.stage("calibration", done, total)))
     new = measured_prompts(new, texts([r for r in new.values() if r["prompt"] is not None]), config.work_text_tokens)
     out = [new[r["span_id"]] for r in rows if r["span_id"] in new]
     table = pa.Table.from_pylist(out, schema=results_schema())

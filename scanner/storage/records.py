@@ -181,7 +181,9 @@ def cut_problem(cut) -> str | None:
 ITEM = Tuple(COUNT, SPAN_ID, str, least=2)  # [shard, span_id] or [shard, span_id, the decided prompt]
 UNITS_PLAN = {"units": [[ITEM]], "copies": Optional(Map([Tuple(COUNT, SPAN_ID)])), "drawn": Optional(dict)}
 STRATUM = {"name": str, "total": COUNT, "drawn": [SPAN_ID]}
-AUDIT_DRAW = {"key": str, "sample": COUNT, "seed": int, "strata": [STRATUM], "units": [[ITEM]]}
+# --audit-sample as given: a count, a share of the search's seconds or a time (config.py parse_audit).
+SAMPLE = Rule("a count or an --audit-sample form", lambda v: isinstance(v, str) or COUNT.holds(v))
+AUDIT_DRAW = {"key": str, "sample": SAMPLE, "seed": int, "first": COUNT, "strata": [STRATUM], "units": [[ITEM]]}
 
 
 def plan_spec(name: str):
