@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from scanner.config import PromptConfig
+from scanner.engine import prefix
 from scanner.engine.generate import Greedy
 from scanner.engine.loading import LoadedModel
 from scanner.engine.losses import token_margins
@@ -87,6 +88,8 @@ class HFEngine:
         pad = getattr(self.tokenizer, "pad_token_id", None)
         self.greedy = Greedy(self.model, 0 if pad is None else pad)  # HF generation (engine/generate.py)
         self.batchable: bool | None = None  # several targets per forward work (engine/batched.py)
+        self.cache_prefix = True  # GCG forwards reuse the prefix's keys and values where it holds (engine/prefix.py)
+        self._prefix: prefix.PrefixCache | bool | None = None  # computed on first use; False: not cached
         self.forwards = 0  # sequences through the model (candidates, gradients, verifications)
         self.verify_s = 0.0  # seconds in verify_many so far: a unit reads its share as a difference
         self.verifier: VLLMEngine | None = None  # greedy generation elsewhere (vLLM); None: HF generate
@@ -141,11 +144,24 @@ class HFEngine:
     def decode(self, prompt_ids: list[int]) -> str:
         return self.tokenizer.decode(prompt_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
+    def prefix_cache(self) -> prefix.PrefixCache | None:
+        """The template's prefix run once for every GCG forward; None where it is recomputed (why: logged once)."""
+        if not self.cache_prefix:
+            return None
+        if self._prefix is None:
+            ids = list(self.template.prefix_ids)
+            reason = prefix.why_not(self.model, ids, self.attention_window, self.allowed_ids)
+            self._prefix = prefix.compute(self.model, ids) if reason is None else False
+            log.info("prefix of %d tokens %s", len(ids), "cached" if reason is None else f"recomputed: {reason}")
+        return self._prefix or None
+
     def logits(self, input_ids: torch.Tensor | None = None, keep: int = 0, **kwargs) -> torch.Tensor:
-        """Logits of the last `keep` positions (all when 0), computing the LM head only there."""
+        """Logits of the last `keep` positions (all when 0), computing the LM head only there; with
+        `past_key_values` (a prefix cache), of the positions after it."""
         if self._keeps_logits and keep:
             kwargs["logits_to_keep"] = keep
-        out = self.model(input_ids=input_ids, use_cache=False, **kwargs).logits
+        cached = kwargs.get("past_key_values") is not None
+        out = self.model(input_ids=input_ids, use_cache=cached, **kwargs).logits
         self.forwards += out.shape[0]
         return out[:, -keep:] if keep else out
 
