@@ -31,6 +31,8 @@ _RULE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 # --search-budget auto's rule: search on while at least 1 of the last 64 decided candidates along the rank
 # was memorized (the window and threshold bench/auto_budget.py chose by replaying recorded verdicts).
 AUTO_RULE = (1, 64)
+# A budget larger than this is no ceiling (1e12 s is 31,000 years): refused, as an infinite one must be.
+MAX_BUDGET = 1e12
 
 
 @dataclass(frozen=True)
@@ -84,11 +86,55 @@ def parse_budget(text: str | None) -> Budget | None:
         raise InputError(f"--search-budget {given!r} is not a budget; give {BUDGET_FORMS}")
     kind, scale = _UNITS[match.group(2)]
     amount = float(match.group(1)) * scale
+    if not amount <= MAX_BUDGET:  # an infinite one (1e400 digits) too: int() of it crashed, JSON cannot hold it
+        raise InputError(f"--search-budget {given!r} is more than any scan spends (at most {MAX_BUDGET:.0e} steps "
+                         "or seconds); give a smaller budget, or leave --search-budget out for no ceiling")
     if amount <= 0:
         raise InputError(f"--search-budget {given!r} must be above 0; give {BUDGET_FORMS}")
     if kind == "steps" and amount != int(amount):
         raise InputError(f"--search-budget {given!r}: steps are whole numbers; give {BUDGET_FORMS}")
     return Budget(kind, amount)
+
+
+AUDIT_FORMS = ("a share of what the budgeted search spent ('25%'), a time ('10m', '600s', '1h') or a number of "
+               "searches ('16'); 0 turns the audit off")
+AUDIT_DEFAULT = "25%"
+_SHARE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+_COUNT = re.compile(r"^\s*-?\d+\s*$")
+
+
+@dataclass(frozen=True)
+class AuditRule:
+    """What --audit-sample asks of the recall audit: `count` searches, a `share` of the seconds the budgeted
+    search spent, or `seconds` of searching; the share and the time become searches at the scan's own
+    measured seconds per search (measures/recall.py audit_size)."""
+
+    kind: str  # "count", "share" or "seconds"
+    amount: float
+
+    def __str__(self) -> str:
+        return {"count": f"{self.amount:g} searches", "share": f"{self.amount:.0%} of the search's seconds",
+                "seconds": f"{self.amount:g} s"}[self.kind]
+
+
+def parse_audit(value: int | str) -> AuditRule:
+    """16 or '16' -> AuditRule('count', 16); '25%' -> ('share', 0.25); '10m' -> ('seconds', 600)."""
+    text = str(value)
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise InputError(f"--audit-sample {value!r} is not an audit size; give {AUDIT_FORMS}")
+    if isinstance(value, int) or _COUNT.match(text):
+        require(int(text) >= 0, f"--audit-sample {text} must be >= 0; give {AUDIT_FORMS}")
+        return AuditRule("count", int(text))
+    share, duration = _SHARE.match(text), _PATTERN.match(text.lower())
+    if share:
+        amount = float(share.group(1)) / 100
+        require(0 < amount <= 10, f"--audit-sample {text!r}: a share is above 0 % and at most 1000 %; give {AUDIT_FORMS}")
+        return AuditRule("share", amount)
+    if duration and _UNITS[duration.group(2)][0] == "seconds":
+        amount = float(duration.group(1)) * _UNITS[duration.group(2)][1]
+        require(amount > 0, f"--audit-sample {text!r} must be above 0 s; give 0 for no audit, or {AUDIT_FORMS}")
+        return AuditRule("seconds", amount)
+    raise InputError(f"--audit-sample {text!r} is not an audit size; give {AUDIT_FORMS}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -515,9 +561,11 @@ class ScanConfig:
     # seconds ("20000steps", "2h"); candidates left over are not_searched. Settled certificates cost neither.
     max_candidates: int | None = None
     search_budget: str | None = None
-    # After the budgeted search, a seeded random sample of this many spans of what it left unsearched and
-    # of what the screen dropped is searched too, so the run can state its recall (measures/recall.py).
-    audit_sample: int = 16
+    # After the budgeted search, a seeded random sample of what it left unsearched and of what the screen
+    # dropped is searched too, so the run can state its recall (measures/recall.py). Its size follows the
+    # work: by default searches worth a quarter of the seconds the budgeted search spent (parse_audit's
+    # forms); kept as the user gave it (16, "16", "25%", "10m").
+    audit_sample: int | str = AUDIT_DEFAULT
     tighten: bool = False  # also search spans their certificate settled, after the others
     unit_size: int = 8  # candidates per search unit (the resumable unit of phase 2)
     docs_per_shard: int = 8
@@ -533,7 +581,7 @@ class ScanConfig:
                 f"--max-candidates-per-doc {self.max_candidates_per_doc} must be >= 0")
         require(self.max_candidates is None or self.max_candidates >= 0,
                 f"--max-candidates {self.max_candidates} must be >= 0")
-        require(self.audit_sample >= 0, f"--audit-sample {self.audit_sample} must be >= 0 (0: no recall audit)")
+        parse_audit(self.audit_sample)  # InputError naming the value and the accepted forms
         require(self.docs_per_shard >= 1, f"--docs-per-shard {self.docs_per_shard} must be >= 1")
         require(self.unit_size >= 1, f"--unit-size {self.unit_size} must be >= 1")
         require(self.work_text_tokens >= 1, f"--work-text-tokens {self.work_text_tokens} must be >= 1 (the "

@@ -17,10 +17,11 @@ FAST = SearchConfig(decide_steps=150, shrink_steps=80, restarts=1,
                     gcg=GCGConfig(top_k=64, num_candidates=96, patience=40))
 
 
-# The recall audit (--audit-sample, default 16) searches up to 16 more spans after every scan: on the
-# suite's tiny corpora that is a census of most of what the scan left, which would double most tests'
-# scans. Scans here run without it unless a test asks (tests/test_audit.py runs the audit, default
-# included); the CLI reads this variable as the option's default, and the processes tests start inherit it.
+# The recall audit (--audit-sample, by default searches worth 25 % of the search's seconds) adds searches
+# after every scan whose count follows measured seconds, so the tests' tables would vary with the load.
+# Scans here run without it unless a test asks (tests/test_audit.py and tests/test_hostile_recall.py run
+# it; tests/test_guides.py the default); the CLI reads this variable as the option's default, and the
+# processes tests start inherit it.
 os.environ["ACR_AUDIT_SAMPLE"] = "0"
 
 if os.environ.get("PYTEST_XDIST_WORKER"):

@@ -118,3 +118,68 @@ def test_a_relaunch_mid_audit_gives_the_same_table(cut, tiny_dir, corpus, tmp_pa
     strip = lambda rows: {s: {k: v for k, v in r.items() if k not in RESULTS_WALL_CLOCK} for s, r in rows.items()}  # noqa: E731
     assert strip(rows_of(out)) == strip(rows_of(cut))
     assert json.loads((out / "recall.json").read_text()) == json.loads((cut / "recall.json").read_text())
+
+
+def test_a_running_audit_unit_shows_in_status_and_watch_with_its_eta_and_calibration(cut, tmp_path):
+    """Killed mid-audit, as a live scan would hold it: the audit's last unit running (its progress file
+    written by the worker's own UnitProgress, calibrating), its ETA priced from the draw."""
+    import os
+    import shutil
+
+    from scanner.run.heartbeat import UnitProgress
+    from scanner.storage.lock import holder_of
+
+    out = tmp_path / "cut"
+    shutil.copytree(cut, out)
+    for marker in [out / "audit" / "done" / "00001", out / "recall.json", *(out / "done").iterdir()]:
+        marker.unlink()
+    (out / "lock").write_text(json.dumps(holder_of(os.getpid())))
+    plan = json.loads((out / "audit_plan.json").read_text())
+    spans = [span for _, span in plan["units"][1]]
+    watcher = UnitProgress(out, "audit-00001", spans)
+    watcher.stage("calibration", 0, 1)
+    status = json.loads(cli("status", str(out)).stdout)
+    shown = cli("status", str(out), "--watch", "--iterations", "1").stdout
+    (unit,) = status["running"]
+    assert unit["unit"] == "audit-00001" and unit["stage"] == {"name": "calibration", "done": 0, "total": 1}
+    audit = status["progress"]["audit"]
+    assert status["phase"] == "audit" and audit["units_done"] == 1 and audit["candidates_total"] == 3
+    assert audit["eta_s"] is not None and audit["eta_s"] > 0, "priced before and after its first unit"
+    assert "audit-00001: 0/1 candidates done; calibration of 0/1 memorized spans" in shown, shown
+    assert "to the end of the recall audit" in shown, shown
+
+
+def test_the_default_audit_follows_the_search_it_audits(tiny_dir, corpus, tmp_path):
+    """A scan told --max-candidates 2 at the default --audit-sample (25 % of the search's seconds) runs
+    at most what a quarter of its search's seconds buys at its own measured price: none or one search,
+    never 16; the log says what the audit will cost before it starts."""
+    from scanner.config import parse_audit
+    from scanner.measures.recall import audit_size
+
+    out = tmp_path / "two"
+    done = cli("-v", "scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *CARDS,
+               "--max-candidates", "2", "--audit-sample", "25%")
+    assert done.returncode == 0, done.stderr
+    plan = json.loads((out / "audit_plan.json").read_text())
+    cost = plan["cost"]
+    assert plan["sample"] == "25%" and cost["searches"] == 2 and cost["per_search_s"] > 0
+    assert (plan["size"], plan["why"]) == audit_size(parse_audit("25%"), cost)
+    assert plan["size"] * cost["per_search_s"] <= 0.25 * cost["spent_s"] and plan["size"] <= 1
+    status = json.loads(cli("status", str(out)).stdout)
+    assert status["phase"] == "complete" and (status["cost"].get("audit") or {}).get("candidates", 0) == plan["size"]
+    said = "recall audit: none drawn" if not plan["size"] else "recall audit: 1 of 1 searches to run"
+    assert said in done.stderr and "recall audit:" in done.stdout, done.stdout
+
+
+def test_before_its_draw_the_audit_is_priced_from_the_search_and_the_eta_says_so():
+    from scanner.cli.watch import _eta
+    from scanner.storage.status import audit_ahead
+
+    search = {"eta_s": 100.0, "work_s": 200.0, "s_per_candidate": 5.0, "ends": "plan"}
+    assert audit_ahead("25%", search, 2) == pytest.approx(0.25 * (200 + 100 * 2) / 2)  # of the search at its end
+    assert audit_ahead("10m", search, 2) == 300 and audit_ahead("4", search, 2) == 10 and audit_ahead("0", search, 2) == 0
+    assert audit_ahead("25%", {**search, "eta_s": None}, 1) is None
+    snap = {"phase": "search", "eta_s": 60.0, "search": search,
+            "audit": {"off": False, "sample": "25%", "eta_s": audit_ahead("25%", search, 2)}}
+    assert _eta(snap) == "1 min 00 s to the end of the verdicts, then about 50 s for the recall audit (--audit-sample 25%)"
+    assert _eta({**snap, "audit": {"off": True, "sample": "0", "eta_s": 0.0}}) == "1 min 00 s to the end of the verdicts"

@@ -118,15 +118,15 @@ def test_workers_and_relaunches_check_the_bytes_against_the_record(scanned, tiny
     model = shutil.copytree(tiny_dir, tmp_path / "model")
     seen = stamps(model, [f["path"] for f in model_files(model)])
     config = ModelConfig(model=str(model))
-    assert check_loaded(run, config) == check_loaded(run, config, seen)  # same bytes: both pass
+    assert check_loaded(run.path, config) == check_loaded(run.path, config, seen)  # same bytes: both pass
     weights = bytearray((model / "model.safetensors").read_bytes())
     weights[-1] ^= 1
     (model / "model.safetensors").write_bytes(bytes(weights))
     for given in (None, seen):  # a Ray actor (re-hash) and the driver's own process (stamp moved: re-hash)
         with pytest.raises(InputError, match="model.safetensors .weight.: other bytes"):
-            check_loaded(run, config, given)
+            check_loaded(run.path, config, given)
     with pytest.raises(InputError, match="not the bytes this run was scanned with"):
-        record_model(run, config)  # a relaunch with other weights under the same path
+        record_model(run.path, config, finished=True)  # a relaunch with other weights under the same path
 
 
 def test_recheck_refuses_a_model_with_one_byte_changed(scanned, tiny_dir, tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import sys
 from pathlib import Path
 
@@ -388,3 +389,27 @@ def test_the_text_of_a_plan_says_its_draw_its_caps_and_what_the_budget_reaches()
     assert f"searched: 4 of the 40 candidates the scan would search ({caps})" in text
     assert "--search-budget given: 1,000 steps, reaching 5% " in text  # 40 x 10 x 50 steps needed
     assert "searched: 5% of the candidates" in text
+
+
+def test_the_projection_counts_the_recall_audit_the_plan_does_not_run():
+    """The plan's run audits nothing; the projection adds what --audit-sample would search after the
+    budgeted search, at the sample's measured seconds per search (here 2 s: 200 s for 100 candidates)."""
+    from scanner.config import parse_audit
+
+    whole = {"documents": 100, "bytes": 40_000}
+    share = pm.project(COST, docs(10), whole, workers=1, efficiency=1.0, audit=parse_audit("25%"))
+    assert share["audit_s"]["searches"] == 25 and share["audit_s"]["value"] == pytest.approx(50)  # 25 % of 200 s
+    assert share["worker_s"]["value"] == pytest.approx(100 + 200 + 50) and "25%" in share["audit_s"]["source"]
+    capped = pm.project(COST, docs(10), whole, workers=1, efficiency=1.0, budget=("seconds", 40),
+                        audit=parse_audit("25%"))
+    assert capped["audit_s"]["searches"] == 5, "a share of the search under its budget, not of all of it"
+    count = pm.project(COST, docs(10), whole, workers=1, efficiency=1.0, audit=parse_audit("3"))
+    assert count["audit_s"]["value"] == pytest.approx(6) and count["audit_s"]["searches"] == 3
+    off = pm.project(COST, docs(10), whole, workers=1, efficiency=1.0, audit=parse_audit(0))
+    assert off["audit_s"]["value"] == 0 and off["worker_s"]["value"] == pytest.approx(300)
+    from scanner.cli.plan import plan_lines
+
+    text = "\n".join(plan_lines({"sample": {"documents": 10, "of": 100, "seed": 0, "bytes": 4000, "tokens": 1000,
+                                            "path": "s.parquet", "run": "r", "caps": "", "drawn": 10, "population": 10},
+                                 "corpus": {**whole, "source": "counted"}, "projection": share, "inputs": {}}))
+    assert re.search(r"recall audit, 25 searches\s+50\.0 s", text), text

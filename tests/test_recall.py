@@ -85,3 +85,31 @@ def test_the_draw_is_seeded_stratified_and_never_exceeds_a_stratum():
     assert draw(strata, 12, seed=4) != first
     with pytest.raises(InputError, match="--audit-sample -1"):
         allocate([1], -1)
+
+
+def test_the_audit_size_follows_the_search_it_audits():
+    from scanner.config import AuditRule, parse_audit
+    from scanner.measures.recall import AUDIT_MAX, audit_size, search_cost
+
+    assert parse_audit(16) == parse_audit("16") == AuditRule("count", 16) and parse_audit("0").amount == 0
+    assert parse_audit("25%") == AuditRule("share", 0.25) and parse_audit("10m") == AuditRule("seconds", 600)
+    for bad in ("-1", "x", "0%", "10steps", "2.5", True):
+        with pytest.raises(InputError, match="--audit-sample"):
+            parse_audit(bad)
+    # Two memorized searches (cheap) and two refuted ones: an audit search is priced at the refuted ones.
+    units = [{"search_s": 30.0, "cost": {"outcomes": {"memorized": {"candidates": 2, "seconds": 4.0},
+                                                      "not_memorized": {"candidates": 1, "seconds": 10.0}}}},
+             {"search_s": 12.0, "cost": {"outcomes": {"rejected_early": {"candidates": 1, "seconds": 6.0}}}}]
+    cost = search_cost(units)
+    assert cost["spent_s"] == 42 and cost["searches"] == 4 and cost["per_search_s"] == 8
+    assert audit_size(parse_audit("25%"), cost)[0] == 1  # 10.5 s at 8 s a search
+    assert audit_size(parse_audit("1m"), cost)[0] == 7 and audit_size(parse_audit("10"), cost)[0] == 10
+    assert audit_size(parse_audit("1000%"), cost)[0] == 52  # 420 s at 8 s a search
+    size, why = audit_size(parse_audit("1h"), cost)
+    assert size == AUDIT_MAX and f"at most {AUDIT_MAX}" in why
+    nothing = search_cost([])
+    assert nothing["per_search_s"] is None and audit_size(parse_audit("25%"), nothing)[0] == 0
+    size, why = audit_size(parse_audit("10m"), nothing)
+    assert size == 0 and "no search measured" in why
+    found = [{"search_s": 5.0, "cost": {"outcomes": {"memorized": {"candidates": 2, "seconds": 4.0}}}}]
+    assert search_cost(found)["per_search_s"] == 2, "none refuted: priced at every search"

@@ -17,7 +17,7 @@ import pytest
 from scanner.errors import InputError
 from scanner.schema import SCHEMA_VERSION, STATUSES, default_row, results_schema
 from scanner.storage.atomic import atomic_write_bytes, atomic_write_json
-from scanner.storage.rundir import Plan, RunDir, Shard, config_hash
+from scanner.storage.rundir import Plan, RunDir, Shard, run_hash
 
 CONFIG = {"model": "tiny", "span_tokens": 32, "tau": 1.0, "search": {"steps": 150, "top_k": 64}}
 FINGERPRINT = "f" * 64
@@ -80,7 +80,7 @@ def test_fresh_prepare_writes_config_and_plan(tmp_path):
     assert plan.shards == (Shard(0, 0, 3), Shard(1, 3, 6), Shard(2, 6, 9), Shard(3, 9, 10))
     assert plan.num_docs == 10 and len(plan) == 4
     saved = json.loads((run.path / "run_config.json").read_text())
-    assert saved["config"] == CONFIG and saved["config_hash"] == config_hash(CONFIG)
+    assert saved["config"] == CONFIG and saved["run_hash"] == run_hash(saved) and "config_hash" not in saved
     assert saved["corpus_fingerprint"] == FINGERPRINT and saved["docs_per_shard"] == 3
     assert saved["package_version"]
     assert json.loads((run.path / "plan.json").read_text())[1] == {"shard": 1, "doc_start": 3, "doc_end": 6}
@@ -122,7 +122,7 @@ def older_schema(run: RunDir, version="1") -> None:
     """Rewrite run_config.json as an acr-scanner of another results schema would have left it."""
     path = run.path / "run_config.json"
     saved = {**json.loads(path.read_text()), "schema_version": version, "package_version": "0.9.0"}
-    atomic_write_json(path, saved)
+    atomic_write_json(path, {**saved, "run_hash": run_hash(saved)})  # sealed as that acr-scanner sealed it
 
 
 def test_a_run_of_an_older_results_schema_is_not_resumed(tmp_path):

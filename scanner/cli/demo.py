@@ -78,7 +78,8 @@ def scan_demo(where: Path, model_dir: Path, seed: int, echo: Callable[[str], Non
                         spans=SpanConfig(span_tokens=12, stride=2), screen=ScreenConfig(context_tokens=16),
                         search=SearchConfig(**{**CPU_SEARCH.__dict__, "seed": seed}), min_match_rate=0.95,
                         docs_per_shard=3, audit_sample=0)  # no recall audit: its draws of the demo's salad can flag unseen text
-    echo(f"\nscanning the demo corpus {corpus} ...")
+    echo("")
+    echo(f"scanning the demo corpus {corpus} ...")
     stats = run_scan(config, str(root / "run"))
     run = RunDir(root / "run")
     table = run.read_results()

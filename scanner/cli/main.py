@@ -28,6 +28,7 @@ from scanner.cli.options import (
     search_options,
 )
 from scanner.cli.output import (
+    audit_line,
     calibration_line,
     echo,
     emit_records,
@@ -54,6 +55,9 @@ def read_targets(texts: tuple[str, ...], file: str | None) -> list[dict]:
             targets += [_json_target(file, number, line) for number, line in enumerate(lines, 1) if line.strip()]
         else:
             targets += [{"text": line} for line in lines if line.strip()]
+    if not targets and file:
+        raise InputError(f"--file {file} holds no target text (it is empty, or blank lines only); put one text per "
+                         "line (.txt), or one {\"text\": ...} object per line (.jsonl)")
     if not targets:
         raise InputError("no target text; pass TEXT arguments or --file")
     return targets
@@ -103,8 +107,17 @@ def cli(verbose: int) -> None:
 
 
 class SafeFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        return terminal_safe(super().format(record))
+    """A log line is one line, terminal-safe (a newline in an id would forge the next one); a traceback
+    keeps its lines, each made safe."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+        return terminal_safe(super().formatMessage(record))
+
+    def formatException(self, ei) -> str:  # noqa: N802
+        return "\n".join(map(terminal_safe, super().formatException(ei).splitlines()))
+
+    def formatStack(self, stack_info: str) -> str:  # noqa: N802
+        return "\n".join(map(terminal_safe, super().formatStack(stack_info).splitlines()))
 
 
 @cli.command("acr", cls=SectionedCommand)
@@ -167,6 +180,9 @@ def scan_command(corpus, out, **options) -> None:
     executor = executor_config(options)
     stats = run_with_progress(scan_config(options, corpus), out, executor, passage_config(options))
     click.echo(summary_line(stats, out))
+    audit = audit_line(out)
+    if audit:
+        echo(audit)
     failed = stats["run"]["failed_shards"]
     if failed:
         for task, error in sorted(failed.items(), key=str):
@@ -317,8 +333,9 @@ def status_command(run_dir, workers, watch, interval, iterations) -> None:
               "(evidence, configuration, model hashes, manifest, a standalone recheck.py).")
 @click.option("--model", "model", default=None, help="--bundle: where the model is now (default: the run's); "
               "refused unless its files are the bytes the run recorded.")
-@click.option("--sign", "sign", default=None, help="--bundle: sign manifest.json with this unencrypted ssh-ed25519 "
-              "private key (manifest.json.sig, as `ssh-keygen -Y sign` writes it).")
+@click.option("--sign", "sign", default=None, help="--bundle: sign manifest.json with this ssh-ed25519 private key "
+              "(manifest.json.sig, as `ssh-keygen -Y sign` writes it); a passphrase is read from "
+              "ACR_SIGN_PASSPHRASE, else asked on the terminal.")
 @click.option("--without-shared-text", "no_shared", is_flag=True,
               help="Leave out shared text: passages many documents hold (a header, a licence; the passages' "
                    "shared_text, --shared-text-min-docs of the scan) and their spans.")

@@ -298,12 +298,15 @@ def scan_options(f):
                     "'auto' decides until fewer than 1 of the last 64 decided candidates was memorized "
                     "('auto:M/W' sets the rule, 'auto:2h' or 'auto:1/64:2h' adds a ceiling); the "
                     "undecided stay not_searched, with the reason."),
-        option(BUDGET, "--audit-sample", type=int, default=default_of(ScanConfig, "audit_sample"),
+        option(BUDGET, "--audit-sample", default=default_of(ScanConfig, "audit_sample"),
                show_default=True, envvar="ACR_AUDIT_SAMPLE", show_envvar=True,
-               help="Recall audit: after the budgeted search, search this many spans drawn at random (seeded, "
-                    "stratified by screen score) from the candidates left unsearched and the spans the screen "
-                    "dropped, and estimate with an exact interval how many memorized spans those still hold "
-                    "(recall.json, status, report). 0: no audit."),
+               help="Recall audit: after the budgeted search, search spans drawn at random (seeded, stratified by "
+                    "screen score) from the candidates left unsearched and the spans the screen dropped, and "
+                    "estimate with an exact interval how many memorized spans those still hold (recall.json, "
+                    "status, report). Its size follows the work: a share of the seconds the budgeted search "
+                    "spent ('25%') or a time ('10m'), bought at this scan's measured seconds per search (at "
+                    "most 64 searches; none when the share buys less than one search), or a number of "
+                    "searches ('16'). 0: no audit. Outside --search-budget."),
         option(BUDGET, "--tighten", is_flag=True,
                help="Also shrink the prompts of spans their natural-prefix certificate settled (with the "
                     "decided ones, once every candidate has its verdict, while budget remains), keeping "

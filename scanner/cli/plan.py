@@ -45,6 +45,7 @@ def plan_lines(plan: dict) -> list[str]:
     lines += [_line("search steps (all candidates)", f["search_steps"], source=False),
               _line("search worker-seconds, all", f["search_s"], "s", source=False),
               _line("  under the caps", p["search_s"], "s", source=False),
+              _line(f"recall audit, {p['audit_s']['searches']} searches", p["audit_s"], "s"),
               _line("passages (certified, drawn)", f["passages"], source=False),
               _line("passage worker-seconds", f["passage_s"], "s", source=False),
               _line("worker-seconds in all", p["worker_s"], "s", source=False),

@@ -68,10 +68,12 @@ def _search(s: dict) -> str:
 
 
 def _audit(s: dict) -> str:
-    if not s["sample"]:
+    if s["off"]:
         return "none (--audit-sample 0)"
     if s["units_total"] is None:
-        return f"{s['sample']} spans drawn once every candidate the budget allows has its verdict"
+        return f"drawn once every candidate the budget allows has its verdict (--audit-sample {s['sample']})"
+    if not s["candidates_total"]:
+        return f"none drawn: {s['why'] or 'nothing left to draw from'}"
     return f"{_of(s['candidates_done'], s['candidates_total'])} drawn spans searched, {s['memorized']} memorized"
 
 
@@ -123,7 +125,10 @@ def _eta(snap: dict) -> str:
     if snap["eta_s"] is None:
         return "unknown (one task builds passages.parquet)" if phase == "passages" else "unknown yet"
     ends = "the budget" if phase in ("search", "tighten") and snap[phase]["ends"] == "budget" else ENDS[phase]
-    return f"{_duration(snap['eta_s'])} to the end of {ends}"
+    audit = snap.get("audit") or {}
+    then = ("" if phase != "search" or audit.get("off") or audit.get("eta_s") is None
+            else f", then about {_duration(audit['eta_s'])} for the recall audit (--audit-sample {audit['sample']})")
+    return f"{_duration(snap['eta_s'])} to the end of {ends}{then}"
 
 
 def stopped(snap: dict) -> bool:
@@ -168,7 +173,9 @@ def search_line(live: dict) -> str:
 
 def running_line(unit: dict) -> str:
     """A running unit (storage/progress.py running): candidates done, its live searches, its heartbeat."""
-    live = "; ".join(map(search_line, unit["live"])) or "between candidates"
+    stage = unit.get("stage")  # its fields checked by storage/progress.py
+    after = f"{stage['name']} of {stage['done']:g}/{stage['total']:g} memorized spans" if stage else "between candidates"
+    live = "; ".join(map(search_line, unit["live"])) or after
     return (f"{unit['unit']}: {_of(unit.get('candidates_done', 0), unit.get('candidates_total'))} candidates done; "
             f"{live}; heartbeat {_duration(unit['heartbeat_age_s'])} ago")
 

@@ -40,6 +40,10 @@ class TargetScorer:
         self.target = torch.tensor(target_ids, device=dev)
         self.prefix = torch.tensor(engine.template.prefix_ids, dtype=torch.long, device=dev)
         self.suffix = torch.tensor(engine.template.suffix_ids, dtype=torch.long, device=dev)
+        # The prefix's keys and values, computed once per engine (engine/prefix.py); then forwards are fed
+        # the rest only, and positions below count from the first token after the prefix.
+        self.cache = engine.prefix_cache()
+        self.fed = self.prefix if self.cache is None else self.prefix[:0]
         self.draft: TargetScorer | None = None  # the same target on the draft model (probe sampling)
 
     @property
@@ -47,15 +51,20 @@ class TargetScorer:
         return self.target.numel() + 1
 
     def start(self, n: int) -> int:
-        """The position whose logits predict the first target token, after a prompt of n tokens."""
-        return self.prefix.numel() + n + self.suffix.numel() - 1
+        """The position (of the tokens fed) whose logits predict the first target token, after a prompt of n tokens."""
+        return self.fed.numel() + n + self.suffix.numel() - 1
+
+    def past(self, rows: int) -> dict:
+        """The forward's keyword arguments for the cached prefix over `rows` rows (none when recomputed)."""
+        return {} if self.cache is None else {"past_key_values": self.cache.expanded(rows)}
 
     def embedded(self, prompt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The prompt's one-hot [n, V] (requires grad) and the whole input's embeddings [L, H]."""
+        """The prompt's one-hot [n, V] (requires grad) and the embeddings [L, H] of the input fed (the
+        prefix left out when cached)."""
         weight = self.engine.model.get_input_embeddings().weight
         one_hot = torch.zeros(prompt.numel(), weight.shape[0], dtype=weight.dtype, device=weight.device)
         one_hot.scatter_(1, prompt.view(-1, 1), 1.0).requires_grad_(True)
-        parts = [weight[self.prefix], one_hot @ weight, weight[self.suffix], weight[self.target]]
+        parts = [weight[self.fed], one_hot @ weight, weight[self.suffix], weight[self.target]]
         return one_hot, torch.cat(parts)
 
     def masked(self, grad: torch.Tensor) -> torch.Tensor:
@@ -66,14 +75,14 @@ class TargetScorer:
         """d loss / d one-hot prompt [n, V] (disallowed ids set to +inf), the loss and its exact match."""
         with torch.enable_grad():
             one_hot, embeds = self.embedded(prompt)
-            logits = self.engine.logits(inputs_embeds=embeds[None], keep=self.keep)[:, :-1]
+            logits = self.engine.logits(inputs_embeds=embeds[None], keep=self.keep, **self.past(1))[:, :-1]
             loss = target_loss(logits, self.target, self.loss)[0]
             (grad,) = torch.autograd.grad(loss, one_hot)
         return self.masked(grad), loss.item(), bool(exact_match(logits.detach(), self.target)[0])
 
     def sequences(self, prompts: torch.Tensor) -> torch.Tensor:
         b = prompts.shape[0]
-        fixed = [t.expand(b, -1) for t in (self.prefix, self.suffix, self.target)]
+        fixed = [t.expand(b, -1) for t in (self.fed, self.suffix, self.target)]
         return torch.cat([fixed[0], prompts.to(self.target.device), fixed[1], fixed[2]], dim=1)
 
     def score(self, prompts: torch.Tensor) -> Scores:
@@ -144,13 +153,20 @@ def _head_logits(engine: HFEngine, hidden: torch.Tensor, spans: list[tuple[int, 
             zip(logits.split([b * t for _, b, _, t in spans]), spans, strict=True)]
 
 
+def _body(engine: HFEngine, scorer: TargetScorer, **inputs) -> torch.Tensor:
+    """[B, L, H] states of the body (engine.prefix_cache: every scorer of one engine shares it)."""
+    rows = next(iter(inputs.values())).shape[0]
+    past = scorer.past(rows)
+    return engine.model.base_model(**inputs, **past, use_cache=bool(past)).last_hidden_state
+
+
 def gradients(engine: HFEngine, items: list[tuple[TargetScorer, torch.Tensor]]) -> list[tuple[torch.Tensor, float, bool]]:
     """scorer.gradient of every (scorer, prompt [n]) from one forward and backward of all of them."""
     with torch.enable_grad():
         pieces = [scorer.embedded(prompt.to(engine.device)) for scorer, prompt in items]
         length = max(e.shape[0] for _, e in pieces)
         embeds = torch.stack([F.pad(e, (0, 0, 0, length - e.shape[0])) for _, e in pieces])
-        hidden = engine.model.base_model(inputs_embeds=embeds, use_cache=False).last_hidden_state
+        hidden = _body(engine, items[0][0], inputs_embeds=embeds)
         spans = [(i, 1, s.start(p.numel()), s.target.numel()) for i, (s, p) in enumerate(items)]
         logits = _head_logits(engine, hidden, spans)
         losses = [target_loss(lg, s.target, s.loss)[0] for lg, (s, _) in zip(logits, items, strict=True)]
@@ -215,11 +231,11 @@ def _chunk_logits(engine: HFEngine, items, seqs, parts) -> list[torch.Tensor]:
     """[rows, T, V] target-position logits of each part of a chunk."""
     if not supported(engine):  # one target: the model's own logits of its last positions
         (j, a, b), scorer = parts[0], items[parts[0][0]][0]
-        return [engine.logits(seqs[j][a:b], keep=scorer.keep)[:, :-1]]
+        return [engine.logits(seqs[j][a:b], keep=scorer.keep, **scorer.past(b - a))[:, :-1]]
     length = max(seqs[j].shape[1] for j, _, _ in parts)
     pad = engine.allowed_ids[0]  # any id: nothing real attends to it
     ids = torch.cat([F.pad(seqs[j][a:b], (0, length - seqs[j].shape[1]), value=pad) for j, a, b in parts])
-    hidden = engine.model.base_model(input_ids=ids, use_cache=False).last_hidden_state
+    hidden = _body(engine, items[parts[0][0]][0], input_ids=ids)
     spans, row = [], 0
     for j, a, b in parts:
         scorer, candidates = items[j]

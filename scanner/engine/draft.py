@@ -45,6 +45,18 @@ def vocabulary_problems(target, draft) -> list[str]:
     return problems
 
 
+def encoding_problems(target, other, texts: list[str]) -> list[str]:
+    """How two tokenizers of one vocabulary differ in use: the texts they cut into other ids (other merges,
+    normalizer or pre-tokenizer behind the same vocabulary)."""
+    ids = [target(texts, add_special_tokens=False)["input_ids"], other(texts, add_special_tokens=False)["input_ids"]] \
+        if texts else [[], []]
+    differ = [text for text, a, b in zip(texts, *ids, strict=True) if a != b]
+    if not differ:
+        return []
+    return [f"the same vocabulary cuts {len(differ)} of {len(texts)} sample texts into other token ids (other merges "
+            f"or normalization; e.g. {differ[0][:40]!r})"]
+
+
 def _refusal(model: str, draft: str, problems: list[str]) -> InputError:
     return InputError(f"--draft-model {draft}: its tokenizer is not the one of --model {model} "
                       f"({'; '.join(problems)}); a draft scores the target's token ids, so it must share the "

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from scanner.config import PromptConfig
+from scanner.engine import prefix
+from scanner.engine.generate import Greedy
 from scanner.engine.loading import LoadedModel
 from scanner.engine.losses import token_margins
 from scanner.engine.template import PromptTemplate, build_template, free_ids, retokenizes, typed_ids
@@ -83,7 +85,11 @@ class HFEngine:
         self.attention_window = _sliding_window(self.model)
         self._keeps_logits = "logits_to_keep" in inspect.signature(self.model.forward).parameters
         self.chunk_size: int | None = None  # learned on OOM; persists across targets
+        pad = getattr(self.tokenizer, "pad_token_id", None)
+        self.greedy = Greedy(self.model, 0 if pad is None else pad)  # HF generation (engine/generate.py)
         self.batchable: bool | None = None  # several targets per forward work (engine/batched.py)
+        self.cache_prefix = True  # GCG forwards reuse the prefix's keys and values where it holds (engine/prefix.py)
+        self._prefix: prefix.PrefixCache | bool | None = None  # computed on first use; False: not cached
         self.forwards = 0  # sequences through the model (candidates, gradients, verifications)
         self.verify_s = 0.0  # seconds in verify_many so far: a unit reads its share as a difference
         self.verifier: VLLMEngine | None = None  # greedy generation elsewhere (vLLM); None: HF generate
@@ -138,11 +144,24 @@ class HFEngine:
     def decode(self, prompt_ids: list[int]) -> str:
         return self.tokenizer.decode(prompt_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
+    def prefix_cache(self) -> prefix.PrefixCache | None:
+        """The template's prefix run once for every GCG forward; None where it is recomputed (why: logged once)."""
+        if not self.cache_prefix:
+            return None
+        if self._prefix is None:
+            ids = list(self.template.prefix_ids)
+            reason = prefix.why_not(self.model, ids, self.attention_window, self.allowed_ids)
+            self._prefix = prefix.compute(self.model, ids) if reason is None else False
+            log.info("prefix of %d tokens %s", len(ids), "cached" if reason is None else f"recomputed: {reason}")
+        return self._prefix or None
+
     def logits(self, input_ids: torch.Tensor | None = None, keep: int = 0, **kwargs) -> torch.Tensor:
-        """Logits of the last `keep` positions (all when 0), computing the LM head only there."""
+        """Logits of the last `keep` positions (all when 0), computing the LM head only there; with
+        `past_key_values` (a prefix cache), of the positions after it."""
         if self._keeps_logits and keep:
             kwargs["logits_to_keep"] = keep
-        out = self.model(input_ids=input_ids, use_cache=False, **kwargs).logits
+        cached = kwargs.get("past_key_values") is not None
+        out = self.model(input_ids=input_ids, use_cache=cached, **kwargs).logits
         self.forwards += out.shape[0]
         return out[:, -keep:] if keep else out
 
@@ -151,37 +170,41 @@ class HFEngine:
         return self.verify_many([prompt], target_ids)[0]
 
     def verify_many(self, prompts: list[str], target_ids: list[int]) -> list[Verification]:
-        """`verify` of every prompt; with vLLM attached, all generations run in one call."""
-        if not prompts:
+        """`verify` of every prompt, all generations batched (vLLM's in one call when attached)."""
+        return self.verify_each([(p, target_ids) for p in prompts])
+
+    def verify_each(self, pairs: list[tuple[str, list[int]]]) -> list[Verification]:
+        """`verify` of every (prompt, target ids), all generations batched: certificates of many spans."""
+        if not pairs:
             return []
         start = time.perf_counter()
         try:
-            return self._verify_many(prompts, target_ids)
+            return self._verify_each(pairs)
         finally:  # the figure a cost model of verification needs, read per unit (run/tasks.py)
             self.verify_s += time.perf_counter() - start
 
-    def _verify_many(self, prompts: list[str], target_ids: list[int]) -> list[Verification]:
-        typed = typed_ids(self.tokenizer, self.template, prompts)
-        live = [ids for ids in typed if ids]
-        generated = iter(self._scored_many(live, len(target_ids)))
-        margins = iter(self._teacher_forced_margins(live, target_ids))
+    def _verify_each(self, pairs: list[tuple[str, list[int]]]) -> list[Verification]:
+        typed = typed_ids(self.tokenizer, self.template, [p for p, _ in pairs])
+        live = [(ids, target) for ids, (_, target) in zip(typed, pairs, strict=True) if ids]
+        generated = iter(self._scored_many([ids for ids, _ in live], [len(t) for _, t in live]))
+        margins = iter(self._teacher_forced_margins(live))
         engine = "hf" if self.verifier is None else "vllm"
-        return [_verification(p, self.template, ids, *next(generated), next(margins), target_ids, engine)
+        return [_verification(p, self.template, ids, *next(generated), next(margins), target, engine)
                 if ids else Verification(p, [], [], False, False, float("-inf"), 0, engine)
-                for p, ids in zip(prompts, typed, strict=True)]
+                for (p, target), ids in zip(pairs, typed, strict=True)]
 
     def verify_first(self, prompts: list[str], target_ids: list[int]) -> tuple[Verification | None, int]:
         """The first prompt, in order, that generation verifies, and how many before it were refuted.
-        HF generates one at a time and stops at a success; vLLM checks them all in one call."""
-        if self.verifier is None:
-            for rank, prompt in enumerate(prompts):
-                check = self.verify(prompt, target_ids)
-                if check.verified_generation:
-                    return check, rank
-            return None, len(prompts)
-        checks = self.verify_many(prompts, target_ids)
-        rank = next((i for i, check in enumerate(checks) if check.verified_generation), None)
-        return (None, len(prompts)) if rank is None else (checks[rank], rank)
+        HF checks the first alone (the best-loss match, which mostly holds) and then doubling groups, one
+        batch each, stopping at the group of a success; vLLM checks them all in one call."""
+        done, size = 0, 1 if self.verifier is None else len(prompts)
+        while done < len(prompts):
+            checks = self.verify_many(prompts[done:done + size], target_ids)
+            rank = next((i for i, check in enumerate(checks) if check.verified_generation), None)
+            if rank is not None:
+                return checks[rank], done + rank
+            done, size = done + size, 2 * size
+        return None, len(prompts)
 
     def generate_ids(self, inputs: list[list[int]], new_tokens: int | list[int]) -> list[list[int]]:
         """Greedy continuation ids of each full input (template included), in the verify engine;
@@ -189,22 +212,25 @@ class HFEngine:
         return self._generate_many(inputs, new_tokens)
 
     def _generate_many(self, inputs: list[list[int]], new_tokens: int | list[int]) -> list[list[int]]:
-        if not inputs:
-            return []
         lengths = [new_tokens] * len(inputs) if isinstance(new_tokens, int) else list(new_tokens)
-        if self.verifier is None:
-            return [self._generate(ids, n) for ids, n in zip(inputs, lengths, strict=True)]
-        self.forwards += len(inputs)
-        return self.verifier.generate(inputs, lengths, self._eos_ids())
+        if self.verifier is not None and inputs:
+            self.forwards += len(inputs)
+            return self.verifier.generate(inputs, lengths, self._eos_ids())
+        return [ids for ids, _ in self._scored_many(inputs, lengths)]
 
-    def _scored_many(self, inputs: list[list[int]], new_tokens: int) -> list[tuple[list[int], list[float]]]:
-        """(ids, each chosen token's margin) of every greedy continuation, in the verify engine."""
-        if self.verifier is None:
-            return [self._generate_scored(ids, new_tokens) for ids in inputs]
+    def _scored_many(self, inputs: list[list[int]], new_tokens: list[int]) -> list[tuple[list[int], list[float]]]:
+        """(ids, each chosen token's margin) of every greedy continuation, in the verify engine: HF's in
+        left-padded batches whose near ties are generated again alone (engine/generate.py)."""
         if not inputs:
             return []
+        if self.verifier is None:
+            before = self.greedy.sequences
+            try:
+                return self.greedy.many(inputs, new_tokens)
+            finally:
+                self.forwards += self.greedy.sequences - before
         self.forwards += len(inputs)
-        return self.verifier.generate_scored(inputs, [new_tokens] * len(inputs), self._eos_ids())
+        return self.verifier.generate_scored(inputs, new_tokens, self._eos_ids())
 
     def stop_ids(self) -> list[int]:
         """The EOS ids greedy generation stops at (the model's generation_config)."""
@@ -217,37 +243,24 @@ class HFEngine:
     def _generate(self, ids: list[int], new_tokens: int) -> list[int]:
         return self._generate_scored(ids, new_tokens)[0]
 
-    @torch.no_grad()
     def _generate_scored(self, ids: list[int], new_tokens: int) -> tuple[list[int], list[float]]:
-        """Greedy continuation ids and, per generated token, its logit minus the best other logit at
-        that decoding step (the raw logits of the KV-cached generation, not a teacher-forced pass)."""
-        from transformers import GenerationConfig
-
-        eos = self.model.generation_config.eos_token_id
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        config = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=new_tokens,
-                                  repetition_penalty=1.0, eos_token_id=eos, pad_token_id=pad,
-                                  output_logits=True, return_dict_in_generate=True)
-        inputs = torch.tensor([ids], device=self.device)
-        out = self.model.generate(inputs, attention_mask=torch.ones_like(inputs), generation_config=config)
+        """Greedy continuation ids of one input, unpadded, and per generated token its logit minus the best
+        other logit at that decoding step (the raw logits of the KV-cached generation, not a teacher-forced pass)."""
         self.forwards += 1
-        chosen = out.sequences[0, len(ids):]
-        if not len(chosen):
-            return [], []
-        logits = torch.stack(out.logits[: len(chosen)], dim=1)  # [1, steps, V]
-        return chosen.tolist(), token_margins(logits, chosen).squeeze(0).tolist()
+        return self.greedy.alone(ids, new_tokens)
 
     @torch.no_grad()
-    def _teacher_forced_margins(self, inputs: list[list[int]], target_ids: list[int]) -> list[torch.Tensor]:
-        """[T] margins per input; inputs of one length share a forward (no padding, so no drift)."""
-        target = torch.tensor(target_ids, device=self.device)
-        by_length: dict[int, list[int]] = defaultdict(list)
-        for i, ids in enumerate(inputs):
-            by_length[len(ids)].append(i)
-        out: list[torch.Tensor] = [target] * len(inputs)
-        for rows in by_length.values():
-            seq = torch.tensor([inputs[i] + target_ids for i in rows], device=self.device)
-            margins = token_margins(self.logits(seq, keep=len(target_ids) + 1)[:, :-1], target).cpu()
+    def _teacher_forced_margins(self, pairs: list[tuple[list[int], list[int]]]) -> list[torch.Tensor]:
+        """[T] margins of each (input, target); pairs of one input and target length share a forward (no
+        padding, so no drift)."""
+        by_length: dict[tuple[int, int], list[int]] = defaultdict(list)
+        for i, (ids, target) in enumerate(pairs):
+            by_length[len(ids), len(target)].append(i)
+        out: list[torch.Tensor] = [torch.empty(0)] * len(pairs)
+        for (_, size), rows in by_length.items():
+            seq = torch.tensor([pairs[i][0] + pairs[i][1] for i in rows], device=self.device)
+            target = torch.tensor([pairs[i][1] for i in rows], device=self.device)
+            margins = token_margins(self.logits(seq, keep=size + 1)[:, :-1], target).cpu()
             for i, m in zip(rows, margins, strict=True):
                 out[i] = m
         return out

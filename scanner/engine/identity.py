@@ -128,7 +128,7 @@ def identity_problems(recorded: dict, model: str) -> list[str]:
     for entry in recorded.get("files", []):
         # The record's names stay inside the model folder (`..`, absolute paths refused): a bundle must not
         # make verify hash, and print the digest of, any file of this machine.
-        path = root if single else inside(root, entry["path"], "the evidence's model.json", follow_links=True)
+        path = root if single else inside(root, entry["path"], "the evidence's model.json", model_folder=True)
         if not path.is_file():
             problems.append(f"model file {entry['path']} ({entry['role']}): missing in {model}")
             continue

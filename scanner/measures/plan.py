@@ -31,7 +31,9 @@ import random
 
 import numpy as np
 
+from scanner.config import AuditRule
 from scanner.errors import InputError
+from scanner.measures import recall
 
 DRAWS = 1000
 QUANTILES = (0.05, 0.95)
@@ -234,14 +236,15 @@ def _per_doc(docs: list[dict], names: list[str]) -> dict[str, list[float]]:
 
 def project(cost: dict, docs: list[dict], corpus: dict, *, workers: int, efficiency: float,
             budget: tuple[str, float] | None = None, max_candidates: int | None = None, seed: int = 0,
-            search: dict | None = None, every_document: bool = False) -> dict:
+            search: dict | None = None, every_document: bool = False, audit: AuditRule | None = None) -> dict:
     """The projection of the whole corpus: `cost` of the plan's run, `docs` the per-document figures of
     its screened documents (bytes and the names of _totals), `corpus` {documents, bytes} of the whole
     corpus; `budget` (kind, amount) and `max_candidates` cap the search as they would the whole scan.
     `search`: search_figures of a drawn sample of the candidates the scan would search (the caps'
     --max-candidates applied already); without it, the screened documents' own search is scaled.
     `every_document`: the plan screened the whole corpus, so the screen's figures are measured, not
-    sampled (no range)."""
+    sampled (no range). `audit`: the scan's --audit-sample, whose searches (outside the budget) the
+    projection counts at the sample's seconds per search (audit_figure)."""
     check_workers(workers, efficiency)
     sample_bytes = sum(d["bytes"] for d in docs)
     if not sample_bytes:
@@ -262,10 +265,11 @@ def project(cost: dict, docs: list[dict], corpus: dict, *, workers: int, efficie
     if search:  # passages merge memorized spans: the plan's run found the certified and drawn ones only
         out["passages"]["source"] = out["passage_s"]["source"] = where + "; of the certified and drawn spans: a floor"
     limit, reached, search_s = _reach(out, _outcomes(out), budget, None if search else max_candidates)
-    worker = [out[k] for k in ("screen_s", "certify_s", "passage_s")] + [search_s]
+    audit_s = audit_figure(out, search_s, audit)
+    worker = [out[k] for k in ("screen_s", "certify_s", "passage_s")] + [search_s, audit_s]
     if search:  # the drawn search's range beside the screen's, each at its own end: a conservative sum
         worker_s = {k: sum(f[k] or 0 for f in worker) for k in ("value", "low", "high")}
-        worker_s["source"] = "the screen's, certificates' and passages' figures plus the drawn search's"
+        worker_s["source"] = "the screen's, certificates' and passages' figures plus the drawn search's and the audit's"
     else:
         value = sum(f["value"] or 0 for f in worker)
         worker_s = figure(value, spreads["worker_s"], where + "; the search capped by --search-budget/--max-candidates"
@@ -274,8 +278,29 @@ def project(cost: dict, docs: list[dict], corpus: dict, *, workers: int, efficie
     return {"scale": {"value": scale, "source": "corpus bytes / screened bytes"}, "figures": out,
             "searched_share": {"value": reached, "source": "--max-candidates and --search-budget against the "
                                "projected candidates and their cost (1: every candidate)"},
-            "search_s": search_s, "worker_s": worker_s, "wall_s": wall_s, "worker_h": worker_h, "budget": limit,
+            "search_s": search_s, "audit_s": audit_s, "worker_s": worker_s, "wall_s": wall_s, "worker_h": worker_h,
+            "budget": limit,
             "range": _range_text(every_document, bool(search))}
+
+
+def audit_figure(out: dict, search_s: dict, rule: AuditRule | None) -> dict:
+    """The recall audit's projected worker-seconds (it runs outside the budget, after the search): its
+    searches as recall.audit_size buys them with the search's projected seconds under the caps, each at
+    the sample's seconds per refuted search (most audit draws are refuted), or per search when none was;
+    `searches` says how many. No rule (--audit-sample 0) or no search measured: 0."""
+    names = [n for n in recall.REFUTED if (out.get(f"{n}.candidates") or {}).get("value")] or _outcomes(out)
+    count = sum(out[f"{n}.candidates"]["value"] or 0 for n in names)
+    seconds = sum(out[f"{n}.seconds"]["value"] or 0 for n in names)
+    per = seconds / count if count else None
+    if rule is None or (rule.kind == "count" and not rule.amount):
+        return {"value": 0.0, "low": 0.0, "high": 0.0, "searches": 0, "per_search_s": per, "source": "no audit"}
+    cost = {"spent_s": 0.0, "per_search_s": per, "basis": "the plan's drawn searches, measured"}
+    sizes = {k: recall.audit_size(rule, {**cost, "spent_s": search_s[k] or 0.0}) for k in ("value", "low", "high")}
+    if rule.kind == "count" and per is None:
+        return {"value": None, "low": None, "high": None, "searches": int(rule.amount), "per_search_s": None,
+                "source": f"--audit-sample {rule}: not measured, the plan searched nothing"}
+    return {**{k: n * (per or 0.0) for k, (n, _) in sizes.items()}, "searches": sizes["value"][0],
+            "per_search_s": per, "source": f"recall audit, --audit-sample {rule}: {sizes['value'][1]}"}
 
 
 SEARCH_RANGE = (f"{QUANTILES[0]:.0%}-{QUANTILES[1]:.0%} normal interval of the systematic sample's total "

@@ -22,6 +22,7 @@ import math
 import random
 from dataclasses import dataclass
 
+from scanner.config import AuditRule
 from scanner.errors import require
 
 CONFIDENCE = 0.95
@@ -162,3 +163,44 @@ def summary(strata: list[dict], hits: dict[str, int], found: int, confidence: fl
     ratio = lambda missed: round(found / (found + missed), 4) if found + missed else None  # noqa: E731
     return {**out, "found": found, "recall": None if out["missed"] is None else ratio(out["missed"]),
             "recall_low": ratio(high), "recall_high": ratio(low)}
+
+
+AUDIT_MAX = 64  # the most draws a share or a time buys: an explicit count is the way to a larger audit
+REFUTED = ("not_memorized", "rejected_early")  # what most audit draws turn out: the dearer outcomes
+
+
+def search_cost(units: list[dict]) -> dict:
+    """What the budgeted search's committed units spent (their stats, run/tasks.py) and what one audit
+    search is expected to cost: the seconds per search of the refuted candidates (most audit draws are
+    refuted, and a refutation runs the whole decision schedule), or of all candidates when none was
+    refuted; None when nothing was searched. {spent_s, searches, per_search_s, basis}."""
+    spent = sum(u.get("search_s") or 0.0 for u in units)
+    outcomes = [(u.get("cost") or {}).get("outcomes") or {} for u in units]
+    total = {name: [sum((o.get(name) or {}).get(k) or 0 for o in outcomes) for k in ("candidates", "seconds")]
+             for name in {n for o in outcomes for n in o}}
+    refuted = [sum(total.get(n, [0, 0])[i] for n in REFUTED) for i in (0, 1)]
+    every = [sum(v[i] for v in total.values()) for i in (0, 1)]
+    count, seconds, basis = *refuted, "refuted searches of this scan, measured"
+    if not count:  # memorized ones end at their first verified prompt: cheaper than most audit draws
+        count, seconds, basis = *every, "searches of this scan, none refuted: a floor"
+    return {"spent_s": round(spent, 3), "searches": every[0],
+            "per_search_s": round(seconds / count, 3) if count else None,
+            "basis": f"{count} {basis}" if count else "no search measured"}
+
+
+def audit_size(rule: AuditRule, cost: dict) -> tuple[int, str]:
+    """(draws, why) of the audit `rule` asks for, given search_cost's `cost`: a count as given; a share
+    of the search's seconds or a time, in whole searches at the measured seconds per search (rounded
+    down: the audit costs at most what was asked), at most AUDIT_MAX. Nothing measured buys nothing."""
+    if rule.kind == "count":
+        return int(rule.amount), f"{rule.amount:g} searches, as given"
+    per = cost["per_search_s"]
+    allowance = rule.amount * cost["spent_s"] if rule.kind == "share" else rule.amount
+    asked = (f"{rule.amount:.0%} of the {cost['spent_s']:.0f} s the budgeted search spent = {allowance:.0f} s"
+             if rule.kind == "share" else f"{allowance:.0f} s")
+    if not per:
+        return 0, f"{asked}; no search measured what a search costs here, so it buys none"
+    bought = math.floor(allowance / per + 1e-9)
+    draws = min(AUDIT_MAX, bought)
+    most = f", at most {AUDIT_MAX}" if bought > AUDIT_MAX else ""
+    return draws, f"{asked} at {per:.1f} s a search ({cost['basis']}): {bought} searches{most}"

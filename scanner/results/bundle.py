@@ -3,7 +3,8 @@
 The bundle holds the flagged rows (evidence.jsonl, the export's columns), the run's configuration and
 provenance as the run directory keeps them, the model's identity (model.json: the run's own record, made
 when the scan started, of the sha256 of every weight, tokenizer and config file; hub id and revision
-where known; never hashed again at export, and a --model with other bytes is refused), the run's
+where known; checked against the digest run_config.json seals, not hashed again at export, and a --model
+with other bytes is refused), the run's
 denominators and whether it was complete (denominators.json), the scan's engine, dtype and device and the
 library versions at export (environment.json), the input recipe (recipe.json: the fixed text and ids
 around the prompt, BOS, EOS), a standalone re-check (recheck.py: torch and transformers only), a README,
@@ -29,7 +30,7 @@ import pyarrow.compute as pc
 from scanner import __version__
 from scanner.config import ModelConfig, PromptConfig
 from scanner.confine import inside
-from scanner.engine.identity import model_identity, record_problems
+from scanner.engine.identity import files_digest, model_identity, record_problems
 from scanner.engine.recipe import input_recipe
 from scanner.errors import require
 from scanner.results import recheck
@@ -107,8 +108,21 @@ def environment(provenance: dict, rows: list[dict]) -> dict:
 
 
 def model_json(run: RunDir, model_config: ModelConfig, model: str | None) -> dict:
-    """The run's record of its model's files; a --model whose files are other bytes is refused."""
+    """The run's record of its model's files, checked against the digest its run_config.json seals (a
+    hand-edited model.json is refused); a --model whose files are other bytes is refused."""
     record = read_record(run.path)
+    sealed = run.saved_config().get("model_files")  # saved_config: the run_hash holds
+    if sealed is None:  # a run made before the digest was sealed: its model's files are hashed now
+        require(model is not None or Path(model_config.model).exists(), f"{run.path / MODEL}: the run was made before "
+                "acr-scanner sealed its model's digest into run_config.json, and its model "
+                f"{model_config.model} is not here to hash; relaunch the scan (the same command) to seal it, or "
+                "pass --model PATH (the folder of the files it recorded)")
+        model = model or model_config.model
+    else:
+        require(files_digest(record["files"]) == sealed, f"{run.path / MODEL} is not the record of the model this run "
+                f"scanned: its files' digest {files_digest(record['files'])[:12]} is not the {sealed[:12]} that "
+                f"{run.path / 'run_config.json'} seals (a hand edit); restore model.json as the scan wrote it, or "
+                "scan again into a new --out")
     if model is not None:
         problems = record_problems(record["files"], model_identity(model_config)["files"])
         require(not problems, f"--model {model}: not the model this run scanned ({run.path / MODEL} recorded "

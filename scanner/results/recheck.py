@@ -23,9 +23,10 @@ import re
 import sys
 from pathlib import Path
 
-# Characters a terminal acts on (C0 but newline and tab, DEL, C1, bidi overrides): a doc_id of the bundle
-# printed raw could retitle or clear the terminal. The same set as scanner/cli/output.py's UNSAFE.
-UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# Characters a terminal acts on (every C0 control, newline included, DEL, C1, bidi overrides): a doc_id of
+# the bundle printed raw could retitle or clear the terminal, or forge a "MATCH ..." line with a newline.
+# The same set as scanner/cli/output.py's UNSAFE.
+UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 class Refused(Exception):
@@ -36,16 +37,22 @@ def safe(value) -> str:
     return UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(value))
 
 
-def escape_reason(root: Path, name: str, follow_links: bool = False) -> str | None:
-    """Why root/name leaves root: an absolute path, '..', or a symbolic link leading out (not checked with
-    `follow_links`: a model folder is the user's own, and the hub cache is links into its blobs). A
-    deliberate copy of scanner/confine.py's rule: this script imports nothing of acr-scanner."""
+def escape_reason(root: Path, name: str, model_folder: bool = False) -> str | None:
+    """Why root/name leaves root: an absolute path, '..', a symbolic link loop, or a link leading out
+    (with `model_folder`, a link may also lead into the blobs of the hub cache holding the folder: a
+    snapshot's files are links into ../../blobs). A deliberate copy of scanner/confine.py's rule: this
+    script imports nothing of acr-scanner."""
     if not name or "\x00" in name or "\\" in name or name.startswith("/") or ".." in name.split("/"):
         return "is not a plain name inside the bundle"
-    if follow_links:
+    base = root.resolve()
+    try:
+        target = (root / name).resolve()
+    except (OSError, RuntimeError):  # a link loop (RuntimeError on Python 3.11)
+        return "is a symbolic link loop"
+    blobs = base.parent.parent / "blobs" if model_folder and base.parent.name == "snapshots" else None
+    if target == base or base in target.parents or (blobs is not None and blobs in target.parents):
         return None
-    base, target = root.resolve(), (root / name).resolve()
-    return None if target == base or base in target.parents else "is a symbolic link leading outside the bundle"
+    return f"is a symbolic link leading outside the {'model folder' if model_folder else 'bundle'}"
 
 
 def bundle_text(folder: Path, name: str) -> str:
@@ -112,10 +119,10 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def plain_file(folder: Path, name: str, follow_links: bool = False) -> Path | None:
+def plain_file(folder: Path, name: str, model_folder: bool = False) -> Path | None:
     """folder/name when escape_reason lets it stay inside folder and it is a regular file; else None."""
     path = folder / name
-    return None if escape_reason(folder, name, follow_links) or not path.is_file() else path
+    return None if escape_reason(folder, name, model_folder) or not path.is_file() else path
 
 
 def bundle_problems(folder: Path, expect: str | None, signer: str | None) -> list[str]:
@@ -148,21 +155,27 @@ def bundle_problems(folder: Path, expect: str | None, signer: str | None) -> lis
 
 
 def model_problems(folder: Path, model: str) -> list[str]:
-    """Every file model.json names (the scan's own record) against the model's files, by sha256."""
+    """Every file model.json names (the scan's own record) against the model's files, by sha256. A record
+    that names no weight file proves nothing of the model: a problem, never a match."""
     record = bundle_json(folder, "model.json")
     root = Path(model)
-    problems = []
     files = record.get("files")
-    for entry in files if isinstance(files, list) else [None]:
-        if not isinstance(entry, dict):
-            problems.append("model.json does not list the model's files ({path, sha256} each); the bundle is damaged")
-            continue
-        path = root if root.is_file() else plain_file(root, str(entry.get("path")), follow_links=True)
-        if path is None:
-            problems.append(f"model file {entry.get('path')!r}: missing in {model}")
+    if not isinstance(files, list) or not all(isinstance(f, dict) for f in files):
+        return ["model.json does not list the model's files ({path, sha256} each); the bundle is damaged"]
+    if not any(f.get("role") == "weight" for f in files):
+        return ["model.json lists no weight file of the model, so nothing ties the evidence to a model; the "
+                "bundle is damaged or was altered"]
+    problems = []
+    for entry in files:
+        name = str(entry.get("path"))
+        reason = None if root.is_file() else escape_reason(root, name, model_folder=True)
+        path = root if root.is_file() else root / name
+        if reason:  # never hashed: a bundle must not make this script tell the digest of a file elsewhere
+            problems.append(f"model file {name!r}: {reason}; refused")
+        elif not path.is_file():
+            problems.append(f"model file {name!r}: missing in {model}")
         elif sha256_file(path) != entry.get("sha256"):
-            problems.append(f"model file {entry.get('path')!r}: other bytes than the scan's (sha256 differs "
-                            "from model.json)")
+            problems.append(f"model file {name!r}: other bytes than the scan's (sha256 differs from model.json)")
     return problems
 
 
@@ -251,20 +264,49 @@ def signed_data(message: bytes, namespace: str = NAMESPACE) -> bytes:
             + ssh_string(hashlib.sha512(message).digest()))
 
 
-def public_key(text: str) -> bytes:
-    """The 32-byte key of an OpenSSH public key line ('ssh-ed25519 AAAA... comment'), or of an
-    allowed_signers line ('who ssh-ed25519 AAAA...')."""
-    words = text.split()
+def _key_of(words: list[str]) -> bytes | None:
+    """The ed25519 key of one key line's words (None for a line of no ssh-ed25519 key, or one whose
+    allowed_signers namespaces="..." option leaves this namespace out); ValueError for a damaged key."""
     if "ssh-ed25519" not in words[:-1]:
-        raise ValueError("not an ssh-ed25519 public key line ('ssh-ed25519 AAAA... comment')")
-    (kind, key), _ = ssh_strings(base64.b64decode(words[words.index("ssh-ed25519") + 1]), 2)
+        return None
+    index = words.index("ssh-ed25519")
+    options = ",".join(words[1:index])  # allowed_signers: principals [options] keytype key
+    if "cert-authority" in options:
+        return None  # a certificate authority signs certificates, not this bundle: not a signer key
+    if "namespaces=" in options and NAMESPACE not in options.split("namespaces=", 1)[1].split('"')[1].split(","):
+        return None
+    (kind, key), _ = ssh_strings(base64.b64decode(words[index + 1]), 2)
     if kind != b"ssh-ed25519" or len(key) != 32:
         raise ValueError("not an ssh-ed25519 public key")
     return key
 
 
-def sshsig_verify(armored: str, message: bytes, public: bytes, namespace: str = NAMESPACE) -> str | None:
-    """None when `armored` is a valid SSHSIG signature of message by public key in namespace, else why not."""
+def public_keys(text: str) -> list[bytes]:
+    """The 32-byte keys of every line of an OpenSSH public key file ('ssh-ed25519 AAAA... comment') or of
+    an allowed_signers file ('who [options] ssh-ed25519 AAAA...', one signer a line, # comments)."""
+    keys = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip().startswith("#"):
+            continue
+        try:
+            key = _key_of(line.split())
+        except (ValueError, IndexError) as err:  # binascii.Error is a ValueError
+            raise ValueError(f"line {number}: {err}") from err
+        keys += [key] if key else []
+    if not keys:
+        raise ValueError("no ssh-ed25519 public key line ('ssh-ed25519 AAAA... comment') in it")
+    return keys
+
+
+def public_key(text: str) -> bytes:
+    """The first key of a public key file (public_keys)."""
+    return public_keys(text)[0]
+
+
+def sshsig_verify(armored: str, message: bytes, public, namespace: str = NAMESPACE) -> str | None:
+    """None when `armored` is a valid SSHSIG signature of message, in namespace, by `public` (a 32-byte key,
+    or a list of the keys allowed to sign), else why not."""
+    allowed = [public] if isinstance(public, bytes) else list(public)
     lines = [line.strip() for line in armored.strip().splitlines()]
     if len(lines) < 3 or lines[0] != "-----BEGIN SSH SIGNATURE-----" or lines[-1] != "-----END SSH SIGNATURE-----":
         return "not an SSH signature (-----BEGIN SSH SIGNATURE-----)"
@@ -274,20 +316,32 @@ def sshsig_verify(armored: str, message: bytes, public: bytes, namespace: str = 
     (key, space, _, hashing, signature), _ = ssh_strings(blob[10:], 5)
     (_, signer), _ = ssh_strings(key, 2)
     (kind, raw), _ = ssh_strings(signature, 2)
-    if signer != public:
+    if signer not in allowed:
         return "signed by another key than --signer"
     if space.decode() != namespace or hashing != b"sha512" or kind != b"ssh-ed25519":
         return f"signed for namespace {space.decode()!r} with {hashing.decode()}/{kind.decode()}, not {namespace!r} sha512/ssh-ed25519"
-    return None if ed25519_verify(public, signed_data(message, namespace), raw) else "the signature does not match"
+    return None if ed25519_verify(signer, signed_data(message, namespace), raw) else "the signature does not match"
+
+
+def signer_keys(signer: str) -> list[bytes]:
+    """The keys of the --signer file (a KEY.pub or an allowed_signers file); Refused when it is none."""
+    try:
+        return public_keys(Path(signer).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        why = "no such file" if isinstance(err, FileNotFoundError) else "a folder" if isinstance(
+            err, IsADirectoryError) else f"not readable as a public key file ({err})"
+        raise Refused(f"--signer {signer}: {why}; pass the signer's public key file (KEY.pub, an 'ssh-ed25519 "
+                      "AAAA...' line) or an allowed_signers file") from err
 
 
 def signature_problems(folder: Path, manifest: bytes, signer: str) -> list[str]:
-    """manifest.json's signature (manifest.json.sig) checked against the --signer public key (a file)."""
+    """manifest.json's signature (manifest.json.sig) checked against the --signer key file's keys."""
+    keys = signer_keys(signer)
     sig = plain_file(folder, SIGNATURE)
     if sig is None:
         return [f"{SIGNATURE} is missing: the bundle is not signed"]
     try:
-        why = sshsig_verify(sig.read_text(encoding="ascii"), manifest, public_key(Path(signer).read_text()))
+        why = sshsig_verify(sig.read_text(encoding="ascii"), manifest, keys)
     except (ValueError, UnicodeDecodeError) as err:  # binascii.Error is a ValueError
         why = f"unreadable ({err})"
     return [f"{SIGNATURE}: {why}; the manifest is not signed by {signer}"] if why else []
@@ -374,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not Path(args.model).exists():  # never a hub download: the evidence names local files
             raise Refused(f"--model {args.model}: no such folder or file; pass the model's folder (or .gguf file)")
+        if args.signer is not None:
+            signer_keys(args.signer)  # a wrong --signer is the user's to fix: said before any check runs
         problems = bundle_problems(folder, args.expect, args.signer) + model_problems(folder, args.model)
         if not problems:
             recipe, rows, environment = read_bundle(folder)
@@ -387,6 +443,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(problems)} problem(s): nothing generated (the evidence or the model is not the one published)")
         return 1
     print(f"bundle and model files match {MANIFEST} and model.json; {summary}")
+    if args.expect is None and args.signer is None:  # whoever edits the bundle can rewrite its manifest too
+        print(f"WARNING {MANIFEST} was NOT checked against a published figure: pass --expect SHA256 (the digest "
+              "published with the evidence) or --signer KEY.pub, or an edited bundle passes as intact")
     import torch
 
     scan = environment.get("scan")

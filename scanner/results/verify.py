@@ -153,9 +153,10 @@ def published_problems(folder: Path, expect: str | None, signer: str | None) -> 
         problems.append(f"{MANIFEST}: sha256 {sha256_bytes(data)} is not the expected {expect} (--expect); this "
                         "is not the bundle that was published")
     if signer is not None:
-        require(Path(signer).is_file(), f"--signer {signer}: no such file; pass the signer's public key file "
-                "(KEY.pub, one 'ssh-ed25519 AAAA...' line)")
-        problems += recheck.signature_problems(folder, data, signer)
+        try:
+            problems += recheck.signature_problems(folder, data, signer)
+        except recheck.Refused as err:  # --signer is no key file: the user's to fix (exit 2)
+            raise InputError(str(err)) from err
     return problems
 
 
@@ -177,6 +178,9 @@ def model_record(folder: Path) -> dict:
     require(isinstance(files, list) and all(isinstance(f, dict) and all(isinstance(f.get(k), str) for k in fields)
                                             for f in files),
             f"{MODEL}: \"files\" is not a list of {{\"path\", \"role\", \"sha256\"}} strings; the bundle is damaged")
+    # No weight listed, nothing compared: it "matched" any model.
+    require(any(f["role"] == "weight" for f in files), f"{MODEL} lists no weight file of the model, so nothing ties "
+            "the evidence to a model; the bundle is damaged or was altered: get it as published")
     return record
 
 

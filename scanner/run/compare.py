@@ -8,10 +8,11 @@ the same search cold, on the same budget, as the control that measures what the 
 span gets a row with both sides and its verdict class (measures/compare.py).
 
 RUN_B is resumable as a scan's run directory is: compare.json (what is compared, checked on relaunch),
-compare_plan.json (the units, saved once), compare/ (each unit's rows, committed by the one Store
-protocol), then compare.parquet and compare_summary.json once every unit is done. Units holding failed
-rows run again on relaunch. Tasks run on the scan's executors (local, or Ray actors built from configs
-and paths only).
+model.json (B's files by sha256, as a scan records its model's: run/model_record.py; a relaunch with other
+bytes is refused, and every worker checks what it loaded against it), compare_plan.json (the units, saved
+once), compare/ (each unit's rows, committed by the one Store protocol), then compare.parquet and
+compare_summary.json once every unit is done. Units holding failed rows run again on relaunch. Tasks run
+on the scan's executors (local, or Ray actors built from configs and paths only).
 """
 
 from __future__ import annotations
@@ -37,19 +38,21 @@ from scanner.measures import compare as cm
 from scanner.measures import extraction
 from scanner.measures.overlap import token_string
 from scanner.results.rows import base_row, failed_row, measured_prompt, screened_row, searched_row
+from scanner.run.model_record import record_model, write_record
 from scanner.schema.compare import COMPARE_VERSION, compare_schema
 from scanner.storage.atomic import atomic_write, atomic_write_json
 from scanner.storage.integrity import read_json_object
 from scanner.storage.lock import run_lock
-from scanner.storage.rundir import RunDir, foreign_entries
+from scanner.storage.rundir import RunDir, changed_keys, foreign_entries
 from scanner.storage.store import Store
 
 log = logging.getLogger(__name__)
 
 IDENTITY, PLAN, TABLE, SUMMARY = "compare.json", "compare_plan.json", "compare.parquet", "compare_summary.json"
 STORE = "compare"
-OWN = {IDENTITY, PLAN, TABLE, SUMMARY, STORE, "lock", "logs", "provenance.json"}
+OWN = {IDENTITY, PLAN, TABLE, SUMMARY, STORE, "lock", "logs", "provenance.json", "model.json"}
 FIX = "use a new --out, or relaunch with the options it was started with"
+SAMPLE_SPANS = 256  # span texts of run A that B's tokenizer must cut as A's does (check_same_tokenizer)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,6 +112,9 @@ def compare_config(run_dir: str, model: ModelConfig, spans: tuple[str, ...] | No
     scan = replace(scan, model=model, search=search, prompt=prompt,
                    corpus=replace(scan.corpus, path=corpus) if corpus else scan.corpus)
     require(unit_size >= 1, f"--unit-size {unit_size} must be >= 1")
+    require(spans is None or len(spans) > 0, "--spans names no span_id (it is empty); pass comma-separated span_id "
+            "values of run A's results (acr-scan export RUN --all --out rows.csv lists them), or leave --spans out "
+            "to compare A's flagged spans and its controls")
     require(spans is None or targets is None, "--spans and --file both choose the spans; pass one of them")
     return CompareConfig(run=str(Path(run_dir).resolve()), scan=scan, spans=spans, tighten=tighten, unit_size=unit_size,
                          targets=targets)
@@ -167,11 +173,13 @@ class CompareWorker:
     """Measures units on model B and commits them; the local executor's worker and each Ray actor's state
     (heavy objects are built in `setup()` where it runs, never pickled)."""
 
-    def __init__(self, config: CompareConfig, out: str) -> None:
+    def __init__(self, config: CompareConfig, out: str, seen: dict | None = None) -> None:
         self.config, self.out = config, Path(out)
         self.engine = self.meta = self.corpus = None
+        self.seen = seen  # the driver's stamps of B's files, for a worker in its process only
 
     def setup(self, cpus: float | None = None) -> dict:
+        from scanner.run.model_record import check_loaded
         from scanner.run.shard import open_engine
         from scanner.stages.read import open_corpus
 
@@ -181,6 +189,8 @@ class CompareWorker:
             torch.set_num_threads(max(1, int(cpus)))
         if self.engine is None:
             self.engine, self.meta = open_engine(self.config.scan)
+            # As a scan's worker: the files just loaded are B's recorded bytes, or this worker measures nothing.
+            self.meta[b"model_hash"] = check_loaded(self.out, self.config.scan.model, self.seen).encode()
         self.corpus = self.corpus or open_corpus(self.config.scan.corpus)
         return {k.decode(): v.decode() for k, v in self.meta.items()}
 
@@ -386,13 +396,16 @@ def _warm_from_a(warm: dict | None) -> bool | None:
 
 def validate(config: CompareConfig, out: str) -> None:
     """Everything checked before a folder is made or a model loads: RUN_B is new, empty or this
-    comparison's; B loads and shares A's tokenizer; its template can score a first token."""
+    comparison's, and outside run A; B loads and shares A's tokenizer (its vocabulary, and how it cuts A's
+    spans); its template can score a first token."""
     from scanner.engine.check import check_model, check_template
 
-    folder = Path(out)
-    require(folder.resolve() != Path(config.run), f"--out {out} is run A itself; pass a new folder for the comparison")
+    folder, run = Path(out), Path(config.run)
+    require(folder.resolve() != run, f"--out {out} is run A itself; pass a new folder for the comparison")
+    require(run not in folder.resolve().parents, f"--out {out} is inside run A ({run}), whose folder is the scan's "
+            f"alone; pass a folder outside it, e.g. {run.parent / (run.name + '-b')}")
     if folder.is_dir() and not (folder / IDENTITY).is_file():
-        foreign = foreign_entries(folder, OWN)
+        foreign = foreign_entries(folder, OWN, unrecorded=True)
         require(not foreign, f"--out {out} holds files that are not a comparison's ({', '.join(map(repr, foreign[:3]))}); "
                 "pass a new --out")
     check_model(config.scan.model)
@@ -403,7 +416,7 @@ def validate(config: CompareConfig, out: str) -> None:
 def check_same_tokenizer(config: CompareConfig) -> None:
     """B must cut A's spans into A's token ids: the same vocabulary at the same ids and the same special
     tokens (A's tokenizer loaded from its model where it still lies, else its hash in provenance.json)."""
-    from scanner.engine.draft import vocabulary_problems
+    from scanner.engine.draft import encoding_problems, vocabulary_problems
     from scanner.engine.loading import load_tokenizer
     from scanner.run.shard import tokenizer_hash
 
@@ -413,8 +426,9 @@ def check_same_tokenizer(config: CompareConfig) -> None:
         a_tokenizer, _ = load_tokenizer(rebuild(ModelConfig, saved))
     except (InputError, OSError, ValueError):
         a_tokenizer = None
-    if a_tokenizer is not None:
-        problems = vocabulary_problems(a_tokenizer, b_tokenizer)
+    if a_tokenizer is not None:  # by vocabulary, then by behaviour: A's own spans cut into the same ids
+        problems = vocabulary_problems(a_tokenizer, b_tokenizer) or \
+            encoding_problems(a_tokenizer, b_tokenizer, span_texts(RunDir(config.run)))
     else:
         recorded = (read_json_object(Path(config.run) / "provenance.json") or {}).get("tokenizer_hash")
         problems = [] if recorded == tokenizer_hash(b_tokenizer) else [
@@ -426,6 +440,17 @@ def check_same_tokenizer(config: CompareConfig) -> None:
             "(acr-scan scan) and compare the two reports")
 
 
+def span_texts(run: RunDir, limit: int = SAMPLE_SPANS) -> list[str]:
+    """Up to `limit` of run A's span texts, spread over its first shards' spans (read shard by shard until
+    there are four times as many): the texts B's tokenizer must cut into A's ids."""
+    texts: list[str] = []
+    for shard in run.done_shards():
+        texts += [t for t in pq.read_table(run.result_path(shard), columns=["text"]).column("text").to_pylist() if t]
+        if len(texts) >= 4 * limit:
+            break
+    return texts[::max(1, len(texts) // limit)][:limit]
+
+
 def _check_identity(folder: Path, config: CompareConfig) -> None:
     path = folder / IDENTITY
     now = config.identity()
@@ -433,7 +458,7 @@ def _check_identity(folder: Path, config: CompareConfig) -> None:
     if saved is None:
         atomic_write_json(path, {**now, "run": config.run})
         return
-    changed = sorted(k for k in set(saved) | set(now) if k != "run" and saved.get(k) != now.get(k))
+    changed = changed_keys({k: v for k, v in saved.items() if k != "run"}, now)  # scan.prompt.instruction ...
     require(not changed, f"--out {folder} holds a comparison made with other options (changed: {', '.join(changed)}); "
             f"{FIX}")
 
@@ -461,14 +486,15 @@ def _pending(store: Store, units: list[CompareUnit]) -> list[CompareUnit]:
     return [u for u in units if u.index not in done]
 
 
-def open_executor(executor: ExecutorConfig, config: CompareConfig, folder: Path, units: int):
+def open_executor(executor: ExecutorConfig, config: CompareConfig, folder: Path, units: int, seen: dict | None = None):
+    """`seen`: the driver's stamps of B's files, for the local worker only (a Ray actor hashes them again)."""
     from scanner.executors.local import LocalExecutor
 
     def on_setup(meta: dict) -> None:
         atomic_write_json(folder / "provenance.json", dict(meta))
 
     if executor.kind == "local":
-        return LocalExecutor(lambda: CompareWorker(config, str(folder)), on_setup)
+        return LocalExecutor(lambda: CompareWorker(config, str(folder), seen), on_setup)
     from scanner.executors.ray import RayExecutor
 
     return RayExecutor(executor, partial(CompareWorker, config, str(folder.resolve())), on_setup, expected_tasks=units)
@@ -482,12 +508,15 @@ def run_compare(config: CompareConfig, out: str, executor: ExecutorConfig | None
     folder.mkdir(parents=True, exist_ok=True)
     with run_lock(folder):
         _check_identity(folder, config)
-        units = _units(folder, config)
         store = Store(folder, STORE, schema=compare_schema())
+        # B's identity is its bytes, as a scan's model's is: a relaunch with other bytes would mix two Bs.
+        model = record_model(folder, config.scan.model, bool(store.done()), command="compare")
+        write_record(folder, model)
+        units = _units(folder, config)
         store.prepare()
         pending = _pending(store, units)
         log.info("%d of %d compare units still to run in %s", len(pending), len(units), folder)
-        execute = open_executor(executor or ExecutorConfig(), config, folder, len(pending))
+        execute = open_executor(executor or ExecutorConfig(), config, folder, len(pending), model.seen)
         try:
             failed = execute(pending, None, lambda stats: log.info("%s: %d spans", stats["unit"], stats["spans"]))
         finally:

@@ -18,7 +18,7 @@ from scanner.engine.check import check_model, check_template
 from scanner.engine.draft import check_draft
 from scanner.engine.positions import declared_positions, fit_context
 from scanner.executors.local import LocalExecutor
-from scanner.run.model_record import ModelRecord, record_model
+from scanner.run.model_record import ModelRecord, has_finished, record_model, write_record
 from scanner.run.phases import Phases, run_phases
 from scanner.run.tasks import Worker
 from scanner.stages.read import Corpus, open_corpus
@@ -42,8 +42,11 @@ def run_scan(config: ScanConfig, out: str, progress=None, executor: ExecutorConf
     corpus = corpus or validate(config, out)
     with run_lock(out):  # before prepare, which deletes temp files a live writer owns
         run = RunDir(out)
-        plan = run.prepare(config.to_dict(), corpus.fingerprint(), corpus.num_rows, config.docs_per_shard)
-        model = record_model(run, config.model)  # before any worker loads it: the run's identity is its bytes
+        # Hashed before prepare, which seals the files' digest into the run's identity; checked against a
+        # relaunched run's record first, so a refusal names the files that differ.
+        model = record_model(run.path, config.model, has_finished(run))
+        plan = run.prepare(config.to_dict(), corpus.fingerprint(), corpus.num_rows, config.docs_per_shard, model.digest)
+        write_record(run.path, model)  # before any worker loads it: the run's identity is its bytes
         for name in clear_stale(run.path):  # under the lock: no unit runs yet, each file is a stopped worker's
             log.warning("progress/%s: left by a worker that stopped (the run was killed); removed, its unit "
                         "is rerun where it is not done", name)

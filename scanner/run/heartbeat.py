@@ -1,6 +1,7 @@
 """A running unit seen from outside: the SearchObserver (search/progress.py) a worker hands its unit's
 searches. It keeps the unit's progress in the run directory (storage/progress.py: candidates done, each
-live search's span, prompt length, step and tokens right, a heartbeat), written at most every
+live search's span, prompt length, step and tokens right, the stage after the searches (calibration), a
+heartbeat), written at most every
 WRITE_EVERY_S seconds, and logs a line per candidate's start, per length tried with its outcome, and per
 verdict (run/shard.py), into the unit's log file in logs/ (run/shard.py shard_log)."""
 
@@ -24,7 +25,7 @@ class UnitProgress(SearchObserver):
 
     def __init__(self, run_path: str | Path, unit: str, spans: list[str], every: float = WRITE_EVERY_S) -> None:
         self.path, self.unit, self.spans, self.every = progress_path(run_path, unit), unit, spans, every
-        self.done, self.live, self.warned = 0, {}, False
+        self.done, self.live, self.warned, self.step = 0, {}, False, None
         self.began, self.written = time.time(), float("-inf")
         self._write()  # at once: a unit is visible as running from its start
 
@@ -57,6 +58,18 @@ class UnitProgress(SearchObserver):
     def failed(self, index: int, error: Exception) -> None:
         self._end(index)
 
+    def stage(self, name: str, done: int, total: int) -> None:
+        if not total:  # nothing memorized: no stage to show
+            return
+        started = self.step is None or self.step["name"] != name
+        self.step = {"name": name, "done": done, "total": total}
+        if done < total:
+            log.info("%s: %d/%d of the unit's memorized spans done", name, done, total)
+        if started:  # a new stage is seen at once
+            self._write()
+        else:
+            self._maybe_write()
+
     def _end(self, index: int) -> None:
         self.live.pop(index, None)
         self.done += 1
@@ -73,7 +86,8 @@ class UnitProgress(SearchObserver):
                  "prompt_tokens": p.prompt_tokens, "total_steps": p.total_steps, "elapsed_s": round(p.elapsed(), 3)}
                 for _, p in sorted(self.live.items())]
         return {"unit": self.unit, "pid": os.getpid(), "candidates_done": self.done,
-                "candidates_total": len(self.spans), "started": self.began, "heartbeat": time.time(), "live": live}
+                "candidates_total": len(self.spans), "started": self.began, "heartbeat": time.time(), "live": live,
+                **({"stage": self.step} if self.step else {})}
 
     def _write(self) -> None:
         self.written = time.monotonic()

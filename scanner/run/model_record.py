@@ -1,10 +1,13 @@
 """The scan's model identity is its bytes: the sha256 of every weight, tokenizer and config file.
 
 The driver hashes the files once per launch, streamed (engine/identity.py), before any worker starts.
-The first launch writes the record to RUN_DIR/model.json; a relaunch that finds other bytes than the
+The first launch writes the record to RUN_DIR/model.json and seals the digest of its files into the run's
+identity (run_config.json's run_hash, storage/rundir.py); a relaunch that finds other bytes than the
 record is refused (its new shards would mix two models in one table), unless nothing of the run was
-finished, which starts afresh as a changed configuration does (storage/rundir.py). `export --bundle`
-copies the record into the bundle; it never hashes what is on disk at export time.
+finished, which starts afresh as a changed configuration does. `export --bundle` copies the record into
+the bundle after checking it against the sealed digest (a hand-edited model.json is refused); it never
+hashes what is on disk at export time unless given --model. `compare` keeps the same record of its model B
+in its own folder, and its workers run the same check (run/compare.py).
 
 Every worker checks the files it loaded against the record before its first task:
 - the local executor's worker runs in the driver's process, seconds after the driver hashed the same
@@ -23,6 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from scanner.config import ModelConfig
 from scanner.engine.identity import (
@@ -36,6 +40,7 @@ from scanner.engine.identity import (
 )
 from scanner.errors import InputError, require
 from scanner.storage.atomic import atomic_write_json
+from scanner.storage.integrity import read_json_object
 from scanner.storage.model_record import RECORD, read_record
 from scanner.storage.rundir import RunDir
 from scanner.storage.store import has_work
@@ -53,10 +58,21 @@ class ModelRecord:
     seconds: float  # the driver's hashing of every file, this launch
     seen: dict = field(default_factory=dict)  # {path: [bytes, mtime_ns, inode]} as the driver hashed them
 
+    @property
+    def digest(self) -> str:
+        """The one sha256 of the model's files, sealed into the run's identity."""
+        return files_digest(self.identity["files"])
 
-def record_model(run: RunDir, config: ModelConfig) -> ModelRecord:
-    """Hash the model's files (on the driver, once per launch); write the record on the first launch,
-    refuse a relaunch whose files differ from it."""
+
+# How a refusal names the folder's model, and its fix: a scan's, or a comparison's model B.
+MEASURED = {"scan": ("this run was scanned with", "scan into a new --out"),
+            "compare": ("this comparison measured as model B", "compare into a new --out")}
+
+
+def record_model(folder: Path, config: ModelConfig, finished: bool, command: str = "scan") -> ModelRecord:
+    """Hash the model's files (on the driver, once per launch); refuse a relaunch of a `finished` run (or
+    comparison: any unit committed) whose files differ from folder/model.json. Writes nothing: the run's
+    folder is checked first (write_record, after it)."""
     start = time.perf_counter()
     root = model_root(config, fetch=True)[0]
     seen = stamps(root, [path for path, _ in listed_files(root)])  # before reading: a write while hashing shows
@@ -64,24 +80,36 @@ def record_model(run: RunDir, config: ModelConfig) -> ModelRecord:
     seconds = time.perf_counter() - start
     log.info("hashed %d model files (%.1f GB) in %.1f s", len(identity["files"]),
              sum(f["bytes"] for f in identity["files"]) / 1e9, seconds)
-    path = run.path / RECORD
-    finished = bool(run.done_shards() or has_work(run.path))
+    path = folder / RECORD
     if finished and path.exists():
-        saved = read_record(run.path)
+        saved = read_record(folder)
         problems = record_problems(saved["files"], identity["files"])
-        require(not problems, f"--model {config.model}: its files are not the bytes this run was scanned with "
-                f"(recorded in {path}): {_listed(problems)}; restore the model's files, or scan into a new --out")
+        measured, fix = MEASURED[command]
+        require(not problems, f"--model {config.model}: its files are not the bytes {measured} (recorded in "
+                f"{path}): {_listed(problems)}; restore the model's files, or {fix}")
         return ModelRecord(saved, seconds, seen)
     if finished:
-        log.warning("run %s was started before its model's files were recorded; recording them now", run.path)
-    atomic_write_json(path, identity)
+        log.warning("%s was started before its model's files were recorded; recording them now", folder)
     return ModelRecord(identity, seconds, seen)
 
 
-def check_loaded(run: RunDir, config: ModelConfig, seen: dict | None = None) -> str:
-    """Raise InputError when the files a worker loaded are not the recorded bytes; return the model's
-    digest. `seen`: the driver's stamps, given only to a worker in the driver's own process."""
-    recorded = read_record(run.path)["files"]
+def write_record(folder: Path, model: ModelRecord) -> None:
+    """folder/model.json, written where it does not hold this record already."""
+    path = folder / RECORD
+    if read_json_object(path) != model.identity:
+        atomic_write_json(path, model.identity)
+
+
+def has_finished(run: RunDir) -> bool:
+    """Any shard or phase part of the run committed: what a relaunch with other model bytes would mix with."""
+    return bool(run.done_shards() or has_work(run.path))
+
+
+def check_loaded(folder: Path, config: ModelConfig, seen: dict | None = None) -> str:
+    """Raise InputError when the files a worker loaded are not the bytes recorded in folder/model.json (a
+    scan's run directory, a comparison's folder); return the model's digest. `seen`: the driver's stamps,
+    given only to a worker in the driver's own process."""
+    recorded = read_record(folder)["files"]
     by_path = {f["path"]: f for f in recorded}
     root = model_root(config)[0]
     found = []
@@ -95,7 +123,7 @@ def check_loaded(run: RunDir, config: ModelConfig, seen: dict | None = None) -> 
     problems = record_problems(recorded, found, missing_ok=True)
     if problems:
         raise InputError(f"--model {config.model}: the files this worker loaded are not the bytes the run "
-                         f"recorded in {run.path / RECORD}: {_listed(problems)}; give every worker the same "
+                         f"recorded in {folder / RECORD}: {_listed(problems)}; give every worker the same "
                          "model files, or scan into a new --out")
     return files_digest(recorded)
 

@@ -7,11 +7,12 @@
    ranked corpus-wide by screen evidence (budget.py), are decided best-first in search units of
    --unit-size while --search-budget / --max-candidates allow: each search stops at its verdict (the
    first verified prompt, or "not memorized"). Once the budget allows no more search units, the recall
-   audit (--audit-sample) searches a seeded random sample, stratified along the rank, of what the search
-   left (candidates past the budget, distinct targets) and of what the screen dropped (screened_out), in
-   audit units outside the budget; recall.json estimates from them what the unsearched still hold
-   (measures/recall.py). Its draw is saved with what it was drawn from and made again when that changed
-   (a relaunch with a larger budget decided more). Only when every candidate has its verdict do tighten
+   audit (--audit-sample: by default searches worth a quarter of the search's seconds) searches a seeded
+   random sample, stratified along the rank, of what the search left (candidates past the budget,
+   distinct targets) and of what the screen dropped (screened_out), in audit units outside the budget;
+   recall.json estimates from their committed verdicts what the unsearched still hold (run/audit.py,
+   measures/recall.py). Its draw is saved with what it was drawn from and made again when that or the
+   sample changed, its committed finds kept. Only when every candidate has its verdict do tighten
    units shrink the decided prompts, best bound first, while budget remains (--tighten: the certified
    spans too). A span's search depends only on its target tokens: identical targets (a header every
    book carries, a quotation, a second edition) are certified or searched once, by their best-ranked
@@ -39,8 +40,6 @@ larger --search-budget (a relaunch may change the budget) searches only those.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import time
 from collections import defaultdict
@@ -51,17 +50,16 @@ import pyarrow.parquet as pq
 
 from scanner.config import PassageConfig, ScanConfig
 from scanner.measures import budget as bm
-from scanner.measures import recall
 from scanner.results.rows import copied_row
-from scanner.run import occurrences
+from scanner.run import audit, occurrences
 from scanner.run.passages import needs_engine, write_passages
 from scanner.run.shard import shard_stats
 from scanner.run.tasks import UNIT_KINDS, PassagesTask, Unit
 from scanner.schema import RANK_COLUMNS, results_schema
-from scanner.storage.atomic import atomic_write_json, remove_file
-from scanner.storage.integrity import read_json_object
+from scanner.storage.atomic import atomic_write_json
 from scanner.storage.passages import is_current
-from scanner.storage.rundir import AUDIT_PLAN, PHASE_PLANS, RECALL_FILE, STOP_FILE, Plan, RunDir
+from scanner.storage.records import AUDIT_DRAW, UNITS_PLAN, read_record
+from scanner.storage.rundir import AUDIT_PLAN, PHASE_PLANS, STOP_FILE, Plan, RunDir
 from scanner.storage.store import Store
 
 log = logging.getLogger(__name__)
@@ -118,7 +116,7 @@ class Phases:
 
     def _plan(self, name: str, make=None) -> dict:
         path = self.run.path / name
-        saved = read_json_object(path)
+        saved = read_record(path, AUDIT_DRAW if name == AUDIT_PLAN else UNITS_PLAN)  # a bad one: made again
         if saved is None and make is not None:
             saved = make()
             atomic_write_json(path, saved)
@@ -179,72 +177,23 @@ class Phases:
         return self._units(TIGHTEN_PLAN, "tighten", make)
 
     def unsearched(self) -> dict[str, list[dict]]:
-        """What the recall audit samples, one row per distinct target in rank order: the candidates no
-        certificate settled and no search decided (past the budget, or cut by it), and the spans the
-        screen dropped (screened_out); a target decided anywhere is decided for every copy."""
-        decided = {r["span_id"] for name in ("search", "tighten") for r in self.stores[name].rows()
-                   if r["status"] != "failed"} | self.settled()
-        ranked = bm.rank(self.candidates())
-        known = {bm.target_key(r): r["span_id"] for r in ranked if r["span_id"] in decided}
-        left, _ = bm.distinct([r for r in ranked if r["span_id"] not in decided], bm.target_key, known)
-        known.update((bm.target_key(r), r["span_id"]) for r in ranked)
-        dropped, _ = bm.distinct(bm.rank(self.candidates("screened_out")), bm.target_key, known)
-        return {"not_searched": left, "screened_out": dropped}
+        """What the recall audit samples (run/audit.py population), one row per distinct target in rank order."""
+        return audit.population(self, audit.earlier(self, audit.read_plan(self.run)))
 
     def audit_units(self) -> list[Unit]:
-        """The recall audit's units: a seeded stratified draw of `unsearched()` (measures/recall.py),
-        saved with what it was drawn from; when that changed (a relaunch with a larger budget decided
-        more) or --audit-sample did, the draw and the audit's parts are made again."""
-        if self.config.audit_sample == 0 or self.draw is not None:  # `acr-scan plan` projects, audits nothing
+        """The recall audit's units (run/audit.py units): a seeded stratified draw of `unsearched()`,
+        saved with what it was drawn from and made again when that or --audit-sample changed."""
+        if self.draw is not None:  # `acr-scan plan` projects the audit (run/plan.py), runs none
             return []
-        parts = self.unsearched()
-        ids = {part: [r["span_id"] for r in rows] for part, rows in parts.items()}
-        key = hashlib.sha256(json.dumps([ids, self.config.audit_sample, self.config.search.seed]).encode()).hexdigest()
-        saved = self._plan(AUDIT_PLAN)
-        if saved.get("key") != key:
-            if saved:
-                log.info("the recall audit's population changed since its draw: drawn again")
-            self._clear_audit()
-            strata = recall.plan_strata(ids, self.config.audit_sample, self.config.search.seed)
-            shard_of = {r["span_id"]: r["shard"] for rows in parts.values() for r in rows}
-            items = [[shard_of[span], span] for s in strata for span in s["drawn"]]
-            saved = {"key": key, "sample": self.config.audit_sample, "seed": self.config.search.seed,
-                     "strata": strata, "units": bm.units(items, self.config.unit_size)}
-            atomic_write_json(self.run.path / AUDIT_PLAN, saved)
-        return [Unit.from_json("audit", i, items) for i, items in enumerate(saved["units"])]
-
-    def _clear_audit(self) -> None:
-        """The audit's parts of an earlier draw removed, done markers first (a kill midway leaves pending)."""
-        store = self.stores["audit"]
-        for index in store.done_shards():
-            store.reopen(index)
-        for folder in store.folders():
-            for path in folder.glob("*"):
-                if path.is_file():
-                    remove_file(path)
-        remove_file(self.run.path / RECALL_FILE)
+        return audit.units(self)
 
     def audit_strata(self) -> dict[str, str]:
-        """{span_id drawn by the audit: its stratum}."""
-        return {span: s["name"] for s in self._plan(AUDIT_PLAN).get("strata", []) for span in s["drawn"]}
+        """{span_id of the audit's current draw with a committed verdict: its stratum}."""
+        return audit.committed(self)
 
     def write_recall(self) -> dict | None:
-        """recall.json from the audit's committed rows and the scan's memorized targets; None without an
-        audit (--audit-sample 0, or nothing left unsearched and nothing dropped)."""
-        saved = self._plan(AUDIT_PLAN)
-        if not saved.get("strata"):
-            remove_file(self.run.path / RECALL_FILE)
-            return None
-        stratum = self.audit_strata()
-        hits = defaultdict(int)
-        for row in self.stores["audit"].rows():
-            hits[stratum[row["span_id"]]] += row["status"] == "memorized"
-        found = sum(1 for s in self.plan for r in self.run.results.read(s.shard).select(["status", "searched_as"])
-                    .to_pylist() if r["status"] == "memorized" and r["searched_as"] is None)
-        out = {**recall.summary(saved["strata"], hits, found), "sample": saved["sample"], "seed": saved["seed"],
-               "strata_drawn": {s["name"]: s["drawn"] for s in saved["strata"]}}
-        atomic_write_json(self.run.path / RECALL_FILE, out)
-        return out
+        """recall.json from the audit's committed verdicts (run/audit.py write_recall); None without them."""
+        return audit.write_recall(self)
 
     def copies(self) -> dict[str, list]:
         """{span_id searched or certified: [[shard, span_id], ...] of its copies} of both plans."""
@@ -363,9 +312,11 @@ def _screen_search_write(phases: Phases, execute, progress) -> dict:
         return failed
     # Every verdict first; a failed one is retried by a relaunch before the tightening is planned.
     if not phases.failed("search"):  # what the budget left, sampled: the recall the run can state
-        audit = phases.audit_units()
-        failed = execute(phases.pending(audit), None, _logged(phases, lambda: None))
-        if failed or phases.pending(audit):
+        drawn = phases.audit_units()
+        if phases.pending(drawn):
+            log.info(audit.cost_line(audit.read_plan(phases.run), phases.pending(drawn)))
+        failed = execute(phases.pending(drawn), None, _logged(phases, lambda: None))
+        if failed or phases.pending(drawn):
             return failed
     tighten = [] if phases.pending(search) or phases.failed("search") else phases.tighten_units()
     failed = _spend(phases, execute, tighten)
@@ -373,7 +324,7 @@ def _screen_search_write(phases: Phases, execute, progress) -> dict:
         return failed
     if ran or counter[0] or len(phases.run.done_shards()) < len(phases.plan):
         write_results(phases, search + tighten)  # a relaunch of a finished run writes nothing
-        phases.write_recall()
+    phases.write_recall()  # ... but recall.json, when missing or saying otherwise than the committed audit
     return {}
 
 

@@ -6,7 +6,9 @@ PLAN_DIR/run, resumed like any scan; the screened documents are PLAN_DIR/sample.
 
 --max-candidates caps the whole corpus's search: the plan draws from the candidates it would search
 (scaled to the screened share), best first as the scan ranks them. --search-budget is not applied to
-the plan's run: its drawn candidates are searched whole, and the projection says what the budget reaches."""
+the plan's run: its drawn candidates are searched whole, and the projection says what the budget reaches.
+Nor is the recall audit run: the projection counts the searches --audit-sample would add after the
+budgeted search, at the drawn searches' measured seconds each."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from scanner.config import ExecutorConfig, PassageConfig, ScanConfig, parse_budget
+from scanner.config import ExecutorConfig, PassageConfig, ScanConfig, parse_audit, parse_budget
 from scanner.engine.check import check_model, check_template
 from scanner.errors import InputError, require
 from scanner.measures.plan import (
@@ -52,7 +54,8 @@ def screened_cap(config: ScanConfig, share: float) -> int | None:
 
 def plan_config(config: ScanConfig, sample: Path, share: float) -> ScanConfig:
     """The scan's config on the screened documents: their corpus, --max-candidates scaled to their
-    share and no --search-budget (the drawn candidates are searched whole; the projection applies it)."""
+    share, no --search-budget (the drawn candidates are searched whole; the projection applies it) and no
+    recall audit (the projection counts it: measures/plan.py audit_figure)."""
     corpus = dataclasses.replace(config.corpus, path=str(sample))
     return dataclasses.replace(config, corpus=corpus, search_budget=None, audit_sample=0,
                                max_candidates=screened_cap(config, share))
@@ -127,7 +130,8 @@ def plan_scan(config: ScanConfig, out: str, sample: str, *, workers: int, effici
     search = search_figures(drawn["rows"], drawn["population"], scale, where)
     projection = project(cost, docs, whole, workers=workers, efficiency=efficiency, seed=seed,
                          budget=(budget.kind, budget.amount) if budget else None,
-                         max_candidates=config.max_candidates, search=search, every_document=size == corpus.num_rows)
+                         max_candidates=config.max_candidates, search=search, every_document=size == corpus.num_rows,
+                         audit=parse_audit(config.audit_sample))
     sampled = {"documents": size, "of": corpus.num_rows, "seed": seed, "bytes": sum(d["bytes"] for d in docs),
                "tokens": (cost.get("screen") or {}).get("corpus_tokens"), "path": str(path), "run": str(run_dir),
                "caps": _caps_text(config, share), "drawn": len(drawn["rows"]), "population": drawn["population"]}

@@ -110,11 +110,13 @@ def _log_searched(row: dict) -> None:
              row.get("search_s") or 0.0)
 
 
-def calibrate(engine: HFEngine, rows: dict, docs: list[Document], config: ScanConfig) -> dict:
-    """The searched rows with compression ratios and, memorized ones, the calibrated verdict (by span_id)."""
+def calibrate(engine: HFEngine, rows: dict, docs: list[Document], config: ScanConfig,
+              progress=lambda done, total: None) -> dict:
+    """The searched rows with compression ratios and, memorized ones, the calibrated verdict (by span_id);
+    `progress(done, total)` follows the memorized spans calibrated."""
     return calibrate_rows(engine, rows, docs, config.calibration, model=config.model, prompt=config.prompt,
                           context_tokens=config.screen.context_tokens,
-                          exact_window=resolve_window(engine, config.screen) == "exact")
+                          exact_window=resolve_window(engine, config.screen) == "exact", progress=progress)
 
 
 _TOKENIZE = object()  # screen_document's default: tokenize the document itself

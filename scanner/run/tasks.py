@@ -95,7 +95,11 @@ def unit_search(config: ScanConfig, kind: str) -> ScanConfig:
 
 def certified_row(engine, row: dict, config: ScanConfig) -> dict | None:
     """The row settled by its certificate, or None when generation refutes it or it proves too little."""
-    check = engine.verify(row["certificate_prompt"], list(row["target_ids"]))
+    return settled(engine, row, engine.verify(row["certificate_prompt"], list(row["target_ids"])), config)
+
+
+def settled(engine, row: dict, check, config: ScanConfig) -> dict | None:
+    """certified_row from the certificate's verification `check`."""
     tokens = len(check.prompt_ids or [])
     if not check.verified_generation or not tokens:
         return None
@@ -108,19 +112,41 @@ def certified_row(engine, row: dict, config: ScanConfig) -> dict | None:
     return settled_by_certificate(row, check, value, flags, engine.verify_info(), config.search.fragile_margin)
 
 
+def _checks(engine, rows: list[dict]) -> list:
+    """Every row's certificate verified in one batch of generations; if that raises, each row alone, so
+    that only a row whose own check raises fails (its exception in its place)."""
+    try:
+        return engine.verify_each([(r["certificate_prompt"], list(r["target_ids"])) for r in rows])
+    except Exception as err:  # noqa: BLE001 - which row's fault is found by checking each alone
+        log.warning("certificates checked one at a time after the batch failed: %s", err)
+    out = []
+    for row in rows:
+        try:
+            out.append(engine.verify(row["certificate_prompt"], list(row["target_ids"])))
+        except Exception as err:  # noqa: BLE001
+            out.append(err)
+    return out
+
+
 def _certify(engine, rows: list[dict], config: ScanConfig, observer: SearchObserver = QUIET) -> dict:
     out = {}
-    for index, row in enumerate(rows):
-        observer.started(progress := SearchProgress(index, row["target_tokens"]))
-        start = time.perf_counter()
+    progress = [SearchProgress(index, row["target_tokens"]) for index, row in enumerate(rows)]
+    for one in progress:
+        observer.started(one)
+    start = time.perf_counter()
+    checks = _checks(engine, rows)
+    each = (time.perf_counter() - start) / max(len(rows), 1)  # one batch: each row its share
+    for row, check, one in zip(rows, checks, progress, strict=True):
         try:
-            settled = certified_row(engine, row, config)
+            if isinstance(check, Exception):
+                raise check
+            result = settled(engine, row, check, config)
         except Exception as err:  # noqa: BLE001 - one span's fault must not lose the unit; retried on resume
             log.error("certificate of span %s could not be checked", row["span_id"], exc_info=err)
-            settled = failed_row(row, err, during="certificate")
-        if settled is not None:
-            out[row["span_id"]] = {**settled, "search_s": time.perf_counter() - start}
-        observer.finished(progress)
+            result = failed_row(row, err, during="certificate")
+        if result is not None:
+            out[row["span_id"]] = {**result, "search_s": each}
+        observer.finished(one)
     return out
 
 
@@ -170,7 +196,8 @@ def run_unit(engine, unit: Unit, rows: list[dict], config: ScanConfig, width: in
         new, stages, cut = search_rows(engine, rows, unit_search(config, unit.kind), width, unit.decided(),
                                        unit.kind, observer, unit.deadline, resume)
     verify_s = engine.verify_s - verified
-    new.update(calibrate(engine, new, docs(new.values()), config))
+    new.update(calibrate(engine, new, docs(new.values()), config,
+                         lambda done, total: observer.stage("calibration", done, total)))
     new = measured_prompts(new, texts([r for r in new.values() if r["prompt"] is not None]), config.work_text_tokens)
     out = [new[r["span_id"]] for r in rows if r["span_id"] in new]
     table = pa.Table.from_pylist(out, schema=results_schema())
@@ -225,7 +252,7 @@ class Worker:
         if self.engine is None:
             self.engine, self.meta = open_engine(self.config)
             # The files just loaded are the run's recorded bytes, or this worker scans nothing.
-            self.meta[b"model_hash"] = check_loaded(self.run, self.config.model, self.seen).encode()
+            self.meta[b"model_hash"] = check_loaded(self.run.path, self.config.model, self.seen).encode()
         self.corpus = self.corpus or open_corpus(self.config.corpus)  # workers read the corpus from shared storage
         return {k.decode(): v.decode() for k, v in self.meta.items()}
 

@@ -311,8 +311,9 @@ def search(engine: HFEngine, target: Target, config: SearchConfig, observer: Sea
         if config.verdict_only:
             bounded = schedule.next() is not None
             schedule = _Ended()
-    cut = target.resume
-    if cut is not None and _resumed(engine, schedule, cut, state, watch, target_ids) and not shrinking:
+    cut, replayed = target.resume, _resumed(engine, schedule, target.resume, state, watch, target_ids)
+    schedule, cut = (replayed, cut) if replayed is not None else (schedule, None)  # None: not believed, from 0
+    if cut is not None and any(ok for _, ok in cut.tried) and not shrinking:
         shrinking = True  # the cut search had its verdict: what follows tightens it
         yield Stage(SHRINKING)
     while (attempt := schedule.next()) is not None:
@@ -340,17 +341,22 @@ def search(engine: HFEngine, target: Target, config: SearchConfig, observer: Sea
                    decided_tokens=len(decided.prompt_ids) if decided else None)
 
 
-def _resumed(engine: HFEngine, schedule, cut: Resume, state: _State, watch: _Watch, target_ids: list[int]) -> bool:
-    """The schedule and state where the budget cut this search (search/resume.py): the lengths it
-    finished replayed, its shortest verified prompt checked again by generation; True when that replay
-    holds a success (what follows tightens a verdict)."""
-    replay(schedule, cut.tried)
+def _resumed(engine: HFEngine, schedule, cut: Resume | None, state: _State, watch: _Watch, target_ids: list[int]):
+    """The schedule where the budget cut this search (search/resume.py): the lengths it finished replayed,
+    its shortest verified prompt checked again by generation; None without a record, or when the record
+    does not fit the schedule or its success's prompt no longer elicits the target (never believed)."""
+    replayed = replay(schedule, cut.tried) if cut is not None else None
+    found = _certificate(engine, cut.found, target_ids) if replayed is not None and cut.found else None
+    if replayed is None or (found is None and any(ok for _, ok in cut.tried)):
+        if replayed is not None:
+            log.warning("a cut search's record claims a success whose prompt does not elicit the target: not "
+                        "believed; the search starts again")
+        return None
     watch.progress.tried.extend(cut.tried)
-    found = _certificate(engine, cut.found, target_ids) if cut.found else None
     if found is not None and (state.best is None or len(found.prompt_ids) < len(state.best.prompt_ids)):
         state.best = found
     watch.progress.prompt = state.best.prompt if state.best else None
-    return any(ok for _, ok in cut.tried)
+    return replayed
 
 
 class _Ended:

@@ -59,5 +59,9 @@ class SearchObserver:
     def failed(self, index: int, error: Exception) -> None:
         """Search `index` ended with an error (measure_many; its other searches go on)."""
 
+    def stage(self, name: str, done: int, total: int) -> None:
+        """A unit's work after its searches, `done` of `total` items: "calibration" of its memorized spans
+        (run/tasks.py run_unit), minutes on a real model that a watcher would otherwise see as silence."""
+
 
 QUIET = SearchObserver()  # the default: nobody watches

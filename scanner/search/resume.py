@@ -11,10 +11,14 @@ prompt with the steps it had left, as a warm start does (search/miniprompt.py `_
 
 from __future__ import annotations
 
+import copy
+import logging
 from dataclasses import dataclass
 
-from scanner.errors import InputError
 from scanner.search.progress import SearchProgress
+from scanner.storage.records import resume_problem
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,13 @@ class Resume:
 
     @classmethod
     def from_json(cls, data: dict | None) -> Resume | None:
+        """The record, checked (storage/records.py); None without one, and None with a warning for one
+        that cannot be believed: that search starts again rather than commit what it claims."""
         if not data:
+            return None
+        why = resume_problem(data)
+        if why:
+            log.warning("a cut search's record is not believed (%s); the search starts again", why)
             return None
         ids = data.get("prompt_ids")
         return cls(tuple((int(n), bool(ok)) for n, ok in data.get("tried", [])), data.get("found"),
@@ -57,12 +67,15 @@ def where(progress: SearchProgress | None, decode) -> Resume | None:
 
 
 def replay(schedule, tried: tuple[tuple[int, bool], ...]):
-    """The schedule in the state the cut search left it: its reports made again in order (a mismatch
-    means other search options than the cut run's, which the run's identity check refuses first)."""
+    """A copy of the schedule in the state the cut search left it: its reports made again in order; None,
+    with a warning, when the record does not fit it (edited by hand, or of other search options, which the
+    run's identity check refuses first): that search starts again rather than go on from a wrong state."""
+    schedule = copy.deepcopy(schedule)
     for length, ok in tried:
         attempt = schedule.next()
         if attempt is None or attempt.length != length:
-            raise InputError(f"a cut search's record tried length {length} where this schedule tries "
-                             f"{attempt.length if attempt else 'nothing'}: relaunch with the cut run's search options")
+            log.warning("a cut search's record tried length %d where this schedule tries %s: not believed; the "
+                        "search starts again", length, attempt.length if attempt else "nothing")
+            return None
         schedule.report(ok)
     return schedule

@@ -150,18 +150,21 @@ def _searched(row: dict) -> dict:
 
 
 def calibrate_rows(engine: HFEngine, rows: dict, docs: list, config: CalibrationConfig, *, model: ModelConfig,
-                   prompt: PromptConfig, context_tokens: int, exact_window: bool = True) -> dict:
+                   prompt: PromptConfig, context_tokens: int, exact_window: bool = True,
+                   progress=lambda done, total: None) -> dict:
     """New rows (by span_id) of a shard's searched spans: compression ratios for each, the calibrated
     verdict for each memorized one. A span whose calibration raises is a failed row (retried on resume).
     `exact_window`: the screen's mean_nll saw exactly the context_tokens R is given; else (streamed
-    windows, a longer context) the model's NLL is computed again on R's context, so the two compare."""
+    windows, a longer context) the model's NLL is computed again on R's context, so the two compare.
+    `progress(done, total)` is told before each memorized span and at the end (a unit's heartbeat)."""
     out = {k: _searched(r) for k, r in rows.items() if r["status"] in ("memorized", "not_memorized")}
     flagged = [r for r in out.values() if r["status"] == "memorized"]
     if not config.enabled:
         return {k: {**r, "calibrated_memorized": r["memorized"]} for k, r in out.items()}
     ref = reference_engine(model, config.reference_model, prompt) if config.reference_model and flagged else None
     texts, offsets = {_doc_key(d.row, d.doc_id): d.text for d in docs}, {}  # ids may repeat, rows do not
-    for row in flagged:
+    for done, row in enumerate(flagged):
+        progress(done, len(flagged))
         try:
             text = texts.get(_doc_key(row.get("doc_row"), row["doc_id"]))
             context = _context(text, row, engine.tokenizer, context_tokens, offsets) if ref else ""
@@ -175,6 +178,7 @@ def calibrate_rows(engine: HFEngine, rows: dict, docs: list, config: Calibration
         except Exception as err:  # noqa: BLE001 - one span's fault must not lose the shard
             log.error("calibration of span %s failed", row["span_id"], exc_info=err)
             out[row["span_id"]] = {**row, "status": "failed", "reason": f"calibration: {type(err).__name__}: {err}"[:500]}
+    progress(len(flagged), len(flagged))
     return out
 
 

@@ -5,7 +5,8 @@ marker in front of a damaged results file used to be trusted forever: `status` s
 relaunch repaired nothing and export/report/verify crashed. On every relaunch each finished shard's
 results file is checked against what its done marker recorded at commit time (sha256 and row count)
 and against its stats; a shard that fails is made pending again, with a warning naming the cause, and
-is computed again by that same relaunch.
+is computed again by that same relaunch. A unit's record of the searches the budget cut (stats "cut",
+where each stood) is checked too (storage/records.py): a relaunch goes on from it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import logging
 from pathlib import Path
 
 import pyarrow.parquet as pq
+
+from scanner.storage.records import cut_problem
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +71,10 @@ def shard_problem(run, shard: int, hashed: bool = True) -> str | None:
         return f"its stats file {run.stats_path(shard).name} is missing or unreadable"
     if stats.get("rows", marker["rows"]) != marker["rows"]:
         return f"its stats count {stats.get('rows')} rows, the results file {marker['rows']}"
+    if "cut" in stats:  # what a relaunch goes on from: a bad record is redone, never believed
+        cut = cut_problem(stats["cut"])
+        return f"its stats file {run.stats_path(shard).name} holds a cut search record that cannot be believed ({cut})" \
+            if cut else None
     return None
 
 

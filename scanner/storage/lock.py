@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from scanner.errors import InputError
+from scanner.storage import records
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +56,16 @@ def _holder() -> dict:
 
 
 def _read(path: Path) -> dict | None:
+    """The lock's holder; None without a lock; {"damaged": why} for a record that names no process
+    (unreadable, or a pid such as `true`, which Python takes for 1): stale, so it is taken over."""
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError):
-        return {}  # unreadable: treated as a stale lock below
-    return value if isinstance(value, dict) else {}
+    except (OSError, ValueError) as err:
+        return {"damaged": f"it is not readable JSON ({err})"}
+    why = records.problem(value, records.LOCK)
+    return {"damaged": why} if why else value
 
 
 def _alive(pid) -> bool:
@@ -93,7 +97,7 @@ def _same_process(holder: dict, pid: int) -> bool:
 
 
 def _is_stale(holder: dict) -> bool:
-    if not holder:
+    if "damaged" in holder:
         return True
     if holder.get("host") != socket.gethostname():
         return False  # another host's processes cannot be checked from here
@@ -104,8 +108,8 @@ def _is_stale(holder: dict) -> bool:
 def _gone(holder: dict) -> str:
     """Why a stale lock's holder is gone, for the warning and for `status`."""
     pid = holder.get("pid")
-    if not holder:
-        return "the lock file is unreadable"
+    if "damaged" in holder:
+        return f"the lock file names no process: {holder['damaged']}"
     if not _alive(pid):
         return f"pid {pid} no longer runs"
     command = " ".join(identity(pid).get("command", []))[:200]
@@ -120,7 +124,7 @@ def scan_process(run_dir: str | Path) -> dict:
     if holder is None:
         return {"running": False, "lock": None, "why": "no scan holds the run directory's lock"}
     about = {"lock": {k: holder.get(k) for k in ("host", "pid", "since")}}
-    if holder and holder.get("host") != socket.gethostname():
+    if "damaged" not in holder and holder.get("host") != socket.gethostname():
         return {"running": None, **about, "why": f"the lock is held from host {holder.get('host')}, which "
                 "cannot be checked from here"}
     if _is_stale(holder):

@@ -2,7 +2,8 @@
 
 ```
 run_dir/
-  run_config.json              configuration, its sha256, corpus fingerprint, shard size, package version
+  run_config.json              the run's identity (configuration, corpus fingerprint, row counts, schema
+                               version, the model files' digest) under one sha256 (run_hash), package version
   plan.json                    the shard plan, saved once and checked (never recomputed) on resume
   results/part-00000.parquet   one file per finished shard, written atomically
   done/00000                   completion marker (rows, sha256 of the results file), written last
@@ -37,6 +38,7 @@ from scanner.errors import InputError, require
 from scanner.schema import SCHEMA_VERSION, results_schema
 from scanner.storage.atomic import TMP_SUFFIX, atomic_write_json, remove_file
 from scanner.storage.integrity import read_json_object, reopen_damaged, shard_problem
+from scanner.storage.records import RECALL, read_record
 from scanner.storage.store import PHASES, RESULTS, Store, has_work
 
 log = logging.getLogger(__name__)
@@ -149,15 +151,31 @@ def run_identity(config: dict) -> dict:
     return {**config, "corpus": {k: v for k, v in corpus.items() if k != "path"}}
 
 
+# What a run's rows depend on besides its configuration, each sealed under the one run_hash: a hand edit
+# of any of them (another corpus's fingerprint, another model's digest) breaks the hash, and a relaunch,
+# compare or export refuses the run rather than mixing or relabelling its rows.
+SEALED = ("corpus_fingerprint", "num_docs", "docs_per_shard", "schema_version", "model_files")
+
+
+def run_hash(saved: dict) -> str:
+    """sha256 of the run's identity: its configuration less the corpus path (run_identity) and SEALED."""
+    return config_hash({"config": run_identity(saved["config"]), **{k: saved.get(k) for k in SEALED}})
+
+
+def _sealed(saved: dict) -> dict:
+    return {**saved, "run_hash": run_hash(saved)}
+
+
 def _hash_holds(saved: dict) -> bool:
-    """Whether the saved configuration still gives its recorded config_hash (computed over the run's
-    identity; before run_identity existed, over the whole configuration)."""
+    """Whether run_config.json still gives its recorded hash: run_hash over the whole identity; a run made
+    before run_hash existed, config_hash over its configuration (sealed whole by its next relaunch)."""
     config = saved["config"]
     try:
-        now = {config_hash(run_identity(config)), config_hash(config)}
+        if "run_hash" in saved:
+            return saved["run_hash"] == run_hash(saved)
+        return saved.get("config_hash") in {config_hash(run_identity(config)), config_hash(config)}
     except TypeError:  # NaN or a live object: not what a scan writes
         return False
-    return saved.get("config_hash") in now
 
 
 _ABSENT = object()
@@ -168,31 +186,38 @@ def _shown(value) -> str:
     return text if len(text) <= SHOWN_VALUE else text[:SHOWN_VALUE - 1] + "…"
 
 
-def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
+def changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
     """'key old -> new' for each differing key; nested dicts by dotted path (search.top_k 64 -> 32)."""
     changes = []
     for key in sorted(set(old) | set(new), key=str):
         before, after = old.get(key, _ABSENT), new.get(key, _ABSENT)
         if isinstance(before, dict) and isinstance(after, dict):
-            changes += _changed_keys(before, after, f"{prefix}{key}.")
+            changes += changed_keys(before, after, f"{prefix}{key}.")
         elif before != after:
             changes.append(f"{prefix}{key} {_shown(before)} -> {_shown(after)}")
     return changes
 
 
-def _config_problems(saved: dict, config: dict, fingerprint: str, docs_per_shard: int) -> tuple[str, str]:
+def _config_problems(saved: dict, config: dict, fingerprint: str, docs_per_shard: int,
+                     model_files: str | None) -> tuple[str, str]:
     """(what differs from the saved run, how to fix it); empty when the run can resume."""
     problems = []
+    if None not in (saved.get("model_files"), model_files) and saved["model_files"] != model_files:
+        # run/model_record.py names the files that differ first; this is what a hand-edited model.json leaves
+        problems.append(f"was scanned with other model files (their digest {saved['model_files'][:12]} -> "
+                        f"{model_files[:12]}; its model.json lists each file's sha256)")
     # A JSON round trip makes tuples lists, as they are in the saved copy.
     old = {**_resumable(run_identity(saved["config"])), "docs_per_shard": saved.get("docs_per_shard")}
     new = {**_resumable(json.loads(json.dumps(run_identity(config)))), "docs_per_shard": docs_per_shard}
     if old != new:
-        problems.append(f"was made with another configuration (changed: {', '.join(_changed_keys(old, new))})")
+        problems.append(f"was made with another configuration (changed: {', '.join(changed_keys(old, new))})")
     if saved.get("corpus_fingerprint") != fingerprint:
         problems.append(f"was made from another corpus: the corpus changed (files added, removed or "
                         f"rewritten; fingerprint {str(saved.get('corpus_fingerprint'))[:12]} -> "
                         f"{fingerprint[:12]})")
         return "; and ".join(problems), f"restore the original corpus files, {FIX}"
+    if problems and saved.get("model_files") != model_files:
+        return "; and ".join(problems), f"restore the model's files, {FIX}"
     return "; and ".join(problems), FIX
 
 
@@ -268,16 +293,20 @@ class RunDir:
     def log_path(self, shard: int) -> Path:
         return self.path / "logs" / f"shard-{shard:05d}.log"
 
-    def prepare(self, config: dict, corpus_fingerprint: str, num_docs: int, docs_per_shard: int) -> Plan:
-        """Create the directory, or check that it belongs to this configuration and corpus; return the plan."""
+    def prepare(self, config: dict, corpus_fingerprint: str, num_docs: int, docs_per_shard: int,
+                model_files: str | None = None) -> Plan:
+        """Create the directory, or check that it belongs to this configuration, corpus and model (the
+        digest of its files, engine/identity.py files_digest; None: a run of no recorded model); return the plan."""
         config_hash(config)  # a config that is not JSON-able fails before any folder is made
         require(not self.path.is_file(), f"RUN_DIR '{self.path}' is a file; pass a folder path as --out")
         for folder in FOLDERS:
             (self.path / folder).mkdir(parents=True, exist_ok=True)
         self._clean_temp_files()
+        identity = {"corpus_fingerprint": corpus_fingerprint, "num_docs": num_docs, "docs_per_shard": docs_per_shard,
+                    "model_files": model_files}
         if not (self.path / CONFIG_FILE).exists():
-            return self._create(config, corpus_fingerprint, num_docs, docs_per_shard)
-        return self._resume(config, corpus_fingerprint, num_docs, docs_per_shard)
+            return self._create(config, identity)
+        return self._resume(config, identity)
 
     def _clean_temp_files(self) -> None:
         for folder in (self.path, *(self.path / name for name in FOLDERS if name != "logs")):
@@ -285,47 +314,57 @@ class RunDir:
                 log.info("removing %s, left by a writer that was stopped", tmp)
                 remove_file(tmp)
 
-    def _create(self, config: dict, fingerprint: str, num_docs: int, docs_per_shard: int) -> Plan:
+    def _create(self, config: dict, identity: dict) -> Plan:
         require(not self.done_shards(), f"RUN_DIR '{self.path}' has finished shards in done/ but no "
                 f"{CONFIG_FILE}; it is damaged or was not made by acr-scan; {FIX}")
-        plan = Plan.make(num_docs, docs_per_shard)
+        plan = Plan.make(identity["num_docs"], identity["docs_per_shard"])
         for stale in (*PHASE_PLANS, AUDIT_PLAN):  # units planned by an older configuration whose parts never finished
             remove_file(self.path / stale)
-        saved = {"config": config, "config_hash": config_hash(run_identity(config)), "corpus_fingerprint": fingerprint,
-                 "num_docs": num_docs, "docs_per_shard": docs_per_shard, "package_version": __version__,
-                 "schema_version": SCHEMA_VERSION, "created_at": datetime.now(UTC).isoformat()}
+        saved = _sealed({"config": config, **identity, "package_version": __version__,
+                         "schema_version": SCHEMA_VERSION, "created_at": datetime.now(UTC).isoformat()})
         # The plan first: run_config.json is what makes the directory count as prepared.
         plan.save(self.path / PLAN_FILE)
         atomic_write_json(self.path / CONFIG_FILE, saved)
-        log.info("new run %s: %d documents in %d shards", self.path, num_docs, len(plan))
+        log.info("new run %s: %d documents in %d shards", self.path, identity["num_docs"], len(plan))
         return plan
 
-    def _resume(self, config: dict, fingerprint: str, num_docs: int, docs_per_shard: int) -> Plan:
+    def _resume(self, config: dict, identity: dict) -> Plan:
         saved = self.saved_config()
-        problems, fix = _config_problems(saved, config, fingerprint, docs_per_shard)
+        fingerprint, num_docs = identity["corpus_fingerprint"], identity["num_docs"]
+        problems, fix = _config_problems(saved, config, fingerprint, identity["docs_per_shard"], identity["model_files"])
         version = _version_problem(saved)
         if (problems or version) and not self.done_shards() and not has_work(self.path):
             # Nothing of the old run can be lost (e.g. a model that failed to load): the corrected
             # command starts it afresh instead of being refused as a change.
             log.warning("run %s %s, but none of its shards finished; starting it afresh", self.path,
                         problems or version)
-            return self._create(config, fingerprint, num_docs, docs_per_shard)
+            return self._create(config, identity)
         require(not version, f"RUN_DIR '{self.path}' {version}")
         require(not problems, f"RUN_DIR '{self.path}' {problems}; {fix}")
         plan = self._saved_plan(saved, num_docs)
         require(plan.num_docs == num_docs, f"RUN_DIR '{self.path}': {PLAN_FILE} covers {plan.num_docs} "
                 f"documents but the corpus has {num_docs}; the corpus changed, {FIX}")
         reopen_damaged(self)
-        changed = {k: config.get(k) for k in RELAUNCH_MAY_CHANGE if saved["config"].get(k) != config.get(k)}
-        if changed:  # status and report read the budget the run now goes on with
-            log.info("run %s resumes with %s", self.path, ", ".join(f"{k} {v}" for k, v in changed.items()))
-            now = {**saved["config"], **changed}
-            atomic_write_json(self.path / CONFIG_FILE, {**saved, "config": now, "config_hash": config_hash(run_identity(now))})
+        self._reseal(saved, config, identity)
         if saved.get("package_version") != __version__:
             log.warning("run %s was started by acr-scanner %s, resuming with %s", self.path,
                         saved.get("package_version"), __version__)
         log.info("resuming run %s: %d of %d shards done", self.path, len(self.done_shards()), len(plan))
         return plan
+
+    def _reseal(self, saved: dict, config: dict, identity: dict) -> None:
+        """run_config.json rewritten where a relaunch changed what it may (RELAUNCH_MAY_CHANGE: status and
+        report read the budget the run now goes on with), or sealed whole where the run was made before
+        run_hash (or model_files) existed: this relaunch has just checked the corpus and model against it."""
+        changed = {k: config.get(k) for k in RELAUNCH_MAY_CHANGE if saved["config"].get(k) != config.get(k)}
+        if changed:
+            log.info("run %s resumes with %s", self.path, ", ".join(f"{k} {v}" for k, v in changed.items()))
+        now = {k: v for k, v in saved.items() if k != "config_hash"}
+        now.update(config={**saved["config"], **changed}, model_files=saved.get("model_files") or identity["model_files"],
+                   num_docs=saved.get("num_docs", identity["num_docs"]))
+        now = _sealed(now)
+        if now != saved:
+            atomic_write_json(self.path / CONFIG_FILE, now)
 
     def _saved_plan(self, saved: dict, num_docs: int) -> Plan:
         if (self.path / PLAN_FILE).exists():
@@ -343,10 +382,10 @@ class RunDir:
         require(isinstance(saved, dict) and isinstance(saved.get("config"), dict),
                 f"{self.path / CONFIG_FILE} is not a run configuration (a JSON object with a 'config' "
                 f"object); the run directory is damaged, {FIX}")
-        require(_hash_holds(saved), f"{self.path / CONFIG_FILE} was edited after the run started: its "
-                "configuration no longer gives the config_hash recorded beside it, so the finished results were "
-                "made under another configuration than the file says; restore the file as the scan wrote it, "
-                f"or {FIX}")
+        require(_hash_holds(saved), f"{self.path / CONFIG_FILE} was edited after the run started: what it says "
+                "the run is (configuration, corpus fingerprint, row counts, schema version, model files' digest) no "
+                "longer gives the run_hash recorded beside it, so the finished results were made from another "
+                f"configuration, corpus or model than the file says; restore the file as the scan wrote it, or {FIX}")
         return saved
 
     def require_run(self) -> None:
@@ -361,10 +400,11 @@ class RunDir:
         its files with others' (a plan's folder, a folder of documents)."""
         if not self.path.is_dir() or (self.path / CONFIG_FILE).is_file():
             return
-        foreign = foreign_entries(self.path, RUN_ENTRIES)
+        foreign = foreign_entries(self.path, RUN_ENTRIES, unrecorded=True)
         require(not foreign, f"--out {self.path} holds files that are not a run directory's "
-                f"({', '.join(map(repr, foreign[:3]))}{', ...' if len(foreign) > 3 else ''}); a scan writes into a "
-                "new folder, an empty one or its own run directory: pass a new --out")
+                f"({', '.join(map(repr, foreign[:3]))}{', ...' if len(foreign) > 3 else ''}; a run directory "
+                f"without {CONFIG_FILE} holds only empty folders); a scan writes into a new folder, an empty one or "
+                "its own run directory: pass a new --out")
 
     def reopen(self, shard: int) -> None:
         """Make a finished shard pending again (its files are rewritten when it runs)."""
@@ -373,7 +413,7 @@ class RunDir:
     def recall(self) -> dict | None:
         """recall.json (run/phases.py write_recall): what the recall audit estimates the unsearched still
         hold; None before the audit's results are written, or without an audit."""
-        return read_json_object(self.path / RECALL_FILE)
+        return read_record(self.path / RECALL_FILE, RECALL)
 
     def load_plan(self) -> Plan:
         require((self.path / PLAN_FILE).exists(), f"'{self.path}' is not a run directory (no {PLAN_FILE}); "
@@ -464,10 +504,19 @@ class RunDir:
                                    for s, why in damaged.items()}}
 
 
-def foreign_entries(folder: Path, own: set[str]) -> list[str]:
-    """The names in `folder` that are neither in `own` nor a writer's hidden temp file."""
-    return sorted(p.name for p in folder.iterdir()
-                  if p.name not in own and not (p.name.startswith(".") and p.name.endswith(TMP_SUFFIX)))
+def foreign_entries(folder: Path, own: set[str], unrecorded: bool = False) -> list[str]:
+    """The names in `folder` that are neither in `own` nor a writer's hidden temp file. `unrecorded`: the
+    folder lacks its writer's first record (run_config.json, compare.json), so an own name that is a link
+    or a folder holding anything counts too: a writer stopped before that record left only empty folders,
+    so a results/ or logs/ with files is a user's, which the writer's files would mix with."""
+    def foreign(entry: Path) -> bool:
+        if entry.name.startswith(".") and entry.name.endswith(TMP_SUFFIX):
+            return False
+        if entry.name not in own:
+            return True
+        return unrecorded and (entry.is_symlink() or (entry.is_dir() and any(entry.iterdir())))
+
+    return sorted(p.name for p in folder.iterdir() if foreign(p))
 
 
 def _shared_metadata(metadatas: list[dict]) -> dict:

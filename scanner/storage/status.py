@@ -12,7 +12,9 @@ complete.
 
 Rates come from the wall-clock times of a phase's last commits (its done markers' mtimes), so they
 count every worker at once; until two parts of a phase are done they fall back to what the parts'
-stats recorded (work seconds) times --workers.
+stats recorded (work seconds) times --workers. The recall audit's: the price its draw was made at (the
+scan's measured seconds per search, audit_plan.json) until it commits a unit, and before its draw what
+--audit-sample will buy as the search stands (audit_ahead), so the search's ETA can say what follows it.
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+from scanner.config import parse_audit
+from scanner.errors import InputError
 from scanner.measures import budget as bm
 from scanner.storage.integrity import read_json_object
 from scanner.storage.lock import scan_process
 from scanner.storage.passages import PASSAGES_FILE
+from scanner.storage.records import STOP, plan_spec, read_record
 from scanner.storage.rundir import AUDIT_PLAN, CONFIG_FILE, PHASE_PLANS, PLAN_FILE, STOP_FILE, Plan, RunDir
 from scanner.storage.store import Store
 
@@ -91,7 +96,7 @@ def _screen(run: RunDir, plan: Plan, workers: int) -> dict:
 def _units(run: RunDir, name: str, plan_file: str) -> tuple[list | None, list, dict]:
     """(the saved plan's units or None, the done units' commits, their stats by index)."""
     store = Store(run.path, name)
-    units = (read_json_object(run.path / plan_file) or {}).get("units")
+    units = (read_record(run.path / plan_file, plan_spec(plan_file), quiet=True) or {}).get("units")
     commits = _commits(store)
     return units, commits, {i: store.stats(i) for _, i in commits}
 
@@ -111,11 +116,8 @@ def _certify(run: RunDir, workers: int) -> dict:
 def stopped(run: RunDir, search_budget: str | None) -> dict | None:
     """Where --search-budget auto stopped the search (STOP_FILE, run/phases.py record_stop), when the run
     still goes on with that budget; None otherwise, or when the record is not one."""
-    record = read_json_object(run.path / STOP_FILE)
-    fields = {"unit": int, "verdicts": int, "window": int, "memorized": int, "why": str, "candidates_left": int}
+    record = read_record(run.path / STOP_FILE, STOP, quiet=True)  # status runs every few seconds
     if not record or record.get("budget") != search_budget or bm.parse_auto(search_budget) is None:
-        return None
-    if not all(isinstance(record.get(k), kind) for k, kind in fields.items()):
         return None
     return {k: record.get(k) for k in ("unit", "unit_name", "verdicts", "window", "memorized", "at_least", "why",
                                    "units_left", "candidates_left")}
@@ -154,19 +156,54 @@ def _search(run: RunDir, workers: int, budget: bm.Budget | None, name: str = "se
             "over": left == 0, **({"stopped": stop} if stop else {}), "commits": commits}
 
 
-def _audit(run: RunDir, workers: int, sample: int) -> dict:
-    """The recall audit's section: its units (planned once the search's verdicts are in) and what they found."""
-    units, commits, stats = _units(run, "audit", AUDIT_PLAN)
+def _audit_off(spec) -> bool:
+    """--audit-sample 0 (the run's saved spec); a spec that does not parse is not taken for off."""
+    try:
+        rule = parse_audit(spec)
+    except InputError:
+        return False
+    return rule.kind == "count" and rule.amount == 0
+
+
+def _audit(run: RunDir, workers: int, sample) -> dict:
+    """The recall audit's section: its units (planned once the search's verdicts are in; the current
+    draw's, not an earlier draw's kept parts), what they found, and until one commits the rate the
+    draw was priced at (audit_plan.json: the scan's measured seconds per search)."""
+    saved = read_record(run.path / AUDIT_PLAN, plan_spec(AUDIT_PLAN), quiet=True) or {}
+    units, first = saved.get("units"), saved.get("first", 0)
+    mine = set(range(first, first + len(units))) if units is not None else set()
+    store = Store(run.path, "audit")
+    commits = [(t, i) for t, i in _commits(store) if i in mine]
+    stats = {i: store.stats(i) for _, i in commits}
     searched = {i: s.get("candidates", 0) for i, s in stats.items()}
     work = sum(s.get("search_s", 0) for s in stats.values())
     per_s, how = per_second(commits, searched, work, workers)
+    priced = (saved.get("cost") or {}).get("per_search_s")
+    if per_s is None and isinstance(priced, int | float) and priced > 0:
+        per_s, how = workers / priced, f"this scan's measured {priced:.1f} s per search (audit_plan.json), --workers {workers}"
     total = None if units is None else sum(len(u) for u in units)
     done = sum(searched.values())
-    return {"sample": sample, "units_done": len(stats), "units_total": None if units is None else len(units),
-            "candidates_done": done, "candidates_total": total,
+    return {"sample": sample, "off": _audit_off(sample), "why": saved.get("why"), "units_done": len(stats),
+            "units_total": None if units is None else len(units), "candidates_done": done, "candidates_total": total,
             "memorized": sum(s.get("memorized", 0) for s in stats.values()), "candidates_per_s": per_s,
             "rate": how, "work_s": work, "eta_s": None if total is None else eta(total - done, per_s),
             "commits": commits}
+
+
+def audit_ahead(sample, search: dict, workers: int) -> float | None:
+    """Before its draw, about how long the recall audit will take on `workers`, from the search's own
+    figures: a share of the search's seconds at its end (spent, plus its ETA on every worker), a time as
+    given, a count at the search's seconds per candidate; None when not known yet."""
+    try:
+        rule = parse_audit(sample)
+    except InputError:
+        return None
+    if rule.kind == "share":
+        return None if search["eta_s"] is None else rule.amount * (search["work_s"] + search["eta_s"] * workers) / workers
+    if rule.kind == "seconds":
+        return rule.amount / workers
+    per = search["s_per_candidate"]
+    return 0.0 if not rule.amount else None if per is None else rule.amount * per / workers
 
 
 def cut_counts(stats: dict) -> dict:
@@ -212,7 +249,7 @@ def _phase(sections: dict) -> str:
     if not search["over"]:  # a unit left and budget to start it; on Ray, units in flight then finish
         return "search"
     audit = sections["audit"]
-    if audit["sample"] and not search["failed"] and (audit["units_total"] is None
+    if not audit["off"] and not search["failed"] and (audit["units_total"] is None
                                                      or audit["units_done"] < audit["units_total"]):
         return "audit"
     tighten = sections["tighten"]
@@ -243,6 +280,8 @@ def progress(run: RunDir, workers: int = 1) -> dict:
                 "tighten": _search(run, workers, budget, "tighten", search["budget"]["spent"]),
                 "write": _write(run, plan)}
     sections["passages"] = _passages(run, sections["write"])
+    if sections["audit"]["units_total"] is None:  # not drawn yet: what it will cost, as the search stands
+        sections["audit"]["eta_s"] = audit_ahead(sections["audit"]["sample"], search, workers)
     phase = _phase(sections)
     commits = [t for s in sections.values() for t, _ in s.get("commits", [])]
     for section in sections.values():
@@ -262,7 +301,7 @@ def phase_counts(run: RunDir) -> dict:
     saved = (read_json_object(run.path / "run_config.json") or {}).get("config", {})
     budget = bm.parse_budget(saved.get("search_budget"))
     screened = [stores["screen"].stats(i) for i in stores["screen"].done_shards()]
-    units = {name: (read_json_object(run.path / plan_file) or {}).get("units")
+    units = {name: (read_record(run.path / plan_file, plan_spec(plan_file), quiet=True) or {}).get("units")
              for name, plan_file in (("certify", CERTIFY_PLAN), ("search", SEARCH_PLAN), ("tighten", TIGHTEN_PLAN))}
     unit_stats = {name: [stores[name].stats(i) for i in stores[name].done_shards()] for name in units}
     results = run.status()

@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from scanner.schema import results_schema
 from scanner.storage.atomic import TMP_SUFFIX, atomic_write, atomic_write_json, remove_file
 from scanner.storage.integrity import file_sha256, read_json_object, reopen_damaged
+from scanner.storage.records import cut_problem
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +96,10 @@ class Store:
         return reopen_damaged(self)
 
     def stats(self, index: int) -> dict:
-        """A done part's stats; {} when unreadable (a relaunch redoes such a part)."""
-        return read_json_object(self.stats_path(index)) or {}
+        """A done part's stats; {} when unreadable or when its record of cut searches cannot be believed
+        (a relaunch redoes such a part: integrity.py)."""
+        stats = read_json_object(self.stats_path(index)) or {}
+        return {} if "cut" in stats and cut_problem(stats["cut"]) else stats
 
     def write(self, index: int, table: pa.Table, stats: dict) -> None:
         """Commit one part: stats, then the rows, then the done marker with the rows' sha256, each
