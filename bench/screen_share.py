@@ -83,7 +83,9 @@ def shares(work: Path, run: Path) -> dict:
     plants = {d["id"]: d["plant"] for d in truth["documents"] if d["plant"]}
     columns = ["doc_id", "char_start", "char_end", "status", "target_tokens", "certificate_tokens",
                *(c for c, _, _ in STATISTICS.values() if c != "certificate_tokens")]
-    rows = [r for r in pq.read_table(run / "results", columns=columns).to_pylist() if r["status"] != "skipped"]
+    # The screen's own rows: the share is the screen's, before certificates or searches change a status.
+    parts = sorted((run / "screen").glob("part-*.parquet"))
+    rows = [r for p in parts for r in pq.read_table(p, columns=columns).to_pylist() if r["status"] != "skipped"]
     by_kind: dict[str, list[dict]] = {}
     for r in rows:
         by_kind.setdefault(kind(r, plants, truth), []).append(r)
