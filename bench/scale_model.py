@@ -285,6 +285,9 @@ def main(argv: list[str] | None = None) -> str:
                         help="seconds per step and per screened token: the run's, or the constants' (8B, H200)")
     parser.add_argument("--efficiency", type=float, default=0.85, help="parallel efficiency (bench/scale.py)")
     parser.add_argument("--gpus", default="1,8,64", help="cluster sizes, comma-separated")
+    parser.add_argument("--candidate-share", type=float, default=None,
+                        help="spans the screen passes on, measured elsewhere (bench/screen_share.py on real "
+                             "weights) instead of the run's own")
     args = parser.parse_args(argv)
     if args.run is None:
         return goal_table()
@@ -294,6 +297,9 @@ def main(argv: list[str] | None = None) -> str:
     if args.tokens_per_book is not None:
         inputs = replace(inputs, tokens_per_book=args.tokens_per_book)
         sources["tokens_per_book"] = "given (--tokens-per-book)"
+    if args.candidate_share is not None:
+        inputs = replace(inputs, candidate_share=args.candidate_share)
+        sources["candidate_share"] = "given (--candidate-share, bench/screen_share.py)"
     if args.timing == "constants":
         inputs = constant_timing(args.run, inputs, sources)
     gpus = tuple(int(n) for n in args.gpus.split(","))
