@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import re
 import statistics
@@ -97,11 +98,21 @@ def read(out: Path) -> list[dict]:
 
 
 def clopper_pearson(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
-    from scipy.stats import beta
+    """The exact binomial interval (Clopper-Pearson), by bisection on the binomial tail: no SciPy."""
+    def tail_at_least(p: float) -> float:  # P(X >= k | p)
+        return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))
 
-    lo = 0.0 if k == 0 else float(beta.ppf(alpha / 2, k, n - k + 1))
-    hi = 1.0 if k == n else float(beta.ppf(1 - alpha / 2, k + 1, n - k))
-    return round(lo, 3), round(hi, 3)
+    def solve(f, target: float) -> float:  # f increasing in p
+        lo, hi = 0.0, 1.0
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
+        return (lo + hi) / 2
+
+    low = 0.0 if k == 0 else solve(tail_at_least, alpha / 2)
+    above = lambda p: tail_at_least(p) - math.comb(n, k) * p**k * (1 - p) ** (n - k)  # noqa: E731  P(X > k)
+    high = 1.0 if k == n else solve(above, 1 - alpha / 2)
+    return round(low, 3), round(high, 3)
 
 
 def table(out: Path) -> list[dict]:
