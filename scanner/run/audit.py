@@ -57,7 +57,8 @@ def read_plan(run) -> dict:
         if path.exists():
             log.warning("%s is not a JSON object: the recall audit is drawn again", path)
         return {}
-    ok = (isinstance(saved.get("key"), str) and isinstance(saved.get("first"), int) and saved["first"] >= 0
+    saved.setdefault("first", 0)  # a draw of an earlier release: its units from 0
+    ok = (isinstance(saved.get("key"), str) and isinstance(saved["first"], int) and saved["first"] >= 0
           and isinstance(saved.get("strata"), list) and all(map(_stratum, saved["strata"]))
           and isinstance(saved.get("units"), list) and all(map(_unit, saved["units"])))
     if not ok:
