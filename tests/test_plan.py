@@ -399,7 +399,7 @@ def test_the_projection_counts_the_recall_audit_the_plan_does_not_run():
     whole = {"documents": 100, "bytes": 40_000}
     share = pm.project(COST, docs(10), whole, workers=1, efficiency=1.0, audit=parse_audit("25%"))
     assert share["audit_s"]["searches"] == 25 and share["audit_s"]["value"] == pytest.approx(50)  # 25 % of 200 s
-    assert share["worker_s"]["value"] == pytest.approx(100 + 200 + 50) and "25%" in share["audit_s"]["source"]
+    assert share["worker_s"]["value"] == pytest.approx(100 + 200 + 50) and "25% of the" in share["audit_s"]["source"]
     capped = pm.project(COST, docs(10), whole, workers=1, efficiency=1.0, budget=("seconds", 40),
                         audit=parse_audit("25%"))
     assert capped["audit_s"]["searches"] == 5, "a share of the search under its budget, not of all of it"

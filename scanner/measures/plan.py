@@ -298,9 +298,10 @@ def audit_figure(out: dict, search_s: dict, rule: AuditRule | None) -> dict:
     sizes = {k: recall.audit_size(rule, {**cost, "spent_s": search_s[k] or 0.0}) for k in ("value", "low", "high")}
     if rule.kind == "count" and per is None:
         return {"value": None, "low": None, "high": None, "searches": int(rule.amount), "per_search_s": None,
-                "source": f"--audit-sample {rule}: not measured, the plan searched nothing"}
+                "source": f"--audit-sample: {rule}, not priced: the plan searched nothing"}
     return {**{k: n * (per or 0.0) for k, (n, _) in sizes.items()}, "searches": sizes["value"][0],
-            "per_search_s": per, "source": f"recall audit, --audit-sample {rule}: {sizes['value'][1]}"}
+            "per_search_s": per, "source": f"--audit-sample: {sizes['value'][1]}"
+            + (f", at {per:.1f} s a search (the plan's drawn searches)" if rule.kind == "count" else "")}
 
 
 SEARCH_RANGE = (f"{QUANTILES[0]:.0%}-{QUANTILES[1]:.0%} normal interval of the systematic sample's total "

@@ -89,10 +89,11 @@ class Phases:
         """Damaged parts pending again; units holding failed rows too (failed is retried, like shards).
         Returns how many parts were reopened."""
         reopened = sum(len(store.prepare()) for store in self.stores.values())
+        drawn = set(audit.current(audit.read_plan(self.run)))  # an earlier draw's kept parts are not run again
         for name in UNIT_KINDS:
             store = self.stores[name]
             for index in store.done_shards():
-                if store.stats(index).get("failed"):
+                if store.stats(index).get("failed") and (name != "audit" or index in drawn):
                     store.reopen(index)
                     reopened += 1
         return reopened
