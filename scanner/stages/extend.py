@@ -7,7 +7,8 @@ verify path types it (engine/template.typed_ids), and greedy generation runs for
 span's start to the passage's end plus `extend_tokens`. The generated ids are compared token by token
 with the document's own ids from that span's start; the longest leading run over the candidates is the
 verified extension. All candidates of all passages go to the engine in one call (vLLM batches them; HF
-generates one at a time, unpadded, as verification does, so no padding changes a greedy choice).
+left-pads them into batches and generates near ties again alone, unpadded, as verification does, so no
+padding changes a greedy choice: engine/generate.py).
 """
 
 from __future__ import annotations
