@@ -69,7 +69,7 @@ def test_auto_stops_when_the_yield_falls_and_says_why(stopped):
     # The budget takes a run's windows in turns (measures/budget.py fresh_first): salad verdicts come
     # between the canary's, so more than two may be decided; it stops after the second in a row.
     assert len(missed) >= 2 and not any(r["memorized"] for r in missed), "salad verdicts, then it stops"
-    assert len(waiting) >= 2 and all(r["doc_id"] == "d1" for r in waiting), "the rest of the salad is left"
+    assert waiting and all(r["doc_id"] == "d1" for r in waiting), "the rest of the salad is left"
     assert all(WHY in r["reason"] and "--search-budget auto:1/2" in r["reason"] for r in waiting)
     record = json.loads((out / "search_stop.json").read_text())
     assert record["memorized"] == 0 and record["window"] == 2 and record["verdicts"] == len(decided)
