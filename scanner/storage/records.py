@@ -178,7 +178,7 @@ def cut_problem(cut) -> str | None:
     return found
 
 
-ITEM = Tuple(COUNT, SPAN_ID, str, least=2)  # [shard, span_id] or [shard, span_id, the decided prompt]
+ITEM = Tuple(COUNT, SPAN_ID, Nullable(str), least=2)  # [shard, span_id] or [shard, span_id, the decided prompt]
 UNITS_PLAN = {"units": [[ITEM]], "copies": Optional(Map([Tuple(COUNT, SPAN_ID)])), "drawn": Optional(dict)}
 STRATUM = {"name": str, "total": COUNT, "drawn": [SPAN_ID]}
 # --audit-sample as given: a count, a share of the search's seconds or a time (config.py parse_audit).
