@@ -389,9 +389,10 @@ def _reasons(phases: Phases, units: list[Unit], copies: dict) -> dict[str, str]:
     """Why each candidate that no search unit decided stays not_searched (its copies: the same)."""
     done = {kind: phases.stores[kind].done() for kind in SEARCHED}
     budget = f"--search-budget {phases.config.search_budget}"
-    out = {span: _cut_reason(budget, spent) for span, spent in phases.cut().items()}
-    stop = phases.auto_stop()
     waits = set(phases._plan(SEARCH_PLAN).get("waits", []))
+    out = {span: _cut_reason(budget, spent) + (WAITED if span in waits and not spent.get("steps") else "")
+           for span, spent in phases.cut().items()}
+    stop = phases.auto_stop()
     for unit in units:
         if unit.kind == "search" and unit.index not in done["search"]:
             why = f"not reached: the search budget ({budget}) was spent before its turn"
@@ -411,7 +412,7 @@ WAITED = "; it waited behind the candidates of passages not yet found, its own p
 def _cut_reason(budget: str, spent: dict) -> str:
     """Why a search the budget cut stays undecided; one cut before its first GCG step was never reached."""
     if not spent.get("steps"):
-        return (f"not reached: the search budget ({budget}) ran out as its unit started, before its search; "
+        return (f"not reached: the search budget ({budget}) ran out before its search started; "
                 "a relaunch with a larger budget searches it")
     return (f"search budget spent during its search ({budget}, after {spent['steps']} GCG steps, "
             f"{spent['search_s']:.1f} s); a relaunch with a larger budget goes on from where it stood")

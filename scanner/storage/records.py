@@ -179,7 +179,8 @@ def cut_problem(cut) -> str | None:
 
 
 ITEM = Tuple(COUNT, SPAN_ID, Nullable(str), least=2)  # [shard, span_id] or [shard, span_id, the decided prompt]
-UNITS_PLAN = {"units": [[ITEM]], "copies": Optional(Map([Tuple(COUNT, SPAN_ID)])), "drawn": Optional(dict)}
+UNITS_PLAN = {"units": [[ITEM]], "copies": Optional(Map([Tuple(COUNT, SPAN_ID)])), "drawn": Optional(dict),
+              "waits": Optional([SPAN_ID])}
 STRATUM = {"name": str, "total": COUNT, "drawn": [SPAN_ID]}
 # --audit-sample as given: a count, a share of the search's seconds or a time (config.py parse_audit).
 SAMPLE = Rule("a count or an --audit-sample form", lambda v: isinstance(v, str) or COUNT.holds(v))
