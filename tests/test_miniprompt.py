@@ -65,13 +65,12 @@ def test_same_seed_same_result(engine, fast_config, canary_results):
 
 
 def test_a_teacher_forced_match_that_generation_refutes_is_no_success(engine, fast_config, monkeypatch):
-    real = engine.verify
+    real = engine.verify_many  # every verification of the engine goes through it, batched or one
 
-    def refuting(prompt, target_ids):
-        check = real(prompt, target_ids)
-        return type(check)(**{**check.__dict__, "verified_generation": False})
+    def refuting(prompts, target_ids):
+        return [type(c)(**{**c.__dict__, "verified_generation": False}) for c in real(prompts, target_ids)]
 
-    monkeypatch.setattr(engine, "verify", refuting)
+    monkeypatch.setattr(engine, "verify_many", refuting)
     result = measure(engine, CANARIES[3], SearchConfig(**{**fast_config.__dict__, "decide_steps": 20, "restarts": 0}))
     assert not result.success and not result.memorized
     assert result.rejected_matches > 0

@@ -169,10 +169,10 @@ def test_a_changed_draft_is_a_changed_configuration_on_resume(tiny_dir):
         return ScanConfig(corpus=CorpusConfig(path="c"), model=ModelConfig(model="m"), search=search).to_dict()
 
     saved = {"config": json.loads(json.dumps(scan(str(tiny_dir)))), "corpus_fingerprint": "f", "docs_per_shard": 8}
-    assert _config_problems(saved, scan(str(tiny_dir)), "f", 8)[0] == ""  # the same draft resumes
-    problem, _ = _config_problems(saved, scan("other-draft"), "f", 8)
+    assert _config_problems(saved, scan(str(tiny_dir)), "f", 8, None)[0] == ""  # the same draft resumes
+    problem, _ = _config_problems(saved, scan("other-draft"), "f", 8, None)
     assert "search.gcg.draft.model" in problem and "other-draft" in problem
-    assert "search.gcg.draft.model" in _config_problems(saved, scan(None), "f", 8)[0]
+    assert "search.gcg.draft.model" in _config_problems(saved, scan(None), "f", 8, None)[0]
 
 
 def test_a_scan_with_a_draft_records_it_and_resumes(tiny_dir, tmp_path):

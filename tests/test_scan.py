@@ -150,7 +150,9 @@ def test_max_candidates_searches_the_best_evidence_corpus_wide(tiny_dir, tmp_pat
     waiting = [r for r in rows if r["status"] == "not_searched"]
     assert len(searched) == 1 and len(waiting) > 3
     assert all(r["reason"] == "candidate budget spent (--max-candidates)" for r in waiting)
-    assert all(evidence_key(searched[0]) < evidence_key(r) for r in waiting)
+    # Windows beside a span a certificate found wait behind the rest (measures/budget.py fresh_first).
+    waits = set(json.loads((out / "search_plan.json").read_text())["waits"])
+    assert all(evidence_key(searched[0]) < evidence_key(r) for r in waiting if r["span_id"] not in waits)
     assert any(r["acr_kind"] == "certificate_bound" and r["memorized"] for r in rows)
 
 

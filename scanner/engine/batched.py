@@ -40,10 +40,10 @@ class TargetScorer:
         self.target = torch.tensor(target_ids, device=dev)
         self.prefix = torch.tensor(engine.template.prefix_ids, dtype=torch.long, device=dev)
         self.suffix = torch.tensor(engine.template.suffix_ids, dtype=torch.long, device=dev)
-        # The prefix's keys and values, computed once per engine (engine/prefix.py); then forwards are fed
-        # the rest only, and positions below count from the first token after the prefix.
+        # The prefix's keys and values but its last token's, computed once per engine (engine/prefix.py);
+        # forwards are fed the rest, and positions below count from the first token fed.
         self.cache = engine.prefix_cache()
-        self.fed = self.prefix if self.cache is None else self.prefix[:0]
+        self.fed = self.prefix if self.cache is None else self.prefix[self.cache.tokens:]
         self.draft: TargetScorer | None = None  # the same target on the draft model (probe sampling)
 
     @property

@@ -149,7 +149,9 @@ class HFEngine:
         if not self.cache_prefix:
             return None
         if self._prefix is None:
-            ids = list(self.template.prefix_ids)
+            # All but the prefix's last token: a forward always feeds that one, so the position that predicts
+            # the first target token is in the forward even for an empty prompt with no suffix.
+            ids = list(self.template.prefix_ids)[:-1]
             reason = prefix.why_not(self.model, ids, self.attention_window, self.allowed_ids)
             self._prefix = prefix.compute(self.model, ids) if reason is None else False
             log.info("prefix of %d tokens %s", len(ids), "cached" if reason is None else f"recomputed: {reason}")
