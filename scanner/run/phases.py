@@ -141,12 +141,15 @@ class Phases:
     def search_units(self) -> list[Unit]:
         def make() -> dict:
             settled = self.settled()
-            ranked, waits = bm.fresh_first(bm.rank(self.candidates()), self.found())
+            ranked = bm.rank(self.candidates())
             known = {}  # a target one copy's certificate settled: the others take its verdict
             for row in ranked:
                 if row["span_id"] in settled:
                     known.setdefault(bm.target_key(row), row["span_id"])
-            order, copies = bm.distinct([r for r in ranked if r["span_id"] not in settled], bm.target_key, known)
+            # the settled spans (certified, and their copies) mark their passages as found
+            found = [(r["doc_row"], r["token_start"], r["token_end"]) for r in ranked if r["span_id"] in settled]
+            open_, waits = bm.fresh_first([r for r in ranked if r["span_id"] not in settled], found)
+            order, copies = bm.distinct(open_, bm.target_key, known)
             if self.config.max_candidates is not None:
                 order = order[:self.config.max_candidates]
             drawn = {}
@@ -158,11 +161,6 @@ class Phases:
                     "copies": copies, "waits": sorted(waits & {r["span_id"] for r in order}),
                     **({"drawn": drawn} if drawn else {})}
         return self._units(SEARCH_PLAN, "search", make)
-
-    def found(self) -> list[tuple[int, int, int]]:
-        """(doc_row, token_start, token_end) of every span a certificate settled memorized."""
-        return [(r["doc_row"], r["token_start"], r["token_end"]) for r in self.stores["certify"].rows()
-                if r["status"] == "memorized"]
 
     def tighten_units(self) -> list[Unit]:
         """Once every search unit is done: the decided prompts (--tighten: and the certified spans'),
