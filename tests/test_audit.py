@@ -29,14 +29,18 @@ def rows_of(out):
     return {r["span_id"]: r for r in pq.read_table(out / "results").to_pylist()}
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    root = tmp_path_factory.mktemp("audit")
+def audit_corpus(root):
+    """Three canaries, each between two short salads: the screen drops some of their windows."""
     rng = random.Random(5)
     texts = [f"{salad(rng, 5)} {canary} {salad(rng, 5)}" for canary in CANARIES[:3]]
     path = root / "corpus.parquet"
     pq.write_table(pa.table({"id": [f"d{i}" for i in range(len(texts))], "text": texts}), path)
     return path
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return audit_corpus(tmp_path_factory.mktemp("audit"))
 
 
 @pytest.fixture(scope="module")

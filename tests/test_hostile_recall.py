@@ -9,15 +9,12 @@ memorized find an audit unit committed stays in the results table whatever the n
 deleted or edited, is rebuilt by a relaunch."""
 
 import json
-import random
 import shutil
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from clirun import cli
-
-from scanner.studies.tiny import CANARIES, salad
+from test_audit import audit_corpus
 
 CARDS = ["--span-tokens", "12", "--stride", "6", "--context-tokens", "16", "--min-match-rate", "0.8", "--steps", "10",
          "--candidates", "64", "--top-k", "64", "--restarts", "0", "--calibration-prompts", "0", "--extend-tokens", "0",
@@ -38,12 +35,7 @@ def scan(corpus, tiny_dir, out, *args):
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hostile-recall")
-    rng = random.Random(5)
-    texts = [f"{salad(rng, 5)} {canary} {salad(rng, 5)}" for canary in CANARIES[:3]]
-    path = root / "corpus.parquet"
-    pq.write_table(pa.table({"id": [f"d{i}" for i in range(len(texts))], "text": texts}), path)
-    return path
+    return audit_corpus(tmp_path_factory.mktemp("hostile-recall"))
 
 
 @pytest.fixture(scope="module")
