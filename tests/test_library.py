@@ -28,16 +28,20 @@ def test_a_seconds_budget_stops_within_a_step_and_a_larger_one_resumes_the_cut_u
     rng = random.Random(3)
     corpus = tmp_path / "slow.parquet"
     pq.write_table(pa.table({"id": [f"d{i}" for i in range(4)], "text": [salad(rng, 14) for _ in range(4)]}), corpus)
-    out = tmp_path / "run"
-    done = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SLOW, "--search-budget", "3s")
-    assert done.returncode == 0, done.stderr
-    overshoot = search_spent(out) - 3.0
-    assert overshoot < 1.0, f"the budget was overshot by {overshoot:.1f} s, more than a step (~0.1 s)"
-    rows = pq.read_table(out / "results").to_pylist()
-    cut = [r for r in rows if r["status"] == "not_searched"]
-    decided = {r["span_id"]: (r["status"], r["steps"], r["prompt"]) for r in rows if r["status"] != "not_searched"}
-    assert cut and all("--search-budget 3s" in r["reason"] for r in cut)
+    for seconds in (3, 2.6, 3.4, 2.2):  # a deadline between two searches cuts none mid-search (test below)
+        out = tmp_path / f"run-{seconds}"
+        done = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SLOW,
+                   "--search-budget", f"{seconds}s")
+        assert done.returncode == 0, done.stderr
+        overshoot = search_spent(out) - seconds
+        assert overshoot < 1.0, f"the budget was overshot by {overshoot:.1f} s, more than a step (~0.1 s)"
+        rows = pq.read_table(out / "results").to_pylist()
+        cut = [r for r in rows if r["status"] == "not_searched"]
+        assert cut and all(f"--search-budget {seconds}s" in r["reason"] for r in cut)
+        if any("during its search" in r["reason"] for r in cut):
+            break
     assert any("during its search" in r["reason"] for r in cut), "the search running at the deadline says so"
+    decided = {r["span_id"]: (r["status"], r["steps"], r["prompt"]) for r in rows if r["status"] != "not_searched"}
 
     again = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SLOW, "--search-budget", "9s")
     assert again.returncode == 0, again.stderr
@@ -55,12 +59,18 @@ def test_a_relaunch_goes_on_with_the_search_the_budget_cut_where_it_stood(tiny_d
     rng = random.Random(5)
     corpus = tmp_path / "slow.parquet"
     pq.write_table(pa.table({"id": ["d0", "d1"], "text": [salad(rng, 14) for _ in range(2)]}), corpus)
-    out = tmp_path / "run"
-    done = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SLOW, "--search-budget", "3s")
-    assert done.returncode == 0, done.stderr
-    records = {span: c for p in (out / "search" / "stats").glob("*.json")
-               for span, c in json.loads(p.read_text()).get("cut", {}).items()}
-    going = {span: c for span, c in records.items() if c["forwards"] or c.get("resume")}
+    # The deadline can fall between two searches (one just ended, the next not started): then nothing is
+    # cut mid-search, which is right but not the case under test; a slightly other budget moves it.
+    for budget in ("3s", "2.6s", "3.4s", "2.2s"):
+        out = tmp_path / f"run-{budget}"
+        done = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SLOW, "--search-budget", budget)
+        assert done.returncode == 0, done.stderr
+        records = {span: c for p in (out / "search" / "stats").glob("*.json")
+                   for span, c in json.loads(p.read_text()).get("cut", {}).items()}
+        going = {span: c for span, c in records.items() if c["forwards"] or c.get("resume")}
+        assert len(going) <= 1, f"at most one search (width 1) runs at the deadline: {records}"
+        if going:
+            break
     assert len(going) == 1, f"one search (width 1) was running at the deadline: {records}"
     ((span, record),) = going.items()
     where = record["resume"]
