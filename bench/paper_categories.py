@@ -77,20 +77,21 @@ def run(model: str, out: Path, per_category: int, data: Path) -> None:
     done = {(r["model"], r["category"], r["index"]) for r in read(out)}
     search = SearchConfig(decide_steps=BUDGET["steps"], shrink_steps=BUDGET["steps"], restarts=BUDGET["restarts"],
                           gcg=GCGConfig(num_candidates=BUDGET["candidates"], top_k=BUDGET["top_k"]))
-    for category in CATEGORIES:
-        todo = [(i, t) for i, t in enumerate(targets(category, per_category, engine.tokenizer, data))
-                if (model, category, i) not in done]
-        for i, text in todo:  # one call per target: each record lands before the next search starts
-            start = time.perf_counter()
-            record = next(measure_many(config, PromptConfig(), search, [{"text": text}], engine=engine))
-            row = {"model": model, "category": category, "index": i, "budget": BUDGET,
-                   "wall_s": round(time.perf_counter() - start, 1),
-                   **{k: record.get(k) for k in ("target", "target_tokens", "prompt_tokens", "acr", "memorized",
-                                                 "calibrated_memorized", "predictable", "prompt", "steps")}}
-            with out.open("a") as f:
-                f.write(json.dumps(row) + "\n")
-            print(json.dumps({k: row[k] for k in ("model", "category", "index", "acr", "memorized", "wall_s")}),
-                  flush=True)
+    lists = {c: targets(c, per_category, engine.tokenizer, data) for c in CATEGORIES}
+    # Index-major, every category in turn: a run stopped early leaves tables of every category alike.
+    todo = [(c, i, lists[c][i]) for i in range(per_category) for c in CATEGORIES
+            if i < len(lists[c]) and (model, c, i) not in done]
+    for category, i, text in todo:  # one call per target: each record lands before the next search starts
+        start = time.perf_counter()
+        record = next(measure_many(config, PromptConfig(), search, [{"text": text}], engine=engine))
+        row = {"model": model, "category": category, "index": i, "budget": BUDGET,
+               "wall_s": round(time.perf_counter() - start, 1),
+               **{k: record.get(k) for k in ("target", "target_tokens", "prompt_tokens", "acr", "memorized",
+                                             "calibrated_memorized", "predictable", "prompt", "steps")}}
+        with out.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(json.dumps({k: row[k] for k in ("model", "category", "index", "acr", "memorized", "wall_s")}),
+              flush=True)
 
 
 def read(out: Path) -> list[dict]:
