@@ -11,6 +11,8 @@ import hashlib
 from collections import defaultdict
 from dataclasses import dataclass
 
+import numpy as np
+
 # The budget's parse is the config's (a run's identity); re-exported for the phases' math.
 from scanner.config import AUTO_RULE, BUDGET_FORMS, Budget, parse_auto, parse_budget  # noqa: F401
 
@@ -81,9 +83,15 @@ def _runs(ranked: list[dict], found: list[tuple[int, int, int]]) -> tuple[dict[s
 
 def target_key(row: dict) -> str:
     """The identity of a span's search: its target token ids (the search's seed follows the copy
-    searched), as a short digest for plan files."""
-    ids = ",".join(str(i) for i in row["target_ids"])
-    return hashlib.sha256(ids.encode()).hexdigest()[:32]
+    searched), as a short digest for plan files; a row read with its key already made (run/dropped.py,
+    the screen's rows by the million) gives that."""
+    key = row.get("target_key")
+    return key if key is not None else ids_key(np.asarray(row["target_ids"], dtype="<i8").tobytes())
+
+
+def ids_key(data) -> str:
+    """The digest of token ids as little-endian int64 bytes: a column's buffer hashes with no Python ints."""
+    return hashlib.sha256(data).hexdigest()[:32]
 
 
 def distinct(ranked: list[dict], key, known: dict | None = None) -> tuple[list[dict], dict[str, list]]:

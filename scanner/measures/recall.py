@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from scanner.config import AuditRule
@@ -119,7 +120,11 @@ SHARES = (0.05, 0.20)  # the top 5 % of the screen score, the next 20 %, the res
 def strata_by_score(ids: list[str], scores: list[float], shares: tuple[float, ...] = SHARES) -> list[list[str]]:
     """The ids cut along the screen score (highest first) into len(shares) + 1 strata: high scores are
     rare and likeliest to hold a miss, so they stand apart and get their own draws."""
-    order = [i for _, i in sorted(zip(scores, ids, strict=True), key=lambda p: (-p[0], p[1]))]
+    return cut_along([i for _, i in sorted(zip(scores, ids, strict=True), key=lambda p: (-p[0], p[1]))], shares)
+
+
+def cut_along(order: Sequence, shares: tuple[float, ...] = SHARES) -> list[Sequence]:
+    """`order` (best first) cut into len(shares) + 1 consecutive strata of those shares, the rest last."""
     strata, start = [], 0
     for share in shares:
         end = start + math.ceil(len(order) * share)
@@ -128,26 +133,27 @@ def strata_by_score(ids: list[str], scores: list[float], shares: tuple[float, ..
     return [*strata, order[start:]]
 
 
-def draw(strata: list[list[str]], draws: int, seed: int) -> list[list[str]]:
-    """A seeded simple random sample of each stratum, of allocate()'s sizes."""
+def draw(strata: list[Sequence], draws: int, seed: int, order=sorted) -> list[list[str]]:
+    """A seeded simple random sample of each stratum, of allocate()'s sizes; `order(stratum)`: its ids
+    in code-point order as a sequence (sorted; a caller holding millions in a column gives its own)."""
     rng = random.Random(seed)
-    return [sorted(rng.sample(sorted(s), n)) for s, n in zip(strata, allocate([len(s) for s in strata], draws),
-                                                           strict=True)]
+    return [sorted(rng.sample(order(s), n)) for s, n in zip(strata, allocate([len(s) for s in strata], draws),
+                                                          strict=True)]
 
 
 PARTS = ("not_searched", "screened_out")  # what the audit samples: left by the budget, dropped by the screen
 STRATA = ("top", "next", "rest")  # along the rank: SHARES' top 5 %, the next 20 %, the rest
 
 
-def plan_strata(parts: dict[str, list[str]], sample: int, seed: int) -> list[dict]:
+def plan_strata(parts: dict[str, Sequence], sample: int, seed: int, order=sorted) -> list[dict]:
     """The audit's strata and draws: `parts` gives each part's span ids in rank order (best screen
     evidence first); each part is cut along that rank into STRATA, and `sample` draws are shared among
-    the non-empty strata (allocate). Returns [{"name": "part/stratum", "total", "drawn": [ids]}]."""
+    the non-empty strata (allocate); `order` as draw's. Returns [{"name": "part/stratum", "total", "drawn": [ids]}]."""
     strata = []
     for part, ids in parts.items():
-        cut = strata_by_score(ids, [-float(i) for i in range(len(ids))])
-        strata += [(f"{part}/{name}", members) for name, members in zip(STRATA, cut, strict=True) if members]
-    draws = draw([members for _, members in strata], sample, seed)
+        strata += [(f"{part}/{name}", members) for name, members in zip(STRATA, cut_along(ids), strict=True)
+                   if len(members)]
+    draws = draw([members for _, members in strata], sample, seed, order)
     return [{"name": name, "total": len(members), "drawn": drawn}
             for (name, members), drawn in zip(strata, draws, strict=True)]
 

@@ -20,10 +20,15 @@ import hashlib
 import json
 import logging
 from collections import defaultdict
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from scanner.config import parse_audit
 from scanner.measures import budget as bm
 from scanner.measures import recall
+from scanner.run.dropped import SortedIds, ranked_distinct
 from scanner.run.tasks import Unit
 from scanner.storage.atomic import atomic_write_json, remove_file
 from scanner.storage.integrity import read_json_object
@@ -52,10 +57,11 @@ def earlier(phases, saved: dict) -> list[int]:
     return [i for i in phases.stores["audit"].done_shards() if i not in mine]
 
 
-def population(phases, kept: list[int]) -> dict[str, list[dict]]:
+def population(phases, kept: list[int]) -> dict:
     """What the audit samples, one row per distinct target in rank order: the candidates no certificate
-    settled and no search decided (past the budget, or cut by it), and the spans the screen dropped
-    (screened_out); a target decided anywhere (an earlier draw's committed parts `kept` included) is
+    settled and no search decided (past the budget, or cut by it), as rows, and the spans the screen
+    dropped (screened_out), as an Arrow table of span_id and shard (run/dropped.py: millions of them at
+    library scale); a target decided anywhere (an earlier draw's committed parts `kept` included) is
     decided for every copy."""
     decided = {r["span_id"] for name in ("search", "tighten") for r in phases.stores[name].rows()
                if r["status"] != "failed"} | phases.settled()
@@ -64,9 +70,17 @@ def population(phases, kept: list[int]) -> dict[str, list[dict]]:
     known = {bm.target_key(r): r["span_id"] for r in ranked if r["span_id"] in decided}
     left, _ = bm.distinct([r for r in ranked if r["span_id"] not in decided], bm.target_key, known)
     known.update((bm.target_key(r), r["span_id"]) for r in ranked)
-    dropped = [r for r in bm.rank(phases.candidates("screened_out")) if r["span_id"] not in decided]
-    dropped, _ = bm.distinct(dropped, bm.target_key, known)
-    return {"not_searched": left, "screened_out": dropped}
+    paths = [phases.stores["screen"].result_path(s.shard) for s in phases.plan]
+    return {"not_searched": left, "screened_out": ranked_distinct(paths, "screened_out", decided, set(known))}
+
+
+def _ids(rows) -> Sequence:
+    """A part's span ids in rank order: a list, or the Arrow column of a table (run/dropped.py)."""
+    return rows.column("span_id").combine_chunks() if isinstance(rows, pa.Table) else [r["span_id"] for r in rows]
+
+
+def _ordered(ids: Sequence) -> Sequence:
+    return SortedIds(ids) if isinstance(ids, pa.Array) else sorted(ids)
 
 
 def units(phases) -> list[Unit]:
@@ -79,19 +93,31 @@ def units(phases) -> list[Unit]:
             log.info("--audit-sample 0: the recall audit's earlier draw is discarded (its committed finds stay)")
             discard(phases, saved)
         return []
-    parts = population(phases, earlier(phases, saved))
+    kept = earlier(phases, saved)
+    parts = population(phases, kept)
     if saved.get("key") != _key(parts, config):
         if saved:
             log.info("the recall audit's population or --audit-sample changed since its draw: drawn again")
         discard(phases, saved)
-        parts = population(phases, earlier(phases, {}))
+        if earlier(phases, {}) != kept:  # the discarded draw's committed parts now decide their spans
+            parts = population(phases, earlier(phases, {}))
         saved = _draw(phases, parts, rule)
     return [Unit.from_json("audit", saved["first"] + i, items) for i, items in enumerate(saved["units"])]
 
 
 def _key(parts: dict, config) -> str:
-    ids = {part: [r["span_id"] for r in rows] for part, rows in parts.items()}
-    return hashlib.sha256(json.dumps([ids, str(config.audit_sample), config.search.seed]).encode()).hexdigest()
+    """The digest of json.dumps([{part: [span ids]}, sample, seed]), streamed: no text of millions of ids."""
+    digest = hashlib.sha256(b"[{")
+    for n, (part, rows) in enumerate(parts.items()):
+        digest.update(f"{', ' if n else ''}{json.dumps(part)}: [".encode())
+        ids = _ids(rows)
+        for start in range(0, len(ids), 65536):
+            chunk = ids[start:start + 65536]
+            chunk = chunk.to_pylist() if isinstance(chunk, pa.Array) else chunk
+            digest.update(((", " if start else "") + ", ".join(map(json.dumps, chunk))).encode())
+        digest.update(b"]")
+    digest.update(f"}}, {json.dumps(str(config.audit_sample))}, {json.dumps(config.search.seed)}]".encode())
+    return digest.hexdigest()
 
 
 def _draw(phases, parts: dict, rule) -> dict:
@@ -99,9 +125,8 @@ def _draw(phases, parts: dict, rule) -> dict:
     config, store = phases.config, phases.stores["audit"]
     cost = recall.search_cost([phases.stores["search"].stats(i) for i in phases.stores["search"].done_shards()])
     size, why = recall.audit_size(rule, cost)
-    ids = {part: [r["span_id"] for r in rows] for part, rows in parts.items()}
-    strata = recall.plan_strata(ids, size, config.search.seed)
-    shard_of = {r["span_id"]: r["shard"] for rows in parts.values() for r in rows}
+    strata = recall.plan_strata({part: _ids(rows) for part, rows in parts.items()}, size, config.search.seed, _ordered)
+    shard_of = _shards(parts, {span for s in strata for span in s["drawn"]})
     items = [[shard_of[span], span] for s in strata for span in s["drawn"]]
     first = max(store.done_shards(), default=-1) + 1
     saved = {"key": _key(parts, config), "sample": config.audit_sample, "seed": config.search.seed,
@@ -116,6 +141,17 @@ def _draw(phases, parts: dict, rule) -> dict:
         log.info("recall audit: none drawn, no recall stated (--audit-sample %s: %s); --audit-sample N asks for "
                  "N searches", config.audit_sample, why)
     return saved
+
+
+def _shards(parts: dict, spans: set[str]) -> dict[str, int]:
+    """{span_id: shard} of the drawn `spans`."""
+    out = {}
+    for rows in parts.values():
+        if isinstance(rows, pa.Table):
+            rows = rows.filter(pc.is_in(rows.column("span_id"), value_set=pa.array(sorted(spans), pa.string())))
+            rows = rows.to_pylist()
+        out.update((r["span_id"], r["shard"]) for r in rows if r["span_id"] in spans)
+    return out
 
 
 def discard(phases, saved: dict) -> None:

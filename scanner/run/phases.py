@@ -51,7 +51,7 @@ import pyarrow.parquet as pq
 from scanner.config import PassageConfig, ScanConfig
 from scanner.measures import budget as bm
 from scanner.results.rows import copied_row
-from scanner.run import audit, occurrences
+from scanner.run import audit, dropped, occurrences
 from scanner.run.passages import needs_engine, write_passages
 from scanner.run.shard import shard_stats
 from scanner.run.tasks import UNIT_KINDS, PassagesTask, Unit
@@ -107,9 +107,8 @@ class Phases:
         for the screened_out ones): the ranking columns and what tells copies apart (target ids, certificate)."""
         screen = self.stores["screen"]
         columns = [*RANK_COLUMNS, *POSITION, "target_ids", "certificate_prompt"]
-        tables = [pq.read_table(screen.result_path(s.shard), columns=columns,
-                                filters=[("status", "=", status)]) for s in self.plan]
-        return [row for t in tables for row in t.to_pylist()]
+        return [row for s in self.plan for row in _keyed(pq.read_table(screen.result_path(s.shard), columns=columns,
+                                                                       filters=[("status", "=", status)])).to_pylist()]
 
     def _units(self, name: str, kind: str, make) -> list[Unit]:
         saved = self._plan(name, make)
@@ -358,6 +357,13 @@ def _start(phases: Phases, execute, units: list[Unit], stop) -> dict:
                 and stop() is None)
 
     return execute(pending, admit, _logged(phases, lambda: spent["value"], finished))
+
+
+def _keyed(table: pa.Table) -> pa.Table:
+    """target_ids replaced by their key (measures/budget.py target_key): a row's ids as Python ints took
+    most of a candidate's memory, and the plans compare targets only."""
+    key = dropped.keys(table.column("target_ids").cast(pa.list_(pa.int64())))
+    return table.drop_columns(["target_ids"]).append_column("target_key", key)
 
 
 def _counting(execute, counter: list[int]):
