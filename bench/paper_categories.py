@@ -7,6 +7,7 @@ target (stated in each record and the table).
     python bench/paper_categories.py run --model smollm2 --out R.jsonl [--per-category 8]
     python bench/paper_categories.py run --model W/model --out R.jsonl
     python bench/paper_categories.py table --out R.jsonl      # a table per category, JSON
+    python bench/paper_categories.py markdown --out R.jsonl   # the same as Markdown rows
 
 A run appends one JSON line per finished target and skips what R.jsonl already holds, so a run killed
 midway resumes where it stopped (the table counts what is there). The seed's first two claims (famous
@@ -123,22 +124,36 @@ def table(out: Path) -> list[dict]:
         groups.setdefault((r["model"], r["category"]), []).append(r)
     lines = []
     for (model, category), rs in sorted(groups.items()):
-        acrs = sorted(r["acr"] for r in rs)
+        # A search that found no prompt records ACR |y|/cap, a convention, not a compression: left out.
+        acrs = sorted(r["acr"] for r in rs if r["prompt_tokens"] is not None) or [None]
         memorized = sum(bool(r["memorized"]) for r in rs)
         calibrated = sum(bool(r["calibrated_memorized"]) for r in rs)
         lines.append({"model": Path(model).name, "category": category, "n": len(rs),
                       "memorized": memorized, "portion": round(memorized / len(rs), 3),
                       "interval95": clopper_pearson(memorized, len(rs)),
                       "calibrated_memorized": calibrated, "calibrated_interval95": clopper_pearson(calibrated, len(rs)),
-                      "acr_mean": round(statistics.fmean(acrs), 3), "acr_median": round(statistics.median(acrs), 3),
-                      "acr_max": round(acrs[-1], 3), "s_per_target": round(statistics.fmean(r["wall_s"] for r in rs), 1),
+                      "prompts_found": sum(r["prompt_tokens"] is not None for r in rs),
+                      **({"acr_mean": round(statistics.fmean(acrs), 3), "acr_median": round(statistics.median(acrs), 3),
+                          "acr_max": round(acrs[-1], 3)} if acrs[0] is not None else {"acr_of_found": None}), "s_per_target": round(statistics.fmean(r["wall_s"] for r in rs), 1),
                       "budget": rs[0]["budget"]})
     return lines
 
 
+def markdown(lines: list[dict]) -> str:
+    """The table per category as Markdown rows (bench/RESULTS.md)."""
+    out = ["| model | category | n | memorized (95 % CI) | calibrated memorized (95 % CI) | prompts found | "
+           "ACR of found (median, max) | s per target |", "|---|---|---|---|---|---|---|---|"]
+    for r in lines:
+        acr = f"{r['acr_median']}, {r['acr_max']}" if "acr_median" in r else "-"
+        out.append(f"| {r['model']} | {r['category']} | {r['n']} | {r['memorized']} ({r['interval95'][0]}-"
+                   f"{r['interval95'][1]}) | {r['calibrated_memorized']} ({r['calibrated_interval95'][0]}-"
+                   f"{r['calibrated_interval95'][1]}) | {r['prompts_found']} | {acr} | {r['s_per_target']} |")
+    return "\n".join(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=("run", "table"))
+    parser.add_argument("what", choices=("run", "table", "markdown"))
     parser.add_argument("--model", default="smollm2", help="smollm2 (the GGUF) or a model folder")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--per-category", type=int, default=8)
@@ -146,8 +161,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.what == "run":
         run(args.model, args.out, args.per_category, args.data)
-    else:
+    elif args.what == "table":
         print(json.dumps(table(args.out), indent=1))
+    else:
+        print(markdown(table(args.out)))
 
 
 if __name__ == "__main__":
