@@ -387,12 +387,18 @@ def test_ctrl_c_leaves_the_watch_with_exit_0(runs):
     assert "stopped watching" in rest and "Traceback" not in err
 
 
-def test_watch_waits_for_a_run_that_has_no_plan_yet_and_refuses_a_missing_one(tmp_path):
+def test_watch_waits_for_a_run_that_has_no_plan_yet_or_no_folder_yet(tmp_path):
     (tmp_path / "run").mkdir()  # made before its scan starts: no lock, no plan yet
     out = cli("status", str(tmp_path / "run"), "--watch", "--iterations", "2", "--interval", "0.1")
     assert out.returncode == 0 and out.stdout.count("phase: starting  (") == 2 and "shard plan" in out.stdout
-    missing = cli("status", str(tmp_path / "nope"), "--watch")
-    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    # started before the scan made its folder (a batch job's watcher): waits, then follows it
+    proc = subprocess.Popen([sys.executable, "-m", "scanner", "status", str(tmp_path / "later"), "--watch",
+                             "--iterations", "40", "--interval", "0.25"], stdout=subprocess.PIPE, text=True)
+    first = proc.stdout.readline()  # its first frame, drawn before the folder exists
+    (tmp_path / "later").mkdir()
+    shown, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "waiting for a scan to make it" in first and "phase: starting  (" in shown
+    assert cli("status", str(tmp_path / "nope")).returncode == 2, "without --watch a missing folder is refused"
     (tmp_path / "file").write_text("not a run")
     for command in (["status", str(tmp_path / "file"), "--watch"], ["status", str(tmp_path / "file")]):
         refused = cli(*command)

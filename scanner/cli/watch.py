@@ -190,13 +190,11 @@ def watch(run_dir: str, *, interval: float, iterations: int | None, workers: int
     run = RunDir(run_dir)
     require(not run.path.exists() or run.path.is_dir(), f"'{run_dir}' is a file, not a run directory; pass "
             "the --out folder of a scan")
-    require(run.path.is_dir(), f"'{run_dir}' does not exist; pass the --out folder of a scan (it is made "
-            "when the scan starts)")
     frames = 0
     while True:
-        snap = snapshot(run, workers)
-        show(render(snap, run_dir))
+        snap = snapshot(run, workers) if run.path.is_dir() else None  # not made yet: its scan may be starting
+        show(render(snap, run_dir) if snap else f"{run_dir}: waiting for a scan to make it (its --out folder)")
         frames += 1
-        if snap["phase"] == "complete" or stopped(snap) or (iterations is not None and frames >= iterations):
+        if (snap and (snap["phase"] == "complete" or stopped(snap))) or (iterations is not None and frames >= iterations):
             return frames
         time.sleep(interval)
