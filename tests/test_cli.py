@@ -88,3 +88,28 @@ def test_a_wrong_model_path_is_named_before_any_engine_is_built(tmp_path, engine
     empty.mkdir()
     with pytest.raises(InputError, match=r"--model .*model: the directory has no config.json"):
         build_engines(ModelConfig(model=str(empty)), PromptConfig(), EngineConfig(verify=engine, screen=engine))
+
+
+@pytest.mark.parametrize("env, why", [({"HF_HUB_OFFLINE": "1"}, "HF_HUB_OFFLINE is set"),
+                                      ({"HF_ENDPOINT": "http://127.0.0.1:9"}, "cannot be reached")])
+def test_a_hub_id_neither_cached_nor_reachable_is_refused_at_once_leaving_no_folder(tmp_path, env, why):
+    """Offline, the hub client retried for a minute and a half with dozens of warnings, and a refused scan
+    left its --out folder behind."""
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), **env}
+    env = {k: v for k, v in env.items() if k not in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")}
+    corpus = tmp_path / "c.parquet"
+    pq.write_table(pa.table({"id": ["d0"], "text": ["a document"]}), corpus)
+    for command in (["acr", "--model", "someone/some-model", "hello"],
+                    ["scan", "--model", "someone/some-model", "--out", str(tmp_path / "run"), str(corpus)]):
+        done = subprocess.run([sys.executable, "-m", "scanner", *command], capture_output=True, text=True,
+                              timeout=120, env=env)
+        assert done.returncode == 2, done.stderr
+        assert "--model someone/some-model: not a local folder nor a .gguf file, not in the Hugging Face cache, and" \
+               in done.stderr and why in done.stderr and "--model DIR" in done.stderr
+        assert len(done.stderr.splitlines()) <= 2 and "Retrying" not in done.stderr
+    assert not (tmp_path / "run").exists()

@@ -4,8 +4,9 @@ A bad model must fail in seconds and leave no run directory behind (a corrected 
 be refused as a changed configuration). It parses config.json and tokenizer.json, and reads the header
 of every weight file the loader would use: a safetensors file is an 8-byte header length, a JSON header
 with each tensor's data offsets, then the data, so a file cut short is found from its size alone; a GGUF
-file's magic, key-values and tensor infos say the same. A hub id cannot be checked offline: the loader
-reports what is wrong with it.
+file's magic, key-values and tensor infos say the same. A hub id is checked to be in the local Hugging
+Face cache or the hub reachable: offline, the hub client would retry for a minute and a half, print
+dozens of warnings and only then fail, after a scan had made its folder.
 """
 
 from __future__ import annotations
@@ -37,7 +38,38 @@ def check_model(config: ModelConfig) -> str:
         check_gguf(Path(config.model), config.model)
     elif source == "local":
         check_hf_dir(Path(config.model), config)
+    else:
+        check_hub(config)
     return source
+
+
+def check_hub(config: ModelConfig) -> None:
+    """A hub id's files are in the local cache or the hub answers; else InputError, one wording for every
+    command. The hub is probed by a TCP connection (5 s), not through the client's retries."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants, snapshot_download
+
+    try:
+        snapshot_download(config.model, revision=config.revision, local_files_only=True)
+        return
+    except Exception:  # noqa: BLE001  not cached (or partly): the hub must answer
+        pass
+    url = urlparse(constants.ENDPOINT)
+    if constants.HF_HUB_OFFLINE:
+        why = "HF_HUB_OFFLINE is set"
+    elif any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return  # through a proxy: only the client can tell
+    else:
+        try:
+            socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=5).close()
+            return
+        except OSError as err:
+            why = f"the hub ({constants.ENDPOINT}) cannot be reached: {err}"
+    raise InputError(f"--model {config.model}: not a local folder nor a .gguf file, not in the Hugging Face cache, "
+                     f"and {why}; pass --model DIR (a folder with the model's files) or a .gguf file")
 
 
 def _damaged(model: str, file: Path, what: str, fix: str = REFETCH) -> InputError:

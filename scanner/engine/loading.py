@@ -84,7 +84,7 @@ def load_model(config: ModelConfig) -> LoadedModel:
         tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, **kwargs)
     except OSError as err:
-        hint = " (offline? set HF_HUB_OFFLINE=0 or pass a local directory)" if source == "hub" else ""
+        hint = " (a hub id: pass --model DIR, a folder with its files, where the hub cannot serve it)" if source == "hub" else ""
         raise InputError(f"--model {config.model}: cannot load it{hint}: {err}") from err
     except (ValueError, RuntimeError, KeyError, EOFError, SafetensorError) as err:
         if isinstance(err, torch.OutOfMemoryError):
