@@ -123,3 +123,5 @@ def test_an_actor_whose_heartbeat_stops_is_given_up_and_its_unit_rerun(local_ray
     assert comparable(got) == comparable(want)
     shown = json.loads(cli("status", str(out)).stdout)["progress"]["given_up"]
     assert shown["count"] == 1 and shown["last"]["task"] == unit and shown["last"]["pid"] == pid, shown
+    watched = cli("status", str(out), "--watch", "--iterations", "1").stdout
+    assert f"given up    1 task hung (actor killed, task re-queued); last {unit}, no heartbeat for" in watched, watched
