@@ -66,3 +66,37 @@ def test_a_scan_waits_for_its_first_node_and_grows_onto_a_node_that_joins(cluste
     assert report["actors"] == 2 and report["failed_shards"] == {}, report
     assert set(report["nodes"]) == {joined["first"], joined["second"]}, (report, joined)
     assert comparable(pq.read_table(tmp_path / "run" / "results")) == comparable(want)
+
+
+@pytest.mark.timeout(180)
+def test_the_actors_shrink_when_a_node_leaves_and_no_replacement_waits_for_it(cluster, tmp_path, monkeypatch):
+    """A node leaves mid-run (an autoscaler's scale-down, a lost spot instance): its actor's task is rerun
+    on the other, and the slot is retired rather than kept waiting for a node that is gone. Stand-in
+    actors (test_ray.scripted_actor) on the real cluster: this is the scheduler's bookkeeping."""
+    from scanner.executors.ray import actors_fitting
+
+    monkeypatch.setattr("scanner.executors.ray.POLL_S", 0.2)
+    leaving = cluster.add_node(num_cpus=1)
+    cluster.add_node(num_cpus=1)
+    scheduler, made = test_ray.scripted_scheduler(
+        tmp_path, [], shards=16, actors=2, max_retries=2,
+        target=lambda: actors_fitting(ray.cluster_resources(), 0, 1))
+    done = []
+
+    def finished(stats: dict) -> None:
+        done.append(stats)
+        if len(done) == 3:
+            cluster.remove_node(leaving)
+
+    try:
+        scheduler.run(finished=finished)
+        deadline = time.monotonic() + 30
+        while len(scheduler.slots) > 1 and time.monotonic() < deadline:  # Ray may see the node gone late
+            scheduler.look()
+            time.sleep(0.2)
+    finally:
+        for actor in made:
+            ray.kill(actor)
+    assert sorted(s["shard"] for s in done) == list(range(16)) and not scheduler.failed
+    assert scheduler.restarts >= 1, "the leaving node's actor died in its task and was seen to"
+    assert len(scheduler.slots) == 1 and not scheduler.busy, (scheduler.slots, scheduler.busy)

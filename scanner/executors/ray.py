@@ -206,11 +206,12 @@ class Scheduler:
         else:
             self._retry(shard, err)
         # A slot holds one task at a time, so each death is seen once.
-        log.warning("Ray actor %d died (%s); starting a new one", slot, _cause(err))
-        self._replace(slot)
+        replaced = self._replace(slot)
+        log.warning("Ray actor %d died (%s); %s", slot, _cause(err),
+                    "starting a new one" if replaced else f"not replaced: the cluster holds {len(self.slots)} now")
 
-    def _replace(self, slot: int) -> None:
-        """Kill the slot's actor and start a new one, or none where the cluster now holds fewer actors."""
+    def _replace(self, slot: int) -> bool:
+        """Kill the slot's actor and start a new one (True), or none where the cluster now holds fewer."""
         # Unreachable (ActorUnavailableError, a partition) or hung may not be dead: left alive, the old
         # actor would keep its CPUs or GPUs, and the replacement could never be placed. A dead one: a no-op.
         self.ray.kill(self.slots.pop(slot), no_restart=True)
@@ -218,16 +219,19 @@ class Scheduler:
         # At least one: with no node for an actor now, one waits to be placed (an autoscaler's demand).
         if self.target is None or len(self.slots) < max(self.target(), 1):
             self._spawn(slot)
+            return True
+        return False
 
     def _resize(self, want: int) -> None:
-        """As many slots as the cluster holds actors (at least one): new slots as nodes join; idle or
-        still loading ones retired as they leave (a running task's actor finishes it, or dies with its node)."""
+        """As many slots as the cluster holds actors (at least one): new slots as nodes join; still loading
+        or idle ones retired as they leave (a running task's actor finishes it, or dies with its node)."""
         want = max(want, 1)
         while len(self.slots) < want:
             self._spawn(max(self.slots, default=-1) + 1)
             log.info("Ray: %d actors: a node joined", len(self.slots))
+        # Loading ones first: one waiting for a node that left has done nothing, an idle one has the model.
         loading = [slot for slot, task in self.busy.values() if task is None]
-        for slot in [*self._idle(), *loading][:max(0, len(self.slots) - want)]:
+        for slot in [*loading, *self._idle()][:max(0, len(self.slots) - want)]:
             self.busy = {ref: held for ref, held in self.busy.items() if held[0] != slot}
             self.ray.kill(self.slots.pop(slot), no_restart=True)
             log.info("Ray: %d actors: a node left", len(self.slots))
