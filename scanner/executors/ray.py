@@ -9,6 +9,12 @@ that dies or becomes unreachable (kill -9, OOM, lost node, partition) is killed 
 shard goes back to the queue, up to `max_retries` times per shard; a shard that still fails is
 reported and stays pending, so relaunching the same command retries it. Shard files are written atomically and whole, so a shard that runs twice
 (a presumed-dead actor that was only slow) replaces itself with equal rows: never a duplicate row.
+
+A hung actor is alive to Ray, so it is found by its task's heartbeat file (run/heartbeat.py, watched by
+executors/liveness.py): silent for --hung-after seconds, the task is given up like a dead actor's (the
+actor killed and replaced, the task re-queued as a retry) and recorded for `status`. Without
+--num-actors the actors follow the cluster: every POLL_S the driver sizes them to the resources its
+nodes hold now, so the nodes an autoscaler adds are used and actors waiting for nodes that left retire.
 """
 
 from __future__ import annotations
