@@ -149,6 +149,8 @@ class Scheduler:
         most, also gives up silent tasks and follows the cluster's nodes (`look`)."""
         ray = self.ray
         self.look()
+        if not self.busy:  # a task given up and its slot retired: the next fill hands it out
+            return None
         ready, _ = ray.wait(list(self.busy), num_returns=1, timeout=self._poll_s())
         if not ready:
             return None
