@@ -528,6 +528,10 @@ class ExecutorConfig:
     gpus_per_actor: float | None = None  # ray: None means 1 where the cluster has GPUs, else 0
     cpus_per_actor: float = 1.0
     max_retries: int = 3  # ray: infrastructure failures (actor died, node lost) per shard
+    # ray: seconds a running task's heartbeat (written every 2 s by a timer, whatever the task is doing)
+    # may stay still before its actor is presumed hung, killed and the task re-queued; 0: never. Minutes,
+    # so a stalled shared file system or a long GC pause is not taken for a hang.
+    hung_after: float = 300.0
 
     def __post_init__(self) -> None:
         require(self.kind in EXECUTORS, f"--executor {self.kind!r} is not one of {', '.join(EXECUTORS)}")
@@ -536,6 +540,7 @@ class ExecutorConfig:
                 f"--gpus-per-actor {self.gpus_per_actor} must be >= 0 (0: CPU actors)")
         require(self.cpus_per_actor > 0, f"--cpus-per-actor {self.cpus_per_actor} must be > 0")
         require(self.max_retries >= 0, f"--max-retries {self.max_retries} must be >= 0")
+        require(self.hung_after >= 0, f"--hung-after {self.hung_after} must be >= 0 seconds (0: never give a task up)")
         if self.kind == "local":
             given = [name for name, value in (("--ray-address", self.address), ("--num-actors", self.num_actors),
                                               ("--gpus-per-actor", self.gpus_per_actor)) if value is not None]

@@ -151,6 +151,7 @@ def test_a_running_audit_unit_shows_in_status_and_watch_with_its_eta_and_calibra
     assert audit["eta_s"] is not None and audit["eta_s"] > 0, "priced before and after its first unit"
     assert "audit-00001: 0/1 candidates done; calibration of 0/1 memorized spans" in shown, shown
     assert "to the end of the recall audit" in shown, shown
+    watcher.close()  # its heartbeat's timer stops with it
 
 
 def test_the_default_audit_follows_the_search_it_audits(tiny_dir, corpus, tmp_path):

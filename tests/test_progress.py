@@ -127,3 +127,34 @@ def test_acr_shows_its_search_on_a_terminal_and_nothing_in_a_pipe(tiny_dir):
     code, as_json = in_terminal([*args, "--json"])
     assert code == 0 and not PROGRESS_LINE.search(as_json) and not KEPT_LINE.search(as_json)
     assert json.loads(as_json.strip().splitlines()[-1])["target"] == text  # stdout stays machine-readable
+
+
+def test_the_heartbeat_beats_through_a_long_calibration_and_stops_with_the_unit(tmp_path):
+    """The heartbeat is a timer: a unit in a stage that calls no observer for minutes (calibration of a
+    real model, one span at a time) still beats, so the Ray driver never takes it for a hung worker;
+    once the unit ends its file is gone and stays gone. Screen shards and passages beat alike."""
+    from scanner.run.heartbeat import UnitProgress, task_beat
+    from scanner.storage.progress import running
+
+    def beats(path: Path, seconds: float) -> set[float]:
+        seen, deadline = set(), time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                seen.add(json.loads(path.read_text())["heartbeat"])
+            except (OSError, ValueError):  # between the rename and the read: the next look sees it
+                pass
+            time.sleep(0.01)
+        return seen
+
+    watcher = UnitProgress(tmp_path, "search-00000", ["a", "b"], every=0.05)
+    watcher.stage("calibration", 0, 2)  # then nothing for a while, as a long calibration's first span
+    path = tmp_path / "progress" / "search-00000.json"
+    assert len(beats(path, 0.6)) >= 4, "the heartbeat stood still while the unit calibrated"
+    (unit,) = running(tmp_path)
+    assert unit["stage"] == {"name": "calibration", "done": 0, "total": 2} and unit["heartbeat_age_s"] < 1
+    watcher.close()
+    time.sleep(0.2)  # a beat after close would bring the file back
+    assert not path.exists() and running(tmp_path) == []
+    with task_beat(tmp_path, "screen-00003", every=0.05):
+        assert len(beats(tmp_path / "progress" / "screen-00003.json", 0.4)) >= 3
+    assert not (tmp_path / "progress" / "screen-00003.json").exists()

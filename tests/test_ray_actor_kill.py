@@ -1,19 +1,27 @@
 """An actor killed with SIGKILL mid-run, on a real local Ray (2 CPUs): nothing lost, nothing duplicated;
-with --max-retries 0 the shard is reported failed and a relaunch completes it. Fixtures and helpers:
-test_ray.py."""
+with --max-retries 0 the shard is reported failed and a relaunch completes it. An actor stopped with
+SIGSTOP mid-unit: its heartbeat stops, the driver gives the unit up, kills the actor and reruns the unit
+on a new one, and `status` counts the event. Fixtures and helpers: test_ray.py."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
+import threading
+import time
 
 import psutil
 import pyarrow.parquet as pq
 import test_ray
+from clirun import cli
 from test_ray import comparable, config
 
 from scanner.config import ExecutorConfig
 from scanner.run.driver import run_scan
+from scanner.storage.integrity import read_json_object
+from scanner.storage.progress import UNIT_NAME
 
 # test_ray's fixtures, under their names here: pytest finds a module's fixtures among its attributes
 local_ray, ray_tmp, reference = test_ray.local_ray, test_ray.ray_tmp, test_ray.reference
@@ -78,3 +86,42 @@ def test_a_shard_out_of_retries_is_reported_and_a_relaunch_completes_it(local_ra
     again = run_scan(config(corpus, tiny_dir), out, executor=no_retry)
     assert again["run"]["failed_shards"] == {} and again["shards_done"] == again["shards_total"]
     assert comparable(pq.read_table(tmp_path / "run" / "results")) == comparable(want)
+
+
+def stop_an_actor_in_a_unit(out, stopped: list, seconds: float = 120) -> None:
+    """SIGSTOP the first of this test's actors seen running a unit (its progress file names its pid): the
+    process stays, alive to the OS and to Ray, but its heartbeat stops, as a wedged worker's does."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for path in (out / "progress").glob("*.json"):
+            pid = (read_json_object(path) or {}).get("pid") if UNIT_NAME.fullmatch(path.stem) else None
+            if pid in own_actor_pids():
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append((path.stem, pid))
+                return
+        time.sleep(0.02)
+
+
+def test_an_actor_whose_heartbeat_stops_is_given_up_and_its_unit_rerun(local_ray, reference, tiny_dir, tmp_path):
+    corpus, want = reference
+    out, stopped = tmp_path / "run", []
+    watcher = threading.Thread(target=stop_an_actor_in_a_unit, args=(out, stopped), daemon=True)
+    watcher.start()
+    try:
+        stats = run_scan(config(corpus, tiny_dir), str(out), executor=ExecutorConfig(kind="ray", num_actors=2, hung_after=6))
+    finally:
+        watcher.join()
+        for _, pid in stopped:  # the driver killed it; should it not have, the test leaves no stopped process
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    assert stopped, "no actor was stopped in a unit; the test lost its point"
+    (unit, pid), = stopped
+    assert stats["run"]["given_up"] == 1 and stats["run"]["failed_shards"] == {}, stats["run"]
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, "the hung actor lives on"
+    got = pq.read_table(out / "results")
+    assert len(set(got.column("span_id").to_pylist())) == got.num_rows
+    assert comparable(got) == comparable(want)
+    shown = json.loads(cli("status", str(out)).stdout)["progress"]["given_up"]
+    assert shown["count"] == 1 and shown["last"]["task"] == unit and shown["last"]["pid"] == pid, shown
+    watched = cli("status", str(out), "--watch", "--iterations", "1").stdout
+    assert f"given up    1 task hung (actor killed, task re-queued); last {unit}, no heartbeat for" in watched, watched

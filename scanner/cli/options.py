@@ -344,13 +344,17 @@ def executor_options(f):
                show_default=True, help="CPUs each Ray actor reserves; its torch threads unless --threads."),
         option(EXECUTOR, "--max-retries", type=int, default=default_of(ExecutorConfig, "max_retries"),
                show_default=True, help="Re-runs of a shard whose actor died or whose node was lost."),
+        option(EXECUTOR, "--hung-after", type=float, default=default_of(ExecutorConfig, "hung_after"),
+               show_default=True,
+               help="Seconds a running task's heartbeat may stay still before its Ray actor is killed and "
+                    "the task re-queued (a retry); 0: never."),
     ])
 
 
 def executor_config(o: dict):
     return ExecutorConfig(kind=o["executor"], address=o["ray_address"], num_actors=o["num_actors"],
                           gpus_per_actor=o["gpus_per_actor"], cpus_per_actor=o["cpus_per_actor"],
-                          max_retries=o["max_retries"])
+                          max_retries=o["max_retries"], hung_after=o["hung_after"])
 
 
 def scan_config(o: dict, corpus: str):

@@ -157,8 +157,16 @@ def render(snap: dict, run_dir: str) -> str:
     last = "none yet" if snap["last_commit"] is None else f"{_duration(snap['time'] - snap['last_commit'])} ago"
     rows += [("throughput", "none: no scan is running" if halted else _rate(snap)),
              ("ETA", relaunch if halted else _eta(snap)), ("last commit", last)]
+    rows += [("given up", given_up_line(snap["given_up"]))] if snap.get("given_up", {}).get("count") else []
     rows += [("running", running_line(unit)) for unit in snap.get("running", [])]
     return "\n".join([head, *(f"  {name:<12}{value}" for name, value in rows)])
+
+
+def given_up_line(given: dict) -> str:
+    """Tasks the Ray driver gave up as hung (their actor killed, the task re-queued), and the last one."""
+    last = given["last"] or {}
+    return (f"{given['count']} task{'s' if given['count'] != 1 else ''} hung (actor killed, task re-queued); last "
+            f"{last.get('task', '?')}, no heartbeat for {_duration(last.get('silent_s', 0))}")
 
 
 def search_line(live: dict) -> str:

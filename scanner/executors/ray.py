@@ -9,16 +9,24 @@ that dies or becomes unreachable (kill -9, OOM, lost node, partition) is killed 
 shard goes back to the queue, up to `max_retries` times per shard; a shard that still fails is
 reported and stays pending, so relaunching the same command retries it. Shard files are written atomically and whole, so a shard that runs twice
 (a presumed-dead actor that was only slow) replaces itself with equal rows: never a duplicate row.
+
+A hung actor is alive to Ray, so it is found by its task's heartbeat file (run/heartbeat.py, watched by
+executors/liveness.py): silent for --hung-after seconds, the task is given up like a dead actor's (the
+actor killed and replaced, the task re-queued as a retry) and recorded for `status`. Without
+--num-actors the actors follow the cluster: every POLL_S the driver sizes them to the resources its
+nodes hold now, so the nodes an autoscaler adds are used and actors waiting for nodes that left retire.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from scanner.config import ExecutorConfig
 from scanner.errors import InputError
+from scanner.executors.liveness import POLL_S, Liveness
 from scanner.storage.rundir import Shard
 
 log = logging.getLogger(__name__)
@@ -45,37 +53,55 @@ class ShardWorker:
         return self.worker.setup(cpus=self.cpus)
 
     def run_task(self, task) -> dict:
-        return self.worker.run_task(task)
+        # The node each task ran on: the report counts tasks by node, so a node that joined is seen used.
+        return {**self.worker.run_task(task), "node": import_ray().get_runtime_context().get_node_id()}
 
     def close(self) -> None:
         self.worker.close()
 
 
-def cluster_shape(ray, executor: ExecutorConfig) -> tuple[int, float, float]:
-    """(actors, GPUs per actor, CPUs per actor) from the options and the cluster's resources."""
+def actor_shape(resources: dict, executor: ExecutorConfig) -> tuple[float, float]:
+    """(GPUs, CPUs) per actor: --gpus-per-actor, else 1 where the cluster has GPUs (0: CPU actors)."""
+    if executor.gpus_per_actor is not None:
+        return executor.gpus_per_actor, executor.cpus_per_actor
+    return (1.0 if resources.get("GPU", 0) else 0.0), executor.cpus_per_actor
+
+
+def actors_fitting(resources: dict, gpus: float, cpus: float) -> int:
+    """How many actors of this shape the cluster's resources hold (its nodes now, actors placed or not)."""
+    if gpus:
+        return int(resources.get("GPU", 0) // gpus)
+    return int(resources.get("CPU", 0) // cpus)
+
+
+def cluster_shape(ray, executor: ExecutorConfig, wait: bool = False) -> tuple[int, float, float]:
+    """(actors, GPUs per actor, CPUs per actor) from the options and the cluster's resources. Too few
+    for one actor: an error naming the fix, or with `wait` (a cluster nodes may join) one actor, which
+    waits to be placed (its demand is what an autoscaler answers) after a log line."""
     resources = ray.cluster_resources()
-    gpus, cpus = resources.get("GPU", 0), resources.get("CPU", 0)
-    per_gpu = executor.gpus_per_actor if executor.gpus_per_actor is not None else (1.0 if gpus else 0.0)
-    if executor.num_actors is not None:
-        actors = executor.num_actors
-    elif per_gpu:
-        actors = int(gpus // per_gpu)
-    else:
-        actors = int(cpus // executor.cpus_per_actor)
-    if actors < 1 or per_gpu > gpus:
-        raise InputError(f"the Ray cluster has {gpus:g} GPUs and {cpus:g} CPUs, too few for one actor with "
-                         f"--gpus-per-actor {per_gpu:g} and {executor.cpus_per_actor:g} CPUs; add nodes, or "
-                         "pass --gpus-per-actor 0 --num-actors N for CPU actors")
-    return actors, per_gpu, executor.cpus_per_actor
+    per_gpu, cpus = actor_shape(resources, executor)
+    fits = actors_fitting(resources, per_gpu, cpus)
+    actors = executor.num_actors if executor.num_actors is not None else fits
+    gpus, cpu_total = resources.get("GPU", 0), resources.get("CPU", 0)
+    if actors >= 1 and per_gpu <= gpus:
+        return actors, per_gpu, cpus
+    message = (f"the Ray cluster has {gpus:g} GPUs and {cpu_total:g} CPUs, too few for one actor with "
+               f"--gpus-per-actor {per_gpu:g} and {cpus:g} CPUs")
+    if not wait:
+        raise InputError(f"{message}; add nodes, or pass --gpus-per-actor 0 --num-actors N for CPU actors")
+    log.warning("%s: waiting for a node to join (an autoscaler's, or `ray start --address`)", message)
+    return max(actors, 1), per_gpu, cpus
 
 
 @dataclass
 class Scheduler:
-    """The driver's bookkeeping: a queue of shards, one task per actor slot, attempts per shard."""
+    """The driver's bookkeeping: a queue of shards, one task per actor slot, attempts per shard; the
+    heartbeats of the tasks in flight (`liveness`) and, with `target`, as many slots as the cluster
+    holds now."""
 
     ray: object
     make_actor: object  # () -> actor handle
-    actors: int
+    actors: int  # slots at the start; then the most there were at once (the report's)
     max_retries: int
     queue: deque = field(default_factory=deque)
     slots: dict = field(default_factory=dict)  # slot -> actor handle
@@ -86,6 +112,12 @@ class Scheduler:
     setup_deaths: Counter = field(default_factory=Counter)
     provenance: dict | None = None
     admit: object = None  # () -> bool: whether another queued task may start (the search budget)
+    liveness: Liveness | None = None  # the heartbeats: a task silent too long is given up
+    on_given_up: object = None  # (event) -> None: the record `status` counts
+    target: object = None  # () -> int: the actors the cluster holds now; None: `actors`, fixed
+    given_up: int = 0
+    nodes: Counter = field(default_factory=Counter)  # node id -> tasks it ran
+    looked: float = float("-inf")  # when heartbeats and nodes were last looked at (monotonic)
 
     def start(self) -> None:
         for slot in range(self.actors):
@@ -107,15 +139,26 @@ class Scheduler:
             if not self.queue:
                 return
             shard = self.queue.popleft()
-            self.busy[self.slots[slot].run_task.remote(shard)] = (slot, shard)
+            ref = self.slots[slot].run_task.remote(shard)
+            self.busy[ref] = (slot, shard)
+            if self.liveness:
+                self.liveness.started(ref, shard)
 
     def next_result(self):
-        """Wait for one task; return (shard, stats) when a shard finished, else None."""
+        """Wait for one task; return (shard, stats) when a shard finished, else None. Every POLL_S at
+        most, also gives up silent tasks and follows the cluster's nodes (`look`)."""
         ray = self.ray
-        [ref], _ = ray.wait(list(self.busy), num_returns=1)
-        slot, shard = self.busy.pop(ref)
+        self.look()
+        if not self.busy:  # a task given up and its slot retired: the next fill hands it out
+            return None
+        ready, _ = ray.wait(list(self.busy), num_returns=1, timeout=self._poll_s())
+        if not ready:
+            return None
+        slot, shard = self.busy.pop(ready[0])
+        if self.liveness:
+            self.liveness.forget(ready[0])
         try:
-            value = ray.get(ref)
+            value = ray.get(ready[0])
         except ray.exceptions.RayActorError as err:
             self._actor_died(slot, shard, err)
             return None
@@ -130,7 +173,37 @@ class Scheduler:
             self.setup_deaths.pop(slot, None)
             self.provenance = self.provenance or value
             return None
+        self.nodes[value.get("node")] += 1
         return shard, value
+
+    def _poll_s(self) -> float | None:
+        if self.target is not None:
+            return POLL_S
+        return self.liveness.poll_s if self.liveness else None
+
+    def look(self) -> None:
+        """Give up the tasks whose heartbeat stopped, and size the slots to the cluster, when due."""
+        poll = self._poll_s()
+        if poll is None or time.monotonic() - self.looked < poll:
+            return
+        self.looked = time.monotonic()
+        for ref, silent in self.liveness.silent() if self.liveness else []:
+            self._give_up(ref, silent)
+        if self.target is not None:
+            self._resize(self.target())
+
+    def _give_up(self, ref, silent: float) -> None:
+        slot, task = self.busy.pop(ref)
+        pid = self.liveness.pid(ref)
+        self.liveness.forget(ref)
+        self.given_up += 1
+        log.warning("%s: no heartbeat from its Ray actor %d (pid %s) for %.0f s (--hung-after %g); the actor is "
+                    "killed and the task re-queued", _label(task), slot, pid, silent, self.liveness.hung_after)
+        if self.on_given_up is not None:
+            self.on_given_up({"task": _label(task), "pid": pid, "silent_s": round(silent, 1),
+                              "hung_after_s": self.liveness.hung_after, "time": time.time()})
+        self._retry(task, TimeoutError(f"no heartbeat for {silent:.0f} s"))
+        self._replace(slot)
 
     def _actor_died(self, slot: int, shard: Shard | None, err: Exception) -> None:
         if shard is None:
@@ -141,12 +214,36 @@ class Scheduler:
         else:
             self._retry(shard, err)
         # A slot holds one task at a time, so each death is seen once.
-        log.warning("Ray actor %d died (%s); starting a new one", slot, _cause(err))
-        # Unreachable (ActorUnavailableError, a partition) may not be dead: left alive, the old actor
-        # would keep its CPUs or GPUs, and the replacement could never be placed. A dead one: a no-op.
-        self.ray.kill(self.slots[slot], no_restart=True)
+        replaced = self._replace(slot)
+        log.warning("Ray actor %d died (%s); %s", slot, _cause(err),
+                    "starting a new one" if replaced else f"not replaced: the cluster holds {len(self.slots)} now")
+
+    def _replace(self, slot: int) -> bool:
+        """Kill the slot's actor and start a new one (True), or none where the cluster now holds fewer."""
+        # Unreachable (ActorUnavailableError, a partition) or hung may not be dead: left alive, the old
+        # actor would keep its CPUs or GPUs, and the replacement could never be placed. A dead one: a no-op.
+        self.ray.kill(self.slots.pop(slot), no_restart=True)
         self.restarts += 1
-        self._spawn(slot)
+        # At least one: with no node for an actor now, one waits to be placed (an autoscaler's demand).
+        if self.target is None or len(self.slots) < max(self.target(), 1):
+            self._spawn(slot)
+            return True
+        return False
+
+    def _resize(self, want: int) -> None:
+        """As many slots as the cluster holds actors (at least one): new slots as nodes join; still loading
+        or idle ones retired as they leave (a running task's actor finishes it, or dies with its node)."""
+        want = max(want, 1)
+        while len(self.slots) < want:
+            self._spawn(max(self.slots, default=-1) + 1)
+            log.info("Ray: %d actors: a node joined", len(self.slots))
+        # Loading ones first: one waiting for a node that left has done nothing, an idle one has the model.
+        loading = [slot for slot, task in self.busy.values() if task is None]
+        for slot in [*loading, *self._idle()][:max(0, len(self.slots) - want)]:
+            self.busy = {ref: held for ref, held in self.busy.items() if held[0] != slot}
+            self.ray.kill(self.slots.pop(slot), no_restart=True)
+            log.info("Ray: %d actors: a node left", len(self.slots))
+        self.actors = max(self.actors, len(self.slots))
 
     def _retry(self, task, err: Exception) -> None:
         key = _key(task)
@@ -210,30 +307,42 @@ class RayExecutor:
     started when the first call has work, so a relaunch of a finished run starts no actor. Connects to
     (or starts) Ray when made; `close()` stops the actors (and a Ray it started) and reports."""
 
-    def __init__(self, executor: ExecutorConfig, make_worker, on_setup=None, expected_tasks: int = 1) -> None:
+    def __init__(self, executor: ExecutorConfig, make_worker, on_setup=None, expected_tasks: int = 1,
+                 beat_path=None, on_given_up=None) -> None:
         self.ray = import_ray()
         self.executor, self.make_worker, self.on_setup = executor, make_worker, on_setup
         self.expected_tasks = expected_tasks  # the largest call to come (shards), so actors are not too few
+        # task -> its heartbeat file (run/heartbeat.py); event -> None, for each task given up as hung
+        self.beat_path, self.on_given_up = beat_path, on_given_up
         self.scheduler: Scheduler | None = None
         self.started = _init(self.ray, executor)
 
     def _start(self, tasks: list) -> Scheduler:
-        actors, gpus, cpus = cluster_shape(self.ray, self.executor)
+        # A cluster joined by address may be waiting for its nodes (an autoscaler's): wait for them there;
+        # a local Ray gains none, so too few resources is an error at once.
+        actors, gpus, cpus = cluster_shape(self.ray, self.executor, wait=self.executor.address is not None)
         # More actors than tasks would only load idle models (phase 2 may have more units than shards).
-        actors = min(actors, max(len(tasks), self.expected_tasks))
+        most = max(len(tasks), self.expected_tasks)
+        actors = min(actors, most)
         remote = self.ray.remote(ShardWorker).options(num_gpus=gpus, num_cpus=cpus, max_restarts=0)
-        make_worker = self.make_worker
-        log.info("Ray: %d actors (%g GPU, %g CPU each)", actors, gpus, cpus)
-        return Scheduler(ray=self.ray, make_actor=lambda: remote.remote(make_worker, cpus), actors=actors,
-                         max_retries=self.executor.max_retries)
+        make_worker, ray = self.make_worker, self.ray
+        log.info("Ray: %d actors (%g GPU, %g CPU each)%s", actors, gpus, cpus,
+                 "" if self.executor.num_actors else ", following the cluster's nodes as they join and leave")
+        target = None if self.executor.num_actors else lambda: min(actors_fitting(ray.cluster_resources(), gpus, cpus), most)
+        return Scheduler(ray=ray, make_actor=lambda: remote.remote(make_worker, cpus), actors=actors,
+                         max_retries=self.executor.max_retries, target=target, on_given_up=self.on_given_up,
+                         liveness=Liveness(self.executor.hung_after, self.beat_path))
 
     @property
     def workers(self) -> int:
         """Tasks in flight at once: the actors (a phase's deadline divides a budget of summed seconds by it).
         Tasks carry their own deadline (plain data), so the actors stop their searches at it too."""
         if self.scheduler is not None:
-            return self.scheduler.actors
-        return max(1, min(cluster_shape(self.ray, self.executor)[0], self.expected_tasks))
+            return max(1, len(self.scheduler.slots))
+        if self.executor.num_actors is not None:
+            return max(1, min(self.executor.num_actors, self.expected_tasks))
+        resources = self.ray.cluster_resources()
+        return max(1, min(actors_fitting(resources, *actor_shape(resources, self.executor)), self.expected_tasks))
 
     def __call__(self, tasks: list, admit, finished) -> dict:
         if not tasks:
@@ -255,7 +364,7 @@ class RayExecutor:
     def _stop_actors(self) -> dict:
         scheduler = self.scheduler
         if scheduler is None:
-            return {"actors": 0, "actor_restarts": 0, "retries": 0}
+            return {"actors": 0, "actor_restarts": 0, "retries": 0, "given_up": 0, "nodes": {}}
         # vLLM's engine processes stop cleanly before the actors go (a failed close is only logged).
         loading = {slot for slot, task in scheduler.busy.values() if task is None}
         closing = [actor.close.remote() for slot, actor in scheduler.slots.items() if slot not in loading]
@@ -267,4 +376,5 @@ class RayExecutor:
         for actor in scheduler.slots.values():
             self.ray.kill(actor)
         return {"actors": scheduler.actors, "actor_restarts": scheduler.restarts,
-                "retries": sum(scheduler.attempts.values())}
+                "retries": sum(scheduler.attempts.values()), "given_up": scheduler.given_up,
+                "nodes": {node: n for node, n in scheduler.nodes.items() if node}}

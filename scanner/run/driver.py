@@ -20,11 +20,11 @@ from scanner.engine.positions import declared_positions, fit_context
 from scanner.executors.local import LocalExecutor
 from scanner.run.model_record import ModelRecord, has_finished, record_model, write_record
 from scanner.run.phases import Phases, run_phases
-from scanner.run.tasks import Worker
+from scanner.run.tasks import Worker, heartbeat_name
 from scanner.stages.read import Corpus, open_corpus
 from scanner.storage.atomic import atomic_write_json
 from scanner.storage.lock import run_lock
-from scanner.storage.progress import clear_stale
+from scanner.storage.progress import clear_stale, progress_path, record_given_up
 from scanner.storage.rundir import Plan, RunDir
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,13 @@ def open_executor(executor: ExecutorConfig, config: ScanConfig, run: RunDir, pla
 
     # Actors open the corpus themselves from shared storage: the factory pickles configs and paths only.
     return RayExecutor(executor, partial(Worker, config, str(run.path.resolve())), on_setup,
-                       expected_tasks=len(plan))
+                       expected_tasks=len(plan), beat_path=partial(beat_path, run.path),
+                       on_given_up=partial(record_given_up, run.path))
+
+
+def beat_path(run_path, task):
+    """A task's heartbeat file, which the Ray driver watches (executors/liveness.py)."""
+    return progress_path(run_path, heartbeat_name(task))
 
 
 def write_provenance(run: RunDir, driver: dict, meta: dict[str, str]) -> None:

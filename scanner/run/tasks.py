@@ -26,7 +26,7 @@ from scanner.measures.compression import thresholds as compression_thresholds
 from scanner.measures.overlap import token_string
 from scanner.results.rows import certified_row as settled_by_certificate
 from scanner.results.rows import failed_row, measured_prompt
-from scanner.run.heartbeat import UnitProgress
+from scanner.run.heartbeat import UnitProgress, task_beat
 from scanner.run.model_record import check_loaded
 from scanner.run.passages import write_passages
 from scanner.run.shard import calibrate, open_engine, screen_shard, search_rows, shard_log
@@ -80,6 +80,14 @@ class Unit:
     @classmethod
     def from_json(cls, kind: str, index: int, data: list) -> Unit:
         return cls(kind, index, tuple((int(shard), str(span), *rest) for shard, span, *rest in data))
+
+
+def heartbeat_name(task) -> str:
+    """The name of a running task's heartbeat file, progress/<name>.json (run/heartbeat.py): a unit's is
+    its progress record, which `status` shows; a screen shard's and the passages' only beat."""
+    if isinstance(task, Shard):
+        return f"screen-{task.shard:05d}"
+    return task.name
 
 
 def unit_search(config: ScanConfig, kind: str) -> ScanConfig:
@@ -260,9 +268,11 @@ class Worker:
         if self.engine is None:
             self.setup()
         if isinstance(task, Shard):
-            return self._screen(task)
+            with task_beat(self.run.path, heartbeat_name(task)):
+                return self._screen(task)
         if isinstance(task, PassagesTask):
-            table = write_passages(self.run, self.config, self.corpus, self.engine, task.passages)
+            with task_beat(self.run.path, heartbeat_name(task)):
+                table = write_passages(self.run, self.config, self.corpus, self.engine, task.passages)
             return {"task": task.name, "passages": table.num_rows, "pid": os.getpid()}
         store, rows = Store(self.run.path, task.kind), self._rows(task)
         earlier = store.stats(task.index) if task.index in store.done() else {}

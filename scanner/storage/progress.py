@@ -5,7 +5,10 @@ minutes or hours, on this machine or on a Ray actor writing to the shared run di
 
 A file whose unit is committed (its done marker exists: a worker killed between the commit and the
 removal) is no running unit; a file whose worker died stays, its heartbeat's age saying so, until a
-relaunch removes it before any unit starts (clear_stale)."""
+relaunch removes it before any unit starts (clear_stale).
+
+given_up.json lists the tasks the Ray driver gave up because their heartbeat stopped (executors/ray.py:
+the actor killed, the task re-queued), over the run directory's life; `status` counts them."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from scanner.storage.integrity import read_json_object
 from scanner.storage.store import Store
 
 PROGRESS_DIR = "progress"
+GIVEN_UP_FILE = "given_up.json"
 UNIT_NAME = re.compile(r"(certify|search|audit|tighten)-(\d{5})")  # run/tasks.py UNIT_KINDS
 # Live fields a reader passes on (numbers, or a span id below); anything else in a file is dropped.
 LIVE_NUMBERS = ("candidate", "length", "trial", "step", "steps", "right", "target_tokens", "prompt_tokens",
@@ -94,3 +98,17 @@ def running(run_path: str | Path, now: float | None = None) -> list[dict]:
         return []
     units = (_unit(path, Path(run_path), now) for path in sorted(folder.glob("*.json")))
     return [unit for unit in units if unit is not None]
+
+
+def record_given_up(run_path: str | Path, event: dict) -> None:
+    """Add one given-up task to given_up.json (the driver is its only writer, so read-modify-write holds)."""
+    path = Path(run_path) / GIVEN_UP_FILE
+    events = (read_json_object(path) or {}).get("events")
+    atomic_write_json(path, {"events": [*(events if isinstance(events, list) else []), event]})
+
+
+def given_up(run_path: str | Path) -> dict:
+    """`status`'s count of tasks given up as hung, and the last one (task, pid, seconds silent, when)."""
+    events = (read_json_object(Path(run_path) / GIVEN_UP_FILE) or {}).get("events")
+    events = [e for e in events if isinstance(e, dict)] if isinstance(events, list) else []
+    return {"count": len(events), "last": events[-1] if events else None}

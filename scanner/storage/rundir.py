@@ -38,6 +38,7 @@ from scanner.errors import InputError, require
 from scanner.schema import SCHEMA_VERSION, results_schema
 from scanner.storage.atomic import TMP_SUFFIX, atomic_write_json, remove_file
 from scanner.storage.integrity import read_json_object, reopen_damaged, shard_problem
+from scanner.storage.progress import GIVEN_UP_FILE
 from scanner.storage.records import RECALL, read_record
 from scanner.storage.store import PHASES, RESULTS, Store, has_work
 
@@ -51,9 +52,10 @@ PHASE_PLANS = ("certify_plan.json", "search_plan.json", "tighten_plan.json")  # 
 AUDIT_PLAN, RECALL_FILE = "audit_plan.json", "recall.json"  # the recall audit's draw and its estimate
 STOP_FILE = "search_stop.json"  # where --search-budget auto stopped, and why (run/phases.py record_stop)
 # Everything a scan writes at the top of its run directory (lock: storage/lock.py; provenance.json:
-# run/driver.py; passages.parquet: storage/passages.py; the phases' folders: store.py).
+# run/driver.py; passages.parquet: storage/passages.py; the phases' folders: store.py; given_up.json:
+# storage/progress.py).
 RUN_ENTRIES = {CONFIG_FILE, PLAN_FILE, STATS_FILE, *FOLDERS, *PHASE_PLANS, AUDIT_PLAN, RECALL_FILE, STOP_FILE, *PHASES,
-               "lock", "provenance.json",
+               "lock", "provenance.json", GIVEN_UP_FILE,
                "passages.parquet", "progress", "model.json"}
 FIX = "use a new --out or delete it"
 SHOWN_VALUE = 60  # characters of a changed value shown in the error; nested configs can be long

@@ -28,6 +28,7 @@ from scanner.measures import budget as bm
 from scanner.storage.integrity import read_json_object
 from scanner.storage.lock import scan_process
 from scanner.storage.passages import PASSAGES_FILE
+from scanner.storage.progress import given_up
 from scanner.storage.records import STOP, plan_spec, read_record
 from scanner.storage.rundir import AUDIT_PLAN, CONFIG_FILE, PHASE_PLANS, PLAN_FILE, STOP_FILE, Plan, RunDir
 from scanner.storage.store import Store
@@ -266,10 +267,12 @@ def _phase(sections: dict) -> str:
 def progress(run: RunDir, workers: int = 1) -> dict:
     """The phase and every phase's progress, as plain values; `eta_s` is the current phase's (0 once
     complete, None where not yet known or where no scan runs: a killed run's phase is where it stopped)
-    and `elapsed_s` the work seconds every phase recorded so far; `scan_process`: whether a scan runs."""
+    and `elapsed_s` the work seconds every phase recorded so far; `scan_process`: whether a scan runs;
+    `given_up`: tasks the Ray driver gave up as hung (storage/progress.py)."""
     process = scan_process(run.path)
     if not (run.path / PLAN_FILE).exists():
-        return {"phase": "starting", "eta_s": None, "elapsed_s": 0.0, "last_commit": None, "scan_process": process}
+        return {"phase": "starting", "eta_s": None, "elapsed_s": 0.0, "last_commit": None, "scan_process": process,
+                "given_up": given_up(run.path)}
     plan = run.load_plan()
     saved = (read_json_object(run.path / CONFIG_FILE) or {}).get("config", {})
     budget = bm.parse_budget(saved.get("search_budget"))
@@ -291,7 +294,7 @@ def progress(run: RunDir, workers: int = 1) -> dict:
         current = None  # nothing is running: no end to expect until a relaunch
     return {"phase": phase, "eta_s": current, "last_commit": max(commits, default=None),
             "elapsed_s": sum(sections[k]["work_s"] for k in ("screen", "certify", "search", "audit", "tighten")),
-            "scan_process": process, **sections}
+            "scan_process": process, "given_up": given_up(run.path), **sections}
 
 
 def phase_counts(run: RunDir) -> dict:
