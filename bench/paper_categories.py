@@ -6,6 +6,7 @@ target (stated in each record and the table).
 
     python bench/paper_categories.py run --model smollm2 --out R.jsonl [--per-category 8]
     python bench/paper_categories.py run --model W/model --out R.jsonl
+    python bench/paper_categories.py complete --model smollm2 --out R.jsonl   # greedy completion from half
     python bench/paper_categories.py table --out R.jsonl      # a table per category, JSON
     python bench/paper_categories.py markdown --out R.jsonl   # the same as Markdown rows
 
@@ -95,6 +96,29 @@ def run(model: str, out: Path, per_category: int, data: Path) -> None:
               flush=True)
 
 
+def complete(model: str, out: Path) -> None:
+    """Each record without it gets `completion`: greedy generation from the target's first half (its
+    first n // 2 tokens, typed as the prompt the search's template wraps) against the second half, the
+    (n, p)-discoverable reading beside ACR's. The file is rewritten whole, atomically."""
+    from scanner.config import ModelConfig, PromptConfig
+    from scanner.run.measure import build_engine
+
+    rows = read(out)
+    mine = [r for r in rows if r["model"] == model and "completion" not in r]
+    if not mine:
+        return
+    engine = build_engine(ModelConfig(model=model_name(model), device="cpu"), PromptConfig())
+    for r in mine:
+        ids = engine.encode_target(r["target"])
+        half = len(ids) // 2
+        done = engine.verify(engine.decode(ids[:half]), ids[half:])
+        r["completion"] = {"prefix_tokens": half, "rest_tokens": len(ids) - half, "matched": done.matched_tokens,
+                           "completes": done.verified_generation}
+    temp = out.with_suffix(".tmp")
+    temp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    temp.replace(out)
+
+
 def read(out: Path) -> list[dict]:
     return [json.loads(line) for line in out.read_text().splitlines() if line.strip()] if out.exists() else []
 
@@ -131,7 +155,9 @@ def table(out: Path) -> list[dict]:
         lines.append({"model": Path(model).name, "category": category, "n": len(rs),
                       "memorized": memorized, "portion": round(memorized / len(rs), 3),
                       "interval95": clopper_pearson(memorized, len(rs)),
-                      "calibrated_memorized": calibrated, "calibrated_interval95": clopper_pearson(calibrated, len(rs)),
+                      "calibrated_memorized": calibrated,
+                      "completes_from_half": sum(bool((r.get("completion") or {}).get("completes")) for r in rs),
+                      "completion_known": sum("completion" in r for r in rs), "calibrated_interval95": clopper_pearson(calibrated, len(rs)),
                       "prompts_found": sum(r["prompt_tokens"] is not None for r in rs),
                       **({"acr_mean": round(statistics.fmean(acrs), 3), "acr_median": round(statistics.median(acrs), 3),
                           "acr_max": round(acrs[-1], 3)} if acrs[0] is not None else {"acr_of_found": None}), "s_per_target": round(statistics.fmean(r["wall_s"] for r in rs), 1),
@@ -142,18 +168,20 @@ def table(out: Path) -> list[dict]:
 def markdown(lines: list[dict]) -> str:
     """The table per category as Markdown rows (bench/RESULTS.md)."""
     out = ["| model | category | n | memorized (95 % CI) | calibrated memorized (95 % CI) | prompts found | "
-           "ACR of found (median, max) | s per target |", "|---|---|---|---|---|---|---|---|"]
+           "ACR of found (median, max) | completes from its first half | s per target |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for r in lines:
         acr = f"{r['acr_median']}, {r['acr_max']}" if "acr_median" in r else "-"
         out.append(f"| {r['model']} | {r['category']} | {r['n']} | {r['memorized']} ({r['interval95'][0]}-"
                    f"{r['interval95'][1]}) | {r['calibrated_memorized']} ({r['calibrated_interval95'][0]}-"
-                   f"{r['calibrated_interval95'][1]}) | {r['prompts_found']} | {acr} | {r['s_per_target']} |")
+                   f"{r['calibrated_interval95'][1]}) | {r['prompts_found']} | {acr} | {r['completes_from_half']} of "
+                   f"{r['completion_known']} | {r['s_per_target']} |")
     return "\n".join(out)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=("run", "table", "markdown"))
+    parser.add_argument("what", choices=("run", "complete", "table", "markdown"))
     parser.add_argument("--model", default="smollm2", help="smollm2 (the GGUF) or a model folder")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--per-category", type=int, default=8)
@@ -161,6 +189,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.what == "run":
         run(args.model, args.out, args.per_category, args.data)
+    elif args.what == "complete":
+        complete(args.model, args.out)
     elif args.what == "table":
         print(json.dumps(table(args.out), indent=1))
     else:
