@@ -17,6 +17,7 @@ import logging
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
+from scanner import stop
 from scanner.config import ExecutorConfig
 from scanner.errors import InputError
 from scanner.storage.rundir import Shard
@@ -24,6 +25,7 @@ from scanner.storage.rundir import Shard
 log = logging.getLogger(__name__)
 
 INSTALL = "pip install 'ray[data]>=2.40'"
+WAIT_S = 1.0  # the longest wait for a task before a stop request (scanner/stop.py) is looked at again
 
 
 def import_ray():
@@ -112,7 +114,10 @@ class Scheduler:
     def next_result(self):
         """Wait for one task; return (shard, stats) when a shard finished, else None."""
         ray = self.ray
-        [ref], _ = ray.wait(list(self.busy), num_returns=1)
+        ready, _ = ray.wait(list(self.busy), num_returns=1, timeout=WAIT_S)
+        if not ready:
+            return None  # nothing finished yet: the caller looks at a stop request again
+        [ref] = ready
         slot, shard = self.busy.pop(ref)
         try:
             value = ray.get(ref)
@@ -169,7 +174,7 @@ class Scheduler:
             self.start()
         while True:
             self.fill()
-            if self.done():
+            if self.done() or stop.state() == stop.CUT:  # a stop's grace is over: in-flight tasks stay pending
                 return
             before = self.provenance
             result = self.next_result()
@@ -240,7 +245,8 @@ class RayExecutor:
             return {}
         self.scheduler = self.scheduler or self._start(tasks)
         scheduler = self.scheduler
-        scheduler.queue, scheduler.admit = deque(tasks), admit
+        # a stop request (SIGTERM, SIGUSR1) admits nothing more; the tasks in flight may commit
+        scheduler.queue, scheduler.admit = deque(tasks), lambda: not stop.requested() and (admit is None or admit())
         before = dict(scheduler.failed)
         scheduler.run(finished=finished, loaded=self.on_setup)
         return {k: v for k, v in scheduler.failed.items() if k not in before}
@@ -257,8 +263,9 @@ class RayExecutor:
         if scheduler is None:
             return {"actors": 0, "actor_restarts": 0, "retries": 0}
         # vLLM's engine processes stop cleanly before the actors go (a failed close is only logged).
-        loading = {slot for slot, task in scheduler.busy.values() if task is None}
-        closing = [actor.close.remote() for slot, actor in scheduler.slots.items() if slot not in loading]
+        # a busy actor (loading, or running a task a stop left in flight) would answer only after it
+        busy = {slot for slot, _ in scheduler.busy.values()}
+        closing = [actor.close.remote() for slot, actor in scheduler.slots.items() if slot not in busy]
         for ref in closing:
             try:
                 self.ray.get(ref, timeout=60)
