@@ -36,6 +36,7 @@ class Stopped(Exception):
 
 _lock = threading.RLock()  # re-entered by a signal handler that lands while the main thread holds it
 _state = {"why": None, "at": None, "count": 0, "told": False}
+_installed: list[int] = []  # the signals on_signals() handles now
 
 
 def grace_s() -> float:
@@ -109,9 +110,19 @@ def on_signals() -> Iterator[None]:
         return
     numbers = [getattr(signal, name) for name in SIGNALS if hasattr(signal, name)]
     before = {n: signal.signal(n, _handler) for n in numbers}
+    _installed[:] = numbers
     try:
         yield
     finally:
+        _installed.clear()
         for number, old in before.items():
             signal.signal(number, old)
         reset()
+
+
+def reclaim() -> None:
+    """Handle the signals again inside on_signals() after a library took them (ray.init sets a SIGTERM
+    handler that exits at once, the units in flight lost)."""
+    if threading.current_thread() is threading.main_thread():
+        for number in _installed:
+            signal.signal(number, _handler)

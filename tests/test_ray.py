@@ -98,7 +98,8 @@ def test_ray_scan_equals_the_local_scan(local_ray, reference, tiny_dir, tmp_path
     assert comparable(got) == comparable(want)
     kinds = [r["acr_kind"] for r in got.to_pylist()]
     assert kinds.count("searched_min") == 2 and "certificate_bound" in kinds, "both phases ran on the actors"
-    assert stats["run"] == {"executor": "ray", "actors": 2, "actor_restarts": 0, "retries": 0, "failed_shards": {}}
+    assert stats["run"] == {"executor": "ray", "actors": 2, "actor_restarts": 0, "retries": 0, "failed_shards": {},
+                            "failed_rows": {}}
     assert sorted(s["shard"] for s in seen) == list(range(stats["shards_total"]))
     # The shards ran in the actors, not in the driver. Whether both actors took one is timing: an actor
     # takes work once its model is loaded, and the first one ready may screen every shard before the

@@ -221,6 +221,7 @@ class RayExecutor:
         self.expected_tasks = expected_tasks  # the largest call to come (shards), so actors are not too few
         self.scheduler: Scheduler | None = None
         self.started = _init(self.ray, executor)
+        stop.reclaim()  # ray.init takes SIGTERM for itself: a stop request must reach the scheduler
 
     def _start(self, tasks: list) -> Scheduler:
         actors, gpus, cpus = cluster_shape(self.ray, self.executor)
