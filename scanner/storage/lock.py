@@ -217,9 +217,9 @@ def _outlived(path: Path, holder: dict, stamp: int) -> bool:
     """Wait while another host's lease runs: True once it ran out unrenewed (or the lock went), False
     when renewed or replaced (a live holder). Waits at most its lease."""
     lease = holder["lease_s"]
-    log.info("run directory %s: the lock of pid %s on host %s was renewed %.0f s ago; waiting up to %.0f s "
-             "for it to be renewed (a live scan: refused) or to run out (taken over)", path.parent,
-             holder.get("pid"), holder.get("host"), _age(stamp), max(0.0, lease - _age(stamp)))
+    log.warning("run directory %s: the lock of pid %s on host %s was renewed %.0f s ago; waiting up to %.0f s "
+                "for it to be renewed (a live scan: refused) or to run out (taken over)", path.parent,
+                holder.get("pid"), holder.get("host"), _age(stamp), max(0.0, lease - _age(stamp)))
     while _age(stamp) <= lease:
         time.sleep(min(1.0, lease / 8))
         now = _look(path)
