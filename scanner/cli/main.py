@@ -41,7 +41,7 @@ from scanner.cli.sections import COMPARE, MODEL, PLAN, TARGETS, SectionedCommand
 from scanner.config import DTYPES, ENGINES
 from scanner.errors import InputError
 from scanner.stop import EXIT_CODE as STOPPED
-from scanner.stop import Stopped
+from scanner.stop import Stopped, on_signals
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,6 @@ def scan_command(corpus, out, **options) -> None:
     4, 5, 75 and 130 keep the finished work: relaunch the same command to go on.
     """
     from scanner.cli.progress import run_with_progress
-    from scanner.stop import on_signals
 
     executor = executor_config(options)
     with on_signals():
@@ -250,12 +249,12 @@ def plan_command(corpus, out, sample, screen_sample, workers, efficiency, as_jso
     from scanner.cli.plan import plan_lines
     from scanner.cli.progress import ProgressBar
     from scanner.run.plan import plan_scan
-
     bar = ProgressBar(Path(out) / "run")  # the bar of `scan`, on the sample's run
     try:
-        plan = plan_scan(scan_config(options, corpus), out, sample, workers=workers, efficiency=efficiency,
-                         executor=executor_config(options), passages=passage_config(options), progress=bar,
-                         screen_sample=screen_sample)
+        with on_signals():  # a stopped plan exits 75 as a scan does; its relaunch goes on
+            plan = plan_scan(scan_config(options, corpus), out, sample, workers=workers, efficiency=efficiency,
+                             executor=executor_config(options), passages=passage_config(options), progress=bar,
+                             screen_sample=screen_sample)
     finally:
         bar.close()
     click.echo(json.dumps(plan, indent=1) if as_json else "\n".join(plan_lines(plan)))
@@ -562,8 +561,6 @@ def compare_command(run_dir, out, model, revision, device, dtype, threads, trust
     template = {"chat": chat or None, "system_prompt": system_prompt, "instruction": instruction}
     targets = tuple(t["text"] for t in read_targets((), file)) if file is not None else None
     config = compare_config(run_dir, b, chosen, tighten, unit_size, corpus, template, targets)
-    from scanner.stop import on_signals
-
     with on_signals():
         summary = run_compare(config, out, executor_config(options))
     if summary["failed"]:
