@@ -249,6 +249,7 @@ def plan_command(corpus, out, sample, screen_sample, workers, efficiency, as_jso
     from scanner.cli.plan import plan_lines
     from scanner.cli.progress import ProgressBar
     from scanner.run.plan import plan_scan
+
     bar = ProgressBar(Path(out) / "run")  # the bar of `scan`, on the sample's run
     try:
         with on_signals():  # a stopped plan exits 75 as a scan does; its relaunch goes on
