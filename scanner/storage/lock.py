@@ -191,8 +191,14 @@ def scan_process(run_dir: str | Path) -> dict:
     return {"running": True, **about, "why": f"acr-scan pid {holder.get('pid')}{where} holds the lock"}
 
 
+def _private(kind: str) -> str:
+    """This process's own file beside the lock: hosts sharing the folder may run equal pids; hidden and
+    .tmp, so readers and the run directory's checks pass it by (storage/rundir.py foreign_entries)."""
+    return f".{LOCK_FILE}.{socket.gethostname()}.{os.getpid()}.{kind}"
+
+
 def _try_create(path: Path, mine: dict) -> bool:
-    tmp = path.with_name(f".{LOCK_FILE}.{os.getpid()}.tmp")
+    tmp = path.with_name(_private("tmp"))
     tmp.write_text(json.dumps(mine), encoding="utf-8")
     try:
         os.link(tmp, path)
@@ -230,7 +236,7 @@ def _outlived(path: Path, holder: dict, stamp: int) -> bool:
 
 def _break(path: Path, holder: dict, stamp: int) -> None:
     """Remove the stale lock (`holder`, renewed at `stamp`) and no other (module docstring)."""
-    aside = path.with_name(f".{LOCK_FILE}.{os.getpid()}.stale")
+    aside = path.with_name(_private("stale.tmp"))
     try:
         os.rename(path, aside)
     except FileNotFoundError:
