@@ -123,6 +123,24 @@ def test_two_live_drivers_on_two_hosts_exclude_each_other_until_one_dies(tmp_pat
     assert not (run / "lock").exists(), "released by its new holder"
 
 
+def test_of_many_takers_of_a_stale_lock_exactly_one_holds_it(tmp_path):
+    """The take-over moves the stale file aside and checks it is the one judged stale: a taker never
+    removes the lock another taker has just made (unlinking by name did)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (run / "lock").write_text(json.dumps({"host": socket.gethostname(), "pid": dead.pid, "since": "then"}))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    takers = [subprocess.Popen([sys.executable, "-c", HOLD, str(run), "4"], env=env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(6)]
+    said = [t.communicate(timeout=120) for t in takers]
+    held = [out for out, _ in said if out.strip() == "held"]
+    assert len(held) == 1, said
+    assert all(t.returncode == 2 and "in use by acr-scan pid" in out for t, (out, _) in zip(takers, said, strict=True)
+               if out.strip() != "held"), said
+
+
 def test_a_scan_killed_on_one_host_is_relaunched_on_another_and_ends_in_the_same_table(reference, tiny_dir,
                                                                                      tmp_path):
     """Before leases the relaunch exited 2 on the old host's lock until someone deleted RUN/lock."""
