@@ -37,6 +37,7 @@ class Stopped(Exception):
 _lock = threading.RLock()  # re-entered by a signal handler that lands while the main thread holds it
 _state = {"why": None, "at": None, "count": 0, "told": False}
 _installed: list[int] = []  # the signals on_signals() handles now
+_warned: set[str] = set()  # bad ACR_STOP_GRACE_S values already named
 
 
 def grace_s() -> float:
@@ -49,7 +50,10 @@ def grace_s() -> float:
     except ValueError:
         seconds = -1.0
     if not seconds >= 0:  # NaN too
-        log.warning("%s=%r is not a number of seconds >= 0; using %g", GRACE_ENV, value, GRACE_S)
+        if value not in _warned:  # once: run_many asks at every step
+            _warned.add(value)
+            log.warning("%s=%r is not a number of seconds >= 0; using %g s (unset it, or set e.g. 60)", GRACE_ENV,
+                        value, GRACE_S)
         return GRACE_S
     return seconds
 
@@ -94,7 +98,7 @@ def reset() -> None:
 def check() -> None:
     """Raise Stopped when a stop was requested: the driver's point of no further phase."""
     if requested():
-        raise Stopped(f"{reason()}: stopped with the finished work committed; relaunch the same command to go on")
+        raise Stopped(f"{reason()}; the finished work is committed: relaunch the same command to go on")
 
 
 def _handler(signum, frame) -> None:
