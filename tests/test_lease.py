@@ -97,6 +97,12 @@ def test_another_hosts_lock_not_renewed_within_its_lease_is_taken_over_naming_it
     with caplog.at_level(logging.WARNING, logger="scanner.storage.lock"), run_lock(run):
         assert json.loads((run / "lock").read_text())["host"] == socket.gethostname()
     assert "taking over the lock of pid 4242 on node-a: host node-a has not renewed it for 30 s" in caplog.text
+    # one renewed a moment ago is waited for, at most its lease, then taken over unrenewed
+    (run / "lock").write_text(json.dumps({"host": "node-a", "pid": 4343, "since": "then", "lease_s": 1.0}))
+    start = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="scanner.storage.lock"), run_lock(run):
+        waited = time.monotonic() - start
+    assert 0.8 < waited < 5 and "waiting up to 1 s" in caplog.text and "pid 4343 on node-a" in caplog.text
     # a lock of an older release (no lease) from another host cannot be judged: refused, as before
     (run / "lock").write_text(json.dumps({"host": "node-a", "pid": 4242, "since": "then"}))
     os.utime(run / "lock", (1, 1))
