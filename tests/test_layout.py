@@ -12,8 +12,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "scanner"
 # docs/architecture.md: a folder may import its own modules and any folder on a lower floor.
 FLOORS = {"__main__": 10, "cli": 9, "run": 8, "studies": 8, "executors": 7, "stages": 6, "search": 5,
           "results": 5, "ingest": 5, "engine": 4, "storage": 4, "measures": 3, "config": 2, "confine": 2, "schema": 1,
-          "errors": 1, "__init__": 0}
-ROOT_MODULES = {"__init__.py", "__main__.py", "config.py", "confine.py", "errors.py"}
+          "errors": 1, "stop": 1, "__init__": 0}
+ROOT_MODULES = {"__init__.py", "__main__.py", "config.py", "confine.py", "errors.py", "stop.py"}
 
 
 def modules() -> dict[str, Path]:

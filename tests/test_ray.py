@@ -100,7 +100,7 @@ def test_ray_scan_equals_the_local_scan(local_ray, reference, tiny_dir, tmp_path
     assert kinds.count("searched_min") == 2 and "certificate_bound" in kinds, "both phases ran on the actors"
     nodes = stats["run"].pop("nodes")
     assert stats["run"] == {"executor": "ray", "actors": 2, "actor_restarts": 0, "retries": 0, "given_up": 0,
-                            "failed_shards": {}}
+                            "failed_shards": {}, "failed_rows": {}}
     assert list(nodes) == [ray.get_runtime_context().get_node_id()], "tasks by node: the one node of this Ray"
     assert sorted(s["shard"] for s in seen) == list(range(stats["shards_total"]))
     # The shards ran in the actors, not in the driver. Whether both actors took one is timing: an actor

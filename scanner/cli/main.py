@@ -40,6 +40,8 @@ from scanner.cli.output import (
 from scanner.cli.sections import COMPARE, MODEL, PLAN, TARGETS, SectionedCommand, option
 from scanner.config import DTYPES, ENGINES
 from scanner.errors import InputError
+from scanner.stop import EXIT_CODE as STOPPED
+from scanner.stop import Stopped, on_signals
 
 log = logging.getLogger(__name__)
 
@@ -174,11 +176,22 @@ def scan_command(corpus, out, **options) -> None:
 
     Scans CORPUS (a Parquet file, directory or glob) span by span into the run directory --out.
     Relaunching the same command resumes; `status`, `report`, `export` and `verify` read the run directory.
+
+    \b
+    Exit codes (a batch system may relaunch on 75, 4 and 5):
+      0   done: every span has its row, none failed
+      2   bad input or usage, or the run directory is another scan's
+      4   shards or units failed after their retries; they stay pending
+      5   done, but some spans' searches or checks failed (failed rows)
+      75  stopped by SIGTERM or SIGUSR1 (a time limit, a preemption)
+      130 interrupted (Ctrl-C)
+    4, 5, 75 and 130 keep the finished work: relaunch the same command to go on.
     """
     from scanner.cli.progress import run_with_progress
 
     executor = executor_config(options)
-    stats = run_with_progress(scan_config(options, corpus), out, executor, passage_config(options))
+    with on_signals():
+        stats = run_with_progress(scan_config(options, corpus), out, executor, passage_config(options))
     click.echo(summary_line(stats, out))
     audit = audit_line(out)
     if audit:
@@ -191,6 +204,21 @@ def scan_command(corpus, out, **options) -> None:
         click.echo(f"{len(failed)} shard(s) or unit(s) failed and stay pending; relaunch the same command to "
                    "retry them (finished work is kept)", err=True)
         sys.exit(4)
+    exit_on_failed_rows(stats["run"]["failed_rows"])
+
+
+FAILED_ROWS = 5  # the scan ended, but spans whose search or check failed are in the table
+
+
+def exit_on_failed_rows(failed: dict[str, int]) -> None:
+    """Exit FAILED_ROWS naming the failed spans by phase, when there are any: a batch system must not read
+    a table holding failed rows as a success (a relaunch retries them)."""
+    if not failed:
+        return
+    counts = ", ".join(f"{kind} {n}" for kind, n in sorted(failed.items()))
+    click.echo(f"{sum(failed.values())} span(s) failed ({counts}; their errors are in the results' reason "
+               "column and logs/); relaunch the same command to retry them (finished work is kept)", err=True)
+    sys.exit(FAILED_ROWS)
 
 
 @cli.command("plan", cls=SectionedCommand)
@@ -224,9 +252,10 @@ def plan_command(corpus, out, sample, screen_sample, workers, efficiency, as_jso
 
     bar = ProgressBar(Path(out) / "run")  # the bar of `scan`, on the sample's run
     try:
-        plan = plan_scan(scan_config(options, corpus), out, sample, workers=workers, efficiency=efficiency,
-                         executor=executor_config(options), passages=passage_config(options), progress=bar,
-                         screen_sample=screen_sample)
+        with on_signals():  # a stopped plan exits 75 as a scan does; its relaunch goes on
+            plan = plan_scan(scan_config(options, corpus), out, sample, workers=workers, efficiency=efficiency,
+                             executor=executor_config(options), passages=passage_config(options), progress=bar,
+                             screen_sample=screen_sample)
     finally:
         bar.close()
     click.echo(json.dumps(plan, indent=1) if as_json else "\n".join(plan_lines(plan)))
@@ -533,7 +562,8 @@ def compare_command(run_dir, out, model, revision, device, dtype, threads, trust
     template = {"chat": chat or None, "system_prompt": system_prompt, "instruction": instruction}
     targets = tuple(t["text"] for t in read_targets((), file)) if file is not None else None
     config = compare_config(run_dir, b, chosen, tighten, unit_size, corpus, template, targets)
-    summary = run_compare(config, out, executor_config(options))
+    with on_signals():
+        summary = run_compare(config, out, executor_config(options))
     if summary["failed"]:
         for task, error in sorted(summary["failed"].items(), key=str):
             echo(f"{task} failed: {error}", err=True)
@@ -606,6 +636,9 @@ def main() -> None:
         click.echo("interrupted; a scan's finished shards are kept: relaunch the same command to resume",
                    err=True)
         sys.exit(130)
+    except Stopped as err:  # SIGTERM / SIGUSR1: a batch system's "relaunch me", apart from Ctrl-C's 130
+        echo(f"stopped: {err}", err=True)
+        sys.exit(STOPPED)
     except click.ClickException as err:
         err.show()
         sys.exit(2)

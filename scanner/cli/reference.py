@@ -41,11 +41,15 @@ def help_markdown(text: str) -> list[str]:
         lines = paragraph.splitlines()
         if lines and lines[0].strip() == "\b":
             body = lines[1:]
-            if body and body[0].strip().endswith(":"):
-                out += [markdown_text(body[0].strip()), ""]
+            label = body[0].strip() if body and body[0].strip().endswith(":") else None
+            if label:
+                out += [markdown_text(label), ""]
                 body = body[1:]
             width = min(len(x) - len(x.lstrip()) for x in body if x.strip()) if body else 0
-            out += ["```console", *(f"$ {x[width:]}" for x in body), "```", ""]
+            if label in ("Example:", "Examples:"):
+                out += ["```console", *(f"$ {x[width:]}" for x in body), "```", ""]
+            else:  # a table, say: as it stands
+                out += ["```text", *(x[width:] for x in body), "```", ""]
         elif paragraph.strip():
             out += [markdown_text(" ".join(x.strip() for x in lines)), ""]
     return out

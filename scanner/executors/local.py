@@ -3,6 +3,8 @@ on the first task, so a relaunch of a finished run loads nothing)."""
 
 from __future__ import annotations
 
+from scanner import stop
+
 
 class LocalExecutor:
     """`execute(tasks, admit, finished)` in this process. `make_worker()` gives the worker (setup,
@@ -14,10 +16,11 @@ class LocalExecutor:
         self.worker, self.on_setup, self.ready = make_worker(), on_setup, False
 
     def __call__(self, tasks: list, admit, finished) -> dict:
-        """Run `tasks` in order while `admit()` allows; `finished(stats)` after each commit. A task that
-        raises stops the scan (nothing is retried in-process): {} on success."""
+        """Run `tasks` in order while `admit()` allows and no stop was requested (scanner/stop.py);
+        `finished(stats)` after each commit. A task that raises stops the scan (nothing is retried
+        in-process): {} on success."""
         for task in tasks:
-            if admit is not None and not admit():
+            if stop.requested() or (admit is not None and not admit()):
                 break
             finished(self._ready().run_task(task))
         return {}

@@ -24,6 +24,7 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
+from scanner import stop
 from scanner.config import ExecutorConfig
 from scanner.errors import InputError
 from scanner.executors.liveness import POLL_S, Liveness
@@ -32,6 +33,7 @@ from scanner.storage.rundir import Shard
 log = logging.getLogger(__name__)
 
 INSTALL = "pip install 'ray[data]>=2.40'"
+WAIT_S = 1.0  # the longest wait for a task before a stop request (scanner/stop.py) is looked at again
 
 
 def import_ray():
@@ -151,7 +153,8 @@ class Scheduler:
         self.look()
         if not self.busy:  # a task given up and its slot retired: the next fill hands it out
             return None
-        ready, _ = ray.wait(list(self.busy), num_returns=1, timeout=self._poll_s())
+        poll = self._poll_s()  # and every WAIT_S at most: the caller looks at a stop request again
+        ready, _ = ray.wait(list(self.busy), num_returns=1, timeout=WAIT_S if poll is None else min(poll, WAIT_S))
         if not ready:
             return None
         slot, shard = self.busy.pop(ready[0])
@@ -266,7 +269,7 @@ class Scheduler:
             self.start()
         while True:
             self.fill()
-            if self.done():
+            if self.done() or stop.state() == stop.CUT:  # a stop's grace is over: in-flight tasks stay pending
                 return
             before = self.provenance
             result = self.next_result()
@@ -316,6 +319,7 @@ class RayExecutor:
         self.beat_path, self.on_given_up = beat_path, on_given_up
         self.scheduler: Scheduler | None = None
         self.started = _init(self.ray, executor)
+        stop.reclaim()  # ray.init takes SIGTERM for itself: a stop request must reach the scheduler
 
     def _start(self, tasks: list) -> Scheduler:
         # A cluster joined by address may be waiting for its nodes (an autoscaler's): wait for them there;
@@ -349,7 +353,8 @@ class RayExecutor:
             return {}
         self.scheduler = self.scheduler or self._start(tasks)
         scheduler = self.scheduler
-        scheduler.queue, scheduler.admit = deque(tasks), admit
+        # a stop request (SIGTERM, SIGUSR1) admits nothing more; the tasks in flight may commit
+        scheduler.queue, scheduler.admit = deque(tasks), lambda: not stop.requested() and (admit is None or admit())
         before = dict(scheduler.failed)
         scheduler.run(finished=finished, loaded=self.on_setup)
         return {k: v for k, v in scheduler.failed.items() if k not in before}
@@ -366,8 +371,9 @@ class RayExecutor:
         if scheduler is None:
             return {"actors": 0, "actor_restarts": 0, "retries": 0, "given_up": 0, "nodes": {}}
         # vLLM's engine processes stop cleanly before the actors go (a failed close is only logged).
-        loading = {slot for slot, task in scheduler.busy.values() if task is None}
-        closing = [actor.close.remote() for slot, actor in scheduler.slots.items() if slot not in loading]
+        # a busy actor (loading, or running a task a stop left in flight) would answer only after it
+        busy = {slot for slot, _ in scheduler.busy.values()}
+        closing = [actor.close.remote() for slot, actor in scheduler.slots.items() if slot not in busy]
         for ref in closing:
             try:
                 self.ray.get(ref, timeout=60)

@@ -31,6 +31,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from scanner import stop
 from scanner.config import DraftConfig, ExecutorConfig, ModelConfig, ScanConfig
 from scanner.errors import InputError, require
 from scanner.measures import budget as bm
@@ -521,6 +522,7 @@ def run_compare(config: CompareConfig, out: str, executor: ExecutorConfig | None
             failed = execute(pending, None, lambda stats: log.info("%s: %d spans", stats["unit"], stats["spans"]))
         finally:
             report = execute.close()
+        stop.check()  # SIGTERM / SIGUSR1: the units not run stay pending (scanner/stop.py)
         if failed or _pending(store, units):
             return {"failed": failed or {"units": "some spans failed; relaunch to retry them"}, "run": report}
         summary = write_table(folder, config, store, units)

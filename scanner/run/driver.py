@@ -33,7 +33,9 @@ log = logging.getLogger(__name__)
 def run_scan(config: ScanConfig, out: str, progress=None, executor: ExecutorConfig | None = None,
              corpus: Corpus | None = None, passages: PassageConfig | None = None, draw=None) -> dict:
     """Scan the corpus into `out`, passages.parquet included; returns the merged stats with the
-    executor's report under "run" (failed shards, actor restarts). `progress(stats)` is called per
+    executor's report under "run" (failed shards, actor restarts, and "failed_rows": {unit kind: spans
+    whose search or check failed}, which a relaunch retries). Raises stop.Stopped on a stop request
+    (scanner/stop.py), the lock released. `progress(stats)` is called per
     screened shard, and `progress.start(documents)` first, where it has one, with the documents still
     to screen; `corpus`: the corpus already opened and validated by the caller; `draw`: `acr-scan plan`'s
     sample of the search (scanner/run/phases.py)."""
@@ -57,7 +59,7 @@ def run_scan(config: ScanConfig, out: str, progress=None, executor: ExecutorConf
             failed = run_phases(phases, execute, progress)
         finally:
             report = execute.close()
-        return {**run.merge_stats(), "run": {**report, "failed_shards": failed}}
+        return {**run.merge_stats(), "run": {**report, "failed_shards": failed, "failed_rows": phases.failed_rows()}}
 
 
 def validate(config: ScanConfig, out: str) -> Corpus:

@@ -48,6 +48,7 @@ from dataclasses import replace
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from scanner import stop
 from scanner.config import PassageConfig, ScanConfig
 from scanner.measures import budget as bm
 from scanner.results.rows import copied_row
@@ -89,14 +90,30 @@ class Phases:
         """Damaged parts pending again; units holding failed rows too (failed is retried, like shards).
         Returns how many parts were reopened."""
         reopened = sum(len(store.prepare()) for store in self.stores.values())
-        drawn = set(audit.current(audit.read_plan(self.run)))  # an earlier draw's kept parts are not run again
+        for name, index, _ in self._failing():
+            self.stores[name].reopen(index)
+            reopened += 1
+        return reopened
+
+    def _failing(self) -> list[tuple[str, int, int]]:
+        """(kind, index, failed rows) of every done unit holding failed rows that a relaunch runs again
+        (an earlier audit draw's kept parts are not run again)."""
+        drawn = set(audit.current(audit.read_plan(self.run)))
+        out = []
         for name in UNIT_KINDS:
             store = self.stores[name]
             for index in store.done_shards():
-                if store.stats(index).get("failed") and (name != "audit" or index in drawn):
-                    store.reopen(index)
-                    reopened += 1
-        return reopened
+                failed = store.stats(index).get("failed")
+                if failed and (name != "audit" or index in drawn):
+                    out.append((name, index, failed))
+        return out
+
+    def failed_rows(self) -> dict[str, int]:
+        """{unit kind: failed rows} the run holds now, which a relaunch retries (empty: none)."""
+        out: dict[str, int] = {}
+        for name, _, failed in self._failing():
+            out[name] = out.get(name, 0) + failed
+        return out
 
     def screen_pending(self) -> list:
         done = self.stores["screen"].done()
@@ -271,9 +288,23 @@ class Phases:
 
 
 def run_phases(phases: Phases, execute, progress=None) -> dict:
-    """Phases 1-4 through `execute`; returns the executor's report of tasks that failed for good."""
+    """Phases 1-4 through `execute`; returns the executor's report of tasks that failed for good.
+    Raises stop.Stopped once a phase's tasks returned after a stop request (scanner/stop.py): no phase
+    after it runs, so nothing is written from a search the stop left unfinished."""
+    execute = _stoppable(execute)
     failed = _screen_search_write(phases, execute, progress)
     return failed or build_passages(phases, execute)
+
+
+def _stoppable(execute):
+    """`execute` that raises stop.Stopped after a call during which a stop was requested."""
+    def call(tasks: list, admit, finished) -> dict:
+        failed = execute(tasks, admit, finished)
+        stop.check()
+        return failed
+    call.workers = getattr(execute, "workers", 1)
+    call.set_up = getattr(execute, "set_up", lambda: None)
+    return call
 
 
 def build_passages(phases: Phases, execute) -> dict:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from scanner import __version__
+from scanner import __version__, stop
 from scanner.config import ScanConfig
 from scanner.engine import batched
 from scanner.engine.build import build_engines
@@ -67,14 +67,14 @@ def search_rows(engine: HFEngine, rows: list[dict], config: ScanConfig, width: i
                     resume=Resume.from_json(resume.get(r["span_id"]))),
              replace(config.search, seed=span_seed(config.search.seed, r["span_id"]))) for r in rows]
     searched, stages, cut = {}, {}, {}
-    for index, result in measure_many(engine, jobs, width, observer, deadline):
+    for index, result in measure_many(engine, jobs, width, observer, deadline, stop.state):
         row = rows[index]
         if isinstance(result, Cut):
             where = result.resume or Resume.from_json(resume.get(row["span_id"]))  # not reached: the old record
             cut[row["span_id"]] = {"steps": result.steps, "forwards": result.forwards, "search_s": result.seconds,
                                    **({"resume": where.to_json()} if where else {})}
-            log.info("span %s: cut by the search budget after %d GCG steps, %.2f s", row["span_id"], result.steps,
-                     result.seconds)
+            log.info("span %s: cut (%s) after %d GCG steps, %.2f s", row["span_id"],
+                     stop.reason() if stop.requested() else "search budget", result.steps, result.seconds)
             continue
         if isinstance(result, Exception):
             log.error("span %s failed", row["span_id"], exc_info=result)
@@ -83,7 +83,7 @@ def search_rows(engine: HFEngine, rows: list[dict], config: ScanConfig, width: i
             searched[row["span_id"]] = searched_row(row, result, result.wall_s, stage)
             _add_stages(stages, result.stages)
         _log_searched(searched[row["span_id"]])
-    for row in rows:  # never started: the deadline had passed (an earlier run's record stays)
+    for row in rows:  # never started: the deadline had passed or a stop came (an earlier run's record stays)
         if row["span_id"] not in searched and row["span_id"] not in cut:
             earlier = {"resume": resume[row["span_id"]]} if resume.get(row["span_id"]) else {}
             cut[row["span_id"]] = {"steps": 0, "forwards": 0, "search_s": 0.0, **earlier}

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from scanner.engine import batched
 from scanner.engine.hf import HFEngine
 from scanner.search.gcg import DECIDING, DraftScore, Gradient, Request, Score, Search, Stage
+from scanner.stop import CUT, GO
 
 log = logging.getLogger(__name__)
 
@@ -86,20 +87,23 @@ def run_one(engine: HFEngine, search: Search) -> Finished:
 
 
 def run_many(engine: HFEngine, searches: Iterable[Search], width: int,
-             deadline: float | None = None) -> Iterator[Finished]:
+             deadline: float | None = None, stop=None) -> Iterator[Finished]:
     """Every search to its end, at most `width` at a time; yields each as it finishes. An error in
     one search finishes that search only (Finished.error); the others go on. `deadline` (a time.time()
     instant, None: none): past it no search starts, and the live ones are cut (Finished.cut) between two
-    requests, so a search overshoots it by at most one request (a GCG step's forward and its checks)."""
+    requests, so a search overshoots it by at most one request (a GCG step's forward and its checks).
+    `stop()` (scanner/stop.py state; None: never asked): once not GO no search starts, and at CUT the
+    live ones are cut as at the deadline; a caller that passes it records cut and unstarted searches."""
     if width > 1 and not batched.supported(engine):
         log.warning("the model's logits are not its head on its body's states; one target per forward")
         width = 1
     pending, live, index = iter(searches), [], 0
     while True:
-        if deadline is not None and time.time() >= deadline:
+        now = stop() if stop is not None else GO
+        if (deadline is not None and time.time() >= deadline) or now == CUT:
             yield from (job.cut() for job in live)
             return
-        while len(live) < width and (search := next(pending, None)) is not None:
+        while len(live) < width and now == GO and (search := next(pending, None)) is not None:
             job = _Live(index, search)
             index += 1
             if (done := _advance(engine, job, None)) is not None:

@@ -265,13 +265,14 @@ class _Steps(SearchObserver):
 
 def measure_many(engine: HFEngine, jobs: list[tuple[Target, SearchConfig]], width: int,
                  observer: SearchObserver = QUIET,
-                 deadline: float | None = None) -> Iterator[tuple[int, AcrResult | Exception | Cut]]:
+                 deadline: float | None = None, stop=None) -> Iterator[tuple[int, AcrResult | Exception | Cut]]:
     """`measure` of every (target, config), up to `width` sharing forwards; (index, result or the
     error that ended that target) as each finishes. `observer` sees each search move (its index: the job's).
-    `deadline` (time.time() instant): past it the live searches end as a Cut and the others never start."""
+    `deadline` (time.time() instant): past it the live searches end as a Cut and the others never start;
+    `stop`: a stop request's state (search/driver.py run_many), alike."""
     counted = _Steps(observer)
     searches = (search(engine, target, config, counted, index) for index, (target, config) in enumerate(jobs))
-    for done in run_many(engine, searches, width, deadline):
+    for done in run_many(engine, searches, width, deadline, stop):
         if done.cut:
             yield done.index, Cut(counted.steps.get(done.index, 0), done.forwards, done.seconds,
                                   where(counted.progress.get(done.index), engine.decode))

@@ -205,4 +205,5 @@ RECALL = {"method": str, "confidence": Rule("a level in (0, 1)", lambda v: _numb
           "recall_high": SHARE}
 # The run directory's lock (storage/lock.py): a holder a live process must be told from.
 LOCK = {"host": SPAN_ID, "pid": POSITIVE, "since": Optional(str), "started": Optional(COUNT),
-        "boot": Optional(str), "command": Optional([str])}
+        "boot": Optional(str), "command": Optional([str]),
+        "lease_s": Optional(Rule("a number of seconds > 0", lambda v: _number(v) and v > 0))}
