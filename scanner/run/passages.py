@@ -12,6 +12,7 @@ import logging
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from scanner.config import PassageConfig
@@ -40,8 +41,13 @@ OPTIONAL = ("acr_kind", "calibrated_memorized", "prompt_source", "copies_in_corp
 
 
 def _results(run: RunDir) -> tuple[list[dict], dict]:
+    """The rows of the documents holding a memorized span (a passage counts its document's other rows),
+    read shard by shard: a library's millions of other rows stay on disk."""
     names = results_schema().names
-    table = run.read_results(columns=list(READ) + [c for c in OPTIONAL if c in names])
+    memorized = run.read_results(columns=["doc_id", "doc_row"], where=pc.field("status") == MEMORIZED)
+    holding = (pc.field("doc_row").isin(pc.unique(memorized.column("doc_row")).drop_null())
+               | pc.field("doc_id").isin(pc.unique(memorized.column("doc_id"))))
+    table = run.read_results(columns=list(READ) + [c for c in OPTIONAL if c in names], where=holding)
     return table.to_pylist(), table.schema.metadata or {}
 
 

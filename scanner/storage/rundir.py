@@ -442,25 +442,27 @@ class RunDir:
             raise ValueError(f"shard {shard:05d}: rows carry shard values {shards[:6]}, expected only {shard}")
         self.results.write(shard, table, stats)
 
-    def read_results(self, columns: list[str] | None = None) -> pa.Table:
-        """All finished shards in shard order. Schema metadata keeps provenance that every shard shares."""
+    def read_results(self, columns: list[str] | None = None, where=None) -> pa.Table:
+        """All finished shards in shard order. Schema metadata keeps provenance that every shard shares.
+        `where`: a pyarrow.compute expression each shard's rows are filtered by as it is read (a library's
+        millions of rows are never held whole for the few a reader wants)."""
         schema = results_schema()
         unknown = [c for c in columns or [] if c not in schema.names]
         require(not unknown, f"columns {unknown} are not in the results; columns are "
                 f"[{', '.join(schema.names)}]")
-        tables = [self._read_shard(shard, columns) for shard in self.done_shards()]
+        tables = [self._read_shard(shard, columns, where) for shard in self.done_shards()]
         if not tables:
             empty = schema.empty_table()
             return empty.select(columns) if columns is not None else empty
         metadata = _shared_metadata([t.schema.metadata or {} for t in tables])
         return pa.concat_tables([t.replace_schema_metadata(metadata) for t in tables])
 
-    def _read_shard(self, shard: int, columns: list[str] | None) -> pa.Table:
+    def _read_shard(self, shard: int, columns: list[str] | None, where=None) -> pa.Table:
         path = self.result_path(shard)
         require(path.exists(), f"shard {shard:05d} is marked done but {path} is missing; relaunch the "
                 "scan (the same command) to compute it again")
         try:
-            return pq.read_table(path, columns=columns)
+            return pq.read_table(path, columns=columns, filters=where)
         except Exception as err:  # pyarrow's errors for a damaged file vary (ArrowInvalid, OSError, ...)
             raise InputError(f"shard {shard:05d}: {path} is damaged ({type(err).__name__}: {err}); relaunch "
                              "the scan (the same command) to compute it again") from err
