@@ -66,15 +66,12 @@ def slurm():
 
 
 @pytest.fixture(scope="module")
-def job_env(slurm, tmp_path_factory):
+def job_env(slurm, tiny_dir, tmp_path_factory):
     """The environment a user exports before `sbatch`: this virtualenv and checkout, corpus and model."""
     root = tmp_path_factory.mktemp("slurm")
     corpus = demo_corpus(root / "corpus.parquet")
-    model = Path(os.environ.get("ACR_TINY_DIR", ""))
-    if not (model / "config.json").exists():
-        pytest.skip("needs the tiny model built: set ACR_TINY_DIR (tests/conftest.py builds it there)")
     return root, {**os.environ, "SLURM_CONF": slurm, "ACR_ENV": sys.prefix, "PYTHONPATH": str(ROOT),
-                  "CORPUS": str(corpus), "MODEL": str(model), "SCAN_ARGS": SCAN_ARGS,
+                  "CORPUS": str(corpus), "MODEL": str(tiny_dir), "SCAN_ARGS": SCAN_ARGS,
                   "RAY_PORT": str(free_port()), "ACR_AUDIT_SAMPLE": "0"}
 
 
@@ -99,6 +96,16 @@ def wait_for(job: str, env: dict, until, what: str) -> dict[str, str]:
         time.sleep(0.5)
     subprocess.run(["scancel", job], env=env)
     pytest.fail(f"job {job} not {what} after {JOB_LIMIT_S} s: {job_fields(job, env)}")
+
+
+def held_after(requeued: float, fields: dict[str, str]) -> float | None:
+    """Seconds from the requeue (time.time()) to the job's EligibleTime: how long Slurm held it back."""
+    from datetime import datetime
+
+    try:  # Slurm's times are the machine's local time, as datetime reads them
+        return round(datetime.fromisoformat(fields["EligibleTime"]).timestamp() - requeued, 1)
+    except (KeyError, ValueError):
+        return None
 
 
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL"}
@@ -145,16 +152,19 @@ def test_a_requeue_mid_scan_resumes_and_gives_the_uninterrupted_table(uninterrup
     # Mid-scan: once a screen shard is committed, while results are still missing.
     wait_for(job, env, lambda f: any((run / "screen").glob("part-*.parquet")), "screening")
     assert len(list((run / "done").glob("*"))) < 7, "the scan finished before the requeue; the test lost its point"
-    requeued_at = time.monotonic() - start
+    requeued_at, requeued = time.monotonic() - start, time.time()
     subprocess.run(["scontrol", "requeue", job], env=env, check=True, timeout=60)
     fields = wait_for(job, env, lambda f: f.get("JobState") in FINISHED and f.get("Restarts") == "1",
                       "finished after its requeue")
     seconds = time.monotonic() - start
     assert (fields["JobState"], fields["ExitCode"]) == ("COMPLETED", "0:0"), log_of(root, job)[-3000:]
     assert comparable(run) == comparable(reference)
+    # Both attempts in one log (--open-mode=append); the relaunch kept the committed screen shards.
+    to_screen = [int(n) for n in re.findall(r"(\d+) of 7 shards still to screen", log_of(root, job))]
+    assert len(to_screen) == 2 and to_screen[0] == 7 and to_screen[1] < 7, to_screen
     figures = {"uninterrupted_s": round(reference_s, 1), "requeued_at_s": round(requeued_at, 1),
-               "requeued_job_s": round(seconds, 1), "rows": len(comparable(run)),
-               "screen_left_at_relaunch": re.findall(r"(\d+) of 7 shards still to screen", log_of(root, job))}
+               "requeued_job_s": round(seconds, 1), "held_after_requeue_s": held_after(requeued, fields),
+               "rows": len(comparable(run)), "shards_to_screen": to_screen}
     print(json.dumps(figures))
     if os.environ.get("ACR_SLURM_FIGURES"):
         Path(os.environ["ACR_SLURM_FIGURES"]).write_text(json.dumps(figures, indent=1) + "\n")
