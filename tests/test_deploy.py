@@ -464,6 +464,18 @@ def test_slurm_script_is_valid_bash_that_starts_ray_on_the_gpu_nodes():
     assert run_dir and not run_dir.group(1).startswith("/tmp")
 
 
+CHECK_SCRIPTS = [ROOT / "cluster" / "slurm-local.sh", ROOT / "cluster" / "check-slurm.sh", ROOT / "docker" / "check-image.sh"]
+
+
+@pytest.mark.parametrize("path", CHECK_SCRIPTS, ids=lambda p: p.name)
+def test_the_scripts_that_run_the_deployment_files_are_valid_bash_and_say_how_to_run_them(path):
+    """They run for real only by hand (docs/cluster.md); here they must at least parse."""
+    result = subprocess.run([shutil.which("bash") or "bash", "-n", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    head = re.match(r"#!.*\n((?:#[^\n]*\n)+)", path.read_text())
+    assert head and f"bash {path.parent.name}/{path.name}" in head.group(1), f"{path.name}: say how to run it"
+
+
 # ---- Dockerfiles ----
 
 PIP_OPTIONS_WITH_VALUE = {"-r", "--requirement", "-c", "--constraint", "-i", "--index-url",
