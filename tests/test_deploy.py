@@ -319,6 +319,96 @@ def test_rayjob_workers_request_gpus_and_every_pod_runs_the_gpu_image():
     assert len(images) == 1 and images.pop().endswith("acr-scanner:gpu")
 
 
+# ---- KubeRay manifests against the CRDs' own schemas (cluster/crd/README.md) ----
+
+KUBERAY = "v1.7.0"
+CRDS = {"RayJob": ROOT / "cluster" / "crd" / "ray.io_rayjobs.v1.json",
+        "RayCluster": ROOT / "cluster" / "crd" / "ray.io_rayclusters.v1.json"}
+
+
+def closed(node):
+    """The schema as `kubectl apply` enforces it with strict field validation: an object that lists
+    its properties refuses others, unless it keeps unknown fields (x-kubernetes-preserve-unknown-fields)."""
+    if isinstance(node, list):
+        return [closed(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: closed(v) for k, v in node.items()}
+    if "properties" in out and "additionalProperties" not in out and not out.get("x-kubernetes-preserve-unknown-fields"):
+        out["additionalProperties"] = False
+    return out
+
+
+def crd_validator(kind: str):
+    jsonschema = pytest.importorskip("jsonschema")
+    # OpenAPI 3.0 schemas are JSON Schema draft 4 in the keywords CRDs may use.
+    return jsonschema.Draft4Validator(closed(json.loads(CRDS[kind].read_text())))
+
+
+def schema_errors(validator, doc) -> list[str]:
+    return [f"{'.'.join(map(str, e.absolute_path)) or '(top)'}: {e.message[:300]}" for e in validator.iter_errors(doc)]
+
+
+def kuberay_docs() -> list[tuple[str, dict]]:
+    found = []
+    for path in sorted((ROOT / "cluster").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and str(doc.get("apiVersion", "")).startswith("ray.io/"):
+                found.append((path.name, doc))
+    return found
+
+
+def test_crd_schemas_are_the_vendored_kuberay_release():
+    readme = (ROOT / "cluster" / "crd" / "README.md").read_text()
+    assert f"release **{KUBERAY}**" in readme and "Apache License 2.0" in readme
+    for path in CRDS.values():
+        schema = json.loads(path.read_text())
+        assert schema["properties"]["kind"]["type"] == "string" and "spec" in schema["properties"], path.name
+
+
+def test_kuberay_manifests_validate_against_the_crd_schemas():
+    docs = kuberay_docs()
+    assert {doc["kind"] for _, doc in docs} >= {"RayJob"}
+    for name, doc in docs:
+        assert doc["apiVersion"] == "ray.io/v1", f"{name}: {doc['apiVersion']}; the vendored CRDs are ray.io/v1"
+        assert doc["kind"] in CRDS, f"{name}: no vendored schema for {doc['kind']}"
+        assert not schema_errors(crd_validator(doc["kind"]), doc), (name, schema_errors(crd_validator(doc["kind"]), doc))
+        if doc["kind"] == "RayJob":  # the cluster it creates is a RayCluster spec
+            cluster = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "c"},
+                       "spec": doc["spec"]["rayClusterSpec"]}
+            assert not schema_errors(crd_validator("RayCluster"), cluster), name
+
+
+def test_kuberay_admission_rules_the_schema_does_not_hold():
+    """What KubeRay's operator checks itself (ray-operator/controllers/ray/utils/validation.go)."""
+    job, _ = rayjob_docs()
+    name = job["metadata"]["name"]
+    assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name) and len(name) <= 53 - 6, "DNS-1035 label, <= 47"
+    cluster = job["spec"]["rayClusterSpec"]
+    for group in cluster["workerGroupSpecs"]:  # without autoscaling both bounds must be set
+        assert "minReplicas" in group and "maxReplicas" in group, group["groupName"]
+    for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
+        assert not (group.get("resources") and set(group["rayStartParams"]) & {"num-cpus", "num-gpus", "memory"})
+        assert "labels" not in group["rayStartParams"]
+
+
+def test_the_crd_check_refuses_misspelt_fields_and_wrong_types():
+    job, _ = rayjob_docs()
+    validator = crd_validator("RayJob")
+    assert schema_errors(validator, job) == []
+    misspelt = json.loads(json.dumps(job))
+    misspelt["spec"]["shutdownAfterJobFinish"] = misspelt["spec"].pop("shutdownAfterJobFinishes")
+    assert any("shutdownAfterJobFinish" in e for e in schema_errors(validator, misspelt))
+    wrong = json.loads(json.dumps(job))
+    wrong["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] = "two"
+    assert any("workerGroupSpecs.0.replicas" in e for e in schema_errors(validator, wrong))
+    deep = json.loads(json.dumps(job))
+    deep["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = 3
+    deep["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["volumeMount"] = []
+    errors = schema_errors(validator, deep)
+    assert any("imagePullPolicy" in e for e in errors) and any("volumeMount" in e for e in errors), errors
+
+
 # ---- Ray cluster launcher ----
 
 def test_launcher_has_a_cpu_head_gpu_workers_and_the_gpu_image():
@@ -374,6 +464,18 @@ def test_slurm_script_is_valid_bash_that_starts_ray_on_the_gpu_nodes():
     assert run_dir and not run_dir.group(1).startswith("/tmp")
 
 
+CHECK_SCRIPTS = [ROOT / "cluster" / "slurm-local.sh", ROOT / "cluster" / "check-slurm.sh", ROOT / "docker" / "check-image.sh"]
+
+
+@pytest.mark.parametrize("path", CHECK_SCRIPTS, ids=lambda p: p.name)
+def test_the_scripts_that_run_the_deployment_files_are_valid_bash_and_say_how_to_run_them(path):
+    """They run for real only by hand (docs/cluster.md); here they must at least parse."""
+    result = subprocess.run([shutil.which("bash") or "bash", "-n", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    head = re.match(r"#!.*\n((?:#[^\n]*\n)+)", path.read_text())
+    assert head and f"bash {path.parent.name}/{path.name}" in head.group(1), f"{path.name}: say how to run it"
+
+
 # ---- Dockerfiles ----
 
 PIP_OPTIONS_WITH_VALUE = {"-r", "--requirement", "-c", "--constraint", "-i", "--index-url",
@@ -421,7 +523,15 @@ def requirements(path: Path) -> tuple[dict[str, str], list[str]]:
 
 
 def base_images(path: Path) -> list[str]:
-    return [args.split()[0] for op, args in dockerfile(path) if op == "FROM"]
+    """FROM images, with the defaults of the ARGs declared before the first FROM (a build may override them)."""
+    instructions, defaults = dockerfile(path), {}
+    for op, args in instructions:
+        if op == "FROM":
+            break
+        if op == "ARG" and "=" in args:
+            defaults.update([args.split("=", 1)])
+    resolve = lambda image: re.sub(r"\$\{?(\w+)\}?", lambda m: defaults.get(m.group(1), m.group(0)), image)  # noqa: E731
+    return [resolve(args.split()[0]) for op, args in instructions if op == "FROM"]
 
 
 @pytest.mark.parametrize("path", [GPU_IMAGE, CPU_IMAGE], ids=lambda p: p.name)
@@ -455,7 +565,8 @@ def test_gpu_image_is_ray_on_cuda_with_torch_2_14_and_vllm_0_33():
 def test_cpu_image_is_python_3_11_with_cpu_torch_and_acr_scan_demo_by_default():
     assert re.fullmatch(r"python:3\.11\.\d+-slim(-\w+)?", base_images(CPU_IMAGE)[0])
     pins, _ = requirements(CPU_IMAGE)
-    assert pins["torch"] == "2.13.0" and pyproject_spec("torch").contains("2.13.0")
+    # the CPU build by its local label: PyPI's torch==2.13.0 for Linux is the CUDA build (GBs of nvidia-*)
+    assert pins["torch"] == "2.13.0+cpu" and pyproject_spec("torch").contains("2.13.0+cpu")
     entrypoint = [json.loads(a) for op, a in dockerfile(CPU_IMAGE) if op == "ENTRYPOINT"]
     assert entrypoint == [["acr-scan"]] and image_default_command(CPU_IMAGE) == ("demo",)
 
