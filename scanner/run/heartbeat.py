@@ -86,7 +86,7 @@ class UnitProgress(SearchObserver):
         self.live[progress.index] = progress
         log.info("span %s (candidate %d/%d, %d tokens) starts%s", self._span(progress.index), progress.index + 1,
                  len(self.spans), progress.target_tokens, f", prompt cap {progress.cap}" if progress.cap else "")
-        self._maybe_write()
+        self._write()  # a search is seen at once (one write a candidate, not a step): a short one too
 
     def length_started(self, progress: SearchProgress) -> None:
         self._maybe_write()
