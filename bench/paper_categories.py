@@ -34,7 +34,9 @@ from calibration import smollm2_path  # noqa: E402  (bench/ is not a package)
 from plants_text import PASSAGES, PROSE  # noqa: E402
 
 DATA = BENCH.parent.parent / "shared" / "data" / "acr-paper"
-CATEGORIES = ("famous", "wikipedia", "unseen", "random")
+# "planted": sentences of the passages bench/plants.py trained to completion, the positive control (the
+# fine-tuned model memorized them; SmolLM2 never saw them).
+CATEGORIES = ("famous", "wikipedia", "unseen", "random", "planted")
 # The budget of every target, CPU-sized: the paper's is 200 steps of 100 candidates at top-k 250.
 BUDGET = {"steps": 20, "candidates": 64, "top_k": 64, "restarts": 0}
 
@@ -50,6 +52,9 @@ def targets(category: str, n: int, tokenizer, data: Path) -> list[str]:
     if category == "unseen":
         text = " ".join([t for strength, t in PASSAGES.values() if strength == "never"] + list(PROSE))
         return [s for s in re.split(r"(?<=[.!?])\s+", text) if 6 <= len(s.split()) <= 25][:n]
+    if category == "planted":  # each fully trained passage's first and second half, by words
+        halves = [t.split() for strength, t in PASSAGES.values() if strength == "full"]
+        return [" ".join(part) for w in halves for part in (w[:len(w) // 2], w[len(w) // 2:])][:n]
     return random_strings(tokenizer, n)
 
 
