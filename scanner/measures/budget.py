@@ -91,7 +91,12 @@ def target_key(row: dict) -> str:
 
 def ids_key(data) -> str:
     """The digest of token ids as little-endian int64 bytes: a column's buffer hashes with no Python ints."""
-    return hashlib.sha256(data).hexdigest()[:32]
+    return ids_digest(data).hex()
+
+
+def ids_digest(data) -> bytes:
+    """ids_key's 16 bytes, unprinted (a column of millions holds them as fixed-size binary)."""
+    return hashlib.sha256(data).digest()[:16]
 
 
 def distinct(ranked: list[dict], key, known: dict | None = None) -> tuple[list[dict], dict[str, list]]:

@@ -18,20 +18,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from scanner.measures.budget import ids_key
+from scanner.measures.budget import ids_digest, ids_key
 
 READ = ["span_id", "shard", "target_tokens", "certificate_tokens", "greedy_match_rate", "mean_nll", "target_ids"]
 ORDER = [("bound", "descending"), ("match", "descending"), ("nll", "ascending"), ("span_id", "ascending")]
 
 
-def keys(column: pa.ChunkedArray) -> pa.Array:
-    """Each row's target key (measures/budget.py target_key) from its list of token ids."""
-    out: list[str] = []
+def keys(column: pa.ChunkedArray, printed: bool = True) -> pa.Array:
+    """Each row's target key (measures/budget.py target_key) from its list of token ids; `printed`
+    False: the key's 16 bytes (ids_digest), a third of the memory of its hex."""
+    digest, kind = (ids_key, pa.string()) if printed else (ids_digest, pa.binary(16))
+    out: list = []
     for chunk in column.chunks:
         offsets = chunk.offsets.to_numpy()  # into `values`, which ignores a slice's offset: absolute
         data = memoryview(np.asarray(chunk.values.to_numpy(zero_copy_only=False), dtype="<i8").tobytes())
-        out += [ids_key(data[a * 8:b * 8]) for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
-    return pa.array(out, pa.string())
+        out += [digest(data[a * 8:b * 8]) for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+    return pa.array(out, kind)
 
 
 def _shard(path, status: str, exclude: pa.Array) -> pa.Table:
@@ -45,7 +47,7 @@ def _shard(path, status: str, exclude: pa.Array) -> pa.Table:
     return pa.table({"span_id": table.column("span_id"), "shard": table.column("shard"), "bound": bound,
                      "match": pc.fill_null(table.column("greedy_match_rate"), 0.0),
                      "nll": pc.fill_null(table.column("mean_nll"), float("inf")),
-                     "key": keys(table.column("target_ids").cast(pa.list_(pa.int64())))})
+                     "key": keys(table.column("target_ids").cast(pa.list_(pa.int64())), printed=False)})
 
 
 def ranked_distinct(paths: list, status: str, exclude: set[str], known: set[str]) -> pa.Table:
@@ -57,8 +59,11 @@ def ranked_distinct(paths: list, status: str, exclude: set[str], known: set[str]
     if not tables:
         return pa.table({"span_id": pa.array([], pa.string()), "shard": pa.array([], pa.int64())})
     table = pa.concat_tables(tables)
-    table = table.take(pc.sort_indices(table, sort_keys=ORDER))
-    table = table.filter(pc.invert(pc.is_in(table.column("key"), value_set=pa.array(sorted(known), pa.string()))))
+    del tables
+    order = pc.sort_indices(table, sort_keys=ORDER)
+    table = table.select(["span_id", "shard", "key"]).take(order)  # the rank's numbers are done with
+    known = pa.array([bytes.fromhex(k) for k in sorted(known)], pa.binary(16))
+    table = table.filter(pc.invert(pc.is_in(table.column("key"), value_set=known)))
     position = pa.array(np.arange(table.num_rows))
     first = pa.table({"key": table.column("key"), "at": position}).group_by("key", use_threads=False) \
         .aggregate([("at", "min")]).column("at_min")
