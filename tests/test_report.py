@@ -203,7 +203,7 @@ def test_script_in_text_prompt_and_doc_id_is_escaped():
 def test_empty_table_still_renders():
     page = render_report(table_of([]), {})
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
-    assert "No searched spans" in page and "No rows" in page and "No span was flagged" in page
+    assert "No decided spans" in page and "No rows" in page and "No span was flagged" in page
     assert "No run summary given" in page and "<svg" not in page
 
 
@@ -211,9 +211,9 @@ def test_table_without_searched_spans_still_renders():
     rows = [make_row("a", 0, "screened_out"), make_row("a", 1, "skipped", reason="too short"),
             make_row("a", 2, "failed", reason="boom")]
     page = render_report(table_of(rows), SUMMARY)
-    assert "No searched spans" in page and cells(page) == [["a", "3", "0", "0%", "0", "–", "1", "0"]]
+    assert "No decided spans" in page and cells(page) == [["a", "3", "0", "0%", "0", "–", "1", "0"]]
     assert "without findings" not in page
-    assert "1 screened out, 1 skipped, 1 failed" in page
+    assert "1 screened out, 1 skipped, 1 failed. Skipped: too short (1)." in page, "a skip says why"
 
 
 def test_missing_column_is_a_user_error():
@@ -373,3 +373,10 @@ def test_the_page_lists_the_denominators_and_whose_words_each_prompt_holds():
     assert "prompt (free of the work&#x27;s text, longest run shared with the document 1 tokens)" in page
     assert "prompt (holds the work&#x27;s text, longest run shared with the document 7 tokens)" in page
     assert "2 attempts (1 without success)" in page
+
+
+def test_a_prompt_of_whitespace_only_is_spelled_out():
+    rows = [make_row("a", 0, "memorized", prompt="\n"), make_row("a", 1, "memorized", prompt="go")]
+    page = render_report(table_of(rows), SUMMARY)
+    assert "A prompt of whitespace only: &#x27;\\n&#x27;." in page and "<pre>go</pre>" in page
+    assert "whitespace only" not in render_report(table_of(rows[1:]), SUMMARY)

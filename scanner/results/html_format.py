@@ -65,3 +65,12 @@ def page_link(pages: str | None, name: str) -> str:
         return ""
     return (f'<p class="page-link"><a href="{href(pages, name + ".html")}">This finding explained on a page of '
             "its own, in the book's surrounding text →</a></p>")
+
+
+def prompt_pre(prompt: str) -> str:
+    """A prompt as a <pre> block; one of whitespace only (a newline, say) also spelled out, since its
+    block alone looks empty."""
+    shown = f"<pre>{esc(prompt)}</pre>"
+    if prompt.strip():
+        return shown
+    return f'{shown}<p class="meta">A prompt of whitespace only: {esc(repr(prompt))}.</p>'

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ from scanner.results.denominators import denominators
 from scanner.results.export import check_columns
 from scanner.results.html_format import count as _count
 from scanner.results.html_format import esc as _e
-from scanner.results.html_format import href, page_link, page_name, status_facts
+from scanner.results.html_format import href, page_link, page_name, prompt_pre, status_facts
 from scanner.results.html_format import num as _num
 from scanner.results.report_words import denominators_html, margin_facts
 from scanner.schema import STATUSES
@@ -99,7 +100,16 @@ def _summary_html(table: pa.Table, summary: dict) -> str:
     items = "".join(f"<dt>{_e(k)}</dt><dd>{_value(v)}</dd>" for k, v in summary.items())
     listing = f'<dl class="summary">{items}</dl>' if items else '<p class="meta">No run summary given.</p>'
     return (f'<p class="facts">This table: {_count(table.num_rows, "span")} in {_count(docs, "document")}'
-            f"{': ' + facts if facts else ''}.</p>\n<h2>Run</h2>\n{listing}")
+            f"{': ' + facts if facts else ''}.{_skipped_html(table)}</p>\n<h2>Run</h2>\n{listing}")
+
+
+def _skipped_html(table: pa.Table) -> str:
+    """Why spans were skipped, by reason (a bare "1 skipped" leaves a reader guessing)."""
+    if "reason" not in table.column_names:
+        return ""
+    cols = table.select(["status", "reason"]).to_pydict()
+    why = Counter(r or "no reason given" for s, r in zip(cols["status"], cols["reason"], strict=True) if s == "skipped")
+    return (" Skipped: " + "; ".join(f"{_e(r)} ({n})" for r, n in why.most_common()) + ".") if why else ""
 
 
 SVG_W, SVG_H, LEFT, RIGHT, TOP, BOTTOM = 1000, 280, 52, 16, 24, 42
@@ -155,15 +165,15 @@ def _histogram_html(table: pa.Table) -> str:
     h = histogram((a, s == "memorized") for s, a in zip(cols["status"], cols["acr"], strict=True)
                   if s in SEARCHED)
     if h is None:
-        return '<p class="meta">No searched spans (memorized or not memorized) to plot.</p>'
+        return '<p class="meta">No decided spans (memorized or not memorized) to plot.</p>'
     peak = max(m + n for m, n in zip(h.memorized, h.not_memorized, strict=True))
     ymax = max(2, peak + peak % 2)  # even, so the middle grid line has a whole count
     parts = _bars(h, ymax) + _axes(h, ymax)
     legend = "".join(f'<span><i style="background:{c}"></i>{s.replace("_", " ")}</span>'
                      for s, c in COLORS.items())
     return (f'<svg class="hist" viewBox="0 0 {SVG_W} {SVG_H}" width="{SVG_W}" height="{SVG_H}" role="img" '
-            f'aria-label="Histogram of ACR over searched spans" xmlns="http://www.w3.org/2000/svg">'
-            f'<title>ACR of searched spans</title>{"".join(parts)}</svg>\n<p class="legend">{legend}</p>')
+            f'aria-label="Histogram of ACR over decided spans" xmlns="http://www.w3.org/2000/svg">'
+            f'<title>ACR of decided spans</title>{"".join(parts)}</svg>\n<p class="legend">{legend}</p>')
 
 
 def top_spans(table: pa.Table, limit: int = TOP_SPANS) -> list[dict]:
@@ -181,7 +191,7 @@ def _prompt_html(row: dict) -> str:
         return '<p class="meta">No prompt recorded.</p>'
     if row["prompt"] == "":
         return '<p class="meta">Empty prompt: the fixed template alone elicits the span.</p>'
-    return f"<pre>{_e(row['prompt'])}</pre>"
+    return prompt_pre(row["prompt"])
 
 
 def _calibration_html(table: pa.Table) -> str:
@@ -307,7 +317,7 @@ def render_report(table: pa.Table, summary: dict, passages: pa.Table | None = No
             f"<h2>What the hits were drawn from</h2>\n{_denominators_html(table)}\n"
             f'<h2 id="recall">What the search left unsearched</h2>\n{report_recall.recall_html(recall)}\n'
             f"<h2>Memorized or predictable</h2>\n{_calibration_html(table)}\n"
-            f"<h2>ACR of searched spans</h2>\n{_histogram_html(table)}\n"
+            f"<h2>ACR of decided spans (certified or searched)</h2>\n{_histogram_html(table)}\n"
             + (f'<h2 id="shared">Shared text</h2>\n{report_shared.shared_html(shared, threshold)}\n' if passages else "")
             + f"<h2>Documents</h2>\n{report_documents.documents_html(own, own_passages)}\n"
             + _flagged_html(own, own_passages, pages))

@@ -9,7 +9,7 @@ import math
 
 import pyarrow as pa
 
-from scanner.results.html_format import esc, page_link, page_name
+from scanner.results.html_format import esc, page_link, page_name, prompt_pre
 from scanner.results.report_words import margin_facts
 
 TOP_PASSAGES = 50
@@ -103,7 +103,7 @@ def _passage_html(rank: int, row: dict, best: dict | None = None, pages: str | N
     prompt = row["best_prompt"]
     prompt_html = ('<p class="meta">No prompt recorded.</p>' if prompt is None else
                    '<p class="meta">Empty prompt: the fixed template alone elicits it.</p>' if prompt == "" else
-                   f"<pre>{_e(prompt)}</pre>")
+                   prompt_pre(prompt))
     kind = f" ({_e(row['best_acr_kind'])})" if row.get("best_acr_kind") else ""
     return (f'<section class="span"><h3>#{rank} · ACR {_n(row["best_acr"])}{kind} · {_e(row["doc_id"])}</h3>'
             f'<p class="meta">characters {_n(row["char_start"])}–{_n(row["char_end"])}, tokens '
