@@ -309,7 +309,9 @@ def test_ctrl_c_exits_130_saying_how_to_resume_and_a_second_scan_is_locked_out(r
     corpus = write_corpus(tmp_path / "corpus.parquet", salad_docs=8)
     out = tmp_path / "run"
     command = [sys.executable, "-m", "scanner", "scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SCAN]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Ctrl-C as from a terminal, whatever the runner's own SIGINT (a runner started with & ignores it)
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     _started(out, proc)
     proc.send_signal(signal.SIGSTOP)
     assert len(list((out / "done").iterdir())) < 10, "frozen before the end"

@@ -374,8 +374,10 @@ def test_the_search_logs_one_line_per_candidate(runs):
 
 
 def test_ctrl_c_leaves_the_watch_with_exit_0(runs):
+    # Ctrl-C as from a terminal, whatever the runner's own SIGINT (a runner started with & ignores it)
     proc = subprocess.Popen([sys.executable, "-m", "scanner", "status", str(runs["search"]), "--watch",
-                             "--interval", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--interval", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         first = proc.stdout.readline()  # the first frame is out: the command is inside its loop
         assert "phase: search" in first
