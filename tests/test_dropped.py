@@ -56,4 +56,3 @@ def test_the_draw_from_a_column_is_the_draw_from_a_list():
     order = lambda s: SortedIds(s) if isinstance(s, pa.Array) else sorted(s)  # noqa: E731
     for sample in (0, 7, 40):
         assert recall.plan_strata(as_column, sample, 3, order) == recall.plan_strata(parts, sample, 3)
-    assert SortedIds(pa.array(["b", "a", "c"])).index("b") == 1

@@ -20,7 +20,6 @@ import hashlib
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -57,11 +56,11 @@ def earlier(phases, saved: dict) -> list[int]:
     return [i for i in phases.stores["audit"].done_shards() if i not in mine]
 
 
-def population(phases, kept: list[int]) -> dict:
-    """What the audit samples, one row per distinct target in rank order: the candidates no certificate
-    settled and no search decided (past the budget, or cut by it), as rows, and the spans the screen
-    dropped (screened_out), as an Arrow table of span_id and shard (run/dropped.py: millions of them at
-    library scale); a target decided anywhere (an earlier draw's committed parts `kept` included) is
+def population(phases, kept: list[int]) -> dict[str, pa.Table]:
+    """What the audit samples, one row per distinct target in rank order, as Arrow tables of span_id and
+    shard: the candidates no certificate settled and no search decided (past the budget, or cut by it),
+    and the spans the screen dropped (screened_out; run/dropped.py: millions of them at library scale);
+    a target decided anywhere (an earlier draw's committed parts `kept` included) is
     decided for every copy."""
     decided = {r["span_id"] for name in ("search", "tighten") for r in phases.stores[name].rows()
                if r["status"] != "failed"} | phases.settled()
@@ -71,16 +70,13 @@ def population(phases, kept: list[int]) -> dict:
     left, _ = bm.distinct([r for r in ranked if r["span_id"] not in decided], bm.target_key, known)
     known.update((bm.target_key(r), r["span_id"]) for r in ranked)
     paths = [phases.stores["screen"].result_path(s.shard) for s in phases.plan]
+    left = pa.Table.from_pylist([{"span_id": r["span_id"], "shard": r["shard"]} for r in left],
+                                schema=pa.schema([("span_id", pa.string()), ("shard", pa.int64())]))
     return {"not_searched": left, "screened_out": ranked_distinct(paths, "screened_out", decided, set(known))}
 
 
-def _ids(rows) -> Sequence:
-    """A part's span ids in rank order: a list, or the Arrow column of a table (run/dropped.py)."""
-    return rows.column("span_id").combine_chunks() if isinstance(rows, pa.Table) else [r["span_id"] for r in rows]
-
-
-def _ordered(ids: Sequence) -> Sequence:
-    return SortedIds(ids) if isinstance(ids, pa.Array) else sorted(ids)
+def _ids(rows: pa.Table) -> pa.Array:
+    return rows.column("span_id").combine_chunks()
 
 
 def units(phases) -> list[Unit]:
@@ -99,8 +95,9 @@ def units(phases) -> list[Unit]:
         if saved:
             log.info("the recall audit's population or --audit-sample changed since its draw: drawn again")
         discard(phases, saved)
-        if earlier(phases, {}) != kept:  # the discarded draw's committed parts now decide their spans
-            parts = population(phases, earlier(phases, {}))
+        now = earlier(phases, {})
+        if now != kept:  # the discarded draw's committed parts now decide their spans
+            parts = population(phases, now)
         saved = _draw(phases, parts, rule)
     return [Unit.from_json("audit", saved["first"] + i, items) for i, items in enumerate(saved["units"])]
 
@@ -112,8 +109,7 @@ def _key(parts: dict, config) -> str:
         digest.update(f"{', ' if n else ''}{json.dumps(part)}: [".encode())
         ids = _ids(rows)
         for start in range(0, len(ids), 65536):
-            chunk = ids[start:start + 65536]
-            chunk = chunk.to_pylist() if isinstance(chunk, pa.Array) else chunk
+            chunk = ids[start:start + 65536].to_pylist()
             digest.update(((", " if start else "") + ", ".join(map(json.dumps, chunk))).encode())
         digest.update(b"]")
     digest.update(f"}}, {json.dumps(str(config.audit_sample))}, {json.dumps(config.search.seed)}]".encode())
@@ -125,7 +121,7 @@ def _draw(phases, parts: dict, rule) -> dict:
     config, store = phases.config, phases.stores["audit"]
     cost = recall.search_cost([phases.stores["search"].stats(i) for i in phases.stores["search"].done_shards()])
     size, why = recall.audit_size(rule, cost)
-    strata = recall.plan_strata({part: _ids(rows) for part, rows in parts.items()}, size, config.search.seed, _ordered)
+    strata = recall.plan_strata({part: _ids(rows) for part, rows in parts.items()}, size, config.search.seed, SortedIds)
     shard_of = _shards(parts, {span for s in strata for span in s["drawn"]})
     items = [[shard_of[span], span] for s in strata for span in s["drawn"]]
     first = max(store.done_shards(), default=-1) + 1
@@ -145,13 +141,9 @@ def _draw(phases, parts: dict, rule) -> dict:
 
 def _shards(parts: dict, spans: set[str]) -> dict[str, int]:
     """{span_id: shard} of the drawn `spans`."""
-    out = {}
-    for rows in parts.values():
-        if isinstance(rows, pa.Table):
-            rows = rows.filter(pc.is_in(rows.column("span_id"), value_set=pa.array(sorted(spans), pa.string())))
-            rows = rows.to_pylist()
-        out.update((r["span_id"], r["shard"]) for r in rows if r["span_id"] in spans)
-    return out
+    wanted = pa.array(sorted(spans), pa.string())
+    return {r["span_id"]: r["shard"] for rows in parts.values()
+            for r in rows.filter(pc.is_in(rows.column("span_id"), value_set=wanted)).to_pylist()}
 
 
 def discard(phases, saved: dict) -> None:

@@ -10,7 +10,6 @@ The order is measures/budget.py evidence_key's, computed by Arrow's sort (same d
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Sequence
 
 import numpy as np
@@ -84,9 +83,3 @@ class SortedIds(Sequence):
         if isinstance(i, slice):
             return self.ids[i].to_pylist()
         return self.ids[i].as_py()
-
-    def index(self, value, start: int = 0, stop: int | None = None) -> int:  # Sequence's, by bisection
-        at = bisect.bisect_left(self, value, start, len(self) if stop is None else stop)
-        if at < len(self) and self[at] == value:
-            return at
-        raise ValueError(value)
