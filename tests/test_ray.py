@@ -131,20 +131,27 @@ def test_a_seconds_budget_reaches_the_actors_and_a_relaunch_goes_on_from_the_cut
             "--candidates", "96", "--top-k", "64", "--restarts", "0", "--no-early-reject", "--calibration-prompts", "0",
             "--unit-size", "2", "--device", "cpu", "--threads", "1"]
 
-    def scan(budget: str) -> list[dict]:
-        args = [str(corpus), "--model", str(tiny_dir), "--out", str(tmp_path / "run"), *slow, "--search-budget", budget]
-        run_scan(scan_config(scan_command.make_context("scan", args).params, str(corpus)), str(tmp_path / "run"),
+    def scan(out, budget: str) -> list[dict]:
+        args = [str(corpus), "--model", str(tiny_dir), "--out", str(out), *slow, "--search-budget", budget]
+        run_scan(scan_config(scan_command.make_context("scan", args).params, str(corpus)), str(out),
                  executor=ExecutorConfig(kind="ray", num_actors=2))
-        return [json.loads(p.read_text()) for p in (tmp_path / "run" / "search" / "stats").glob("*.json")]
+        return [json.loads(p.read_text()) for p in (out / "search" / "stats").glob("*.json")]
 
-    stats = scan("3s")
-    overshoot = sum(s["search_s"] for s in stats) - 3.0
-    assert overshoot < 1.5, f"the actors overshot the budget by {overshoot:.1f} s, more than a step each"
-    cut = {span: c["resume"] for s in stats for span, c in s.get("cut", {}).items() if c.get("resume")}
+    # A search takes about 1.2 s here and the deadline (3 s over 2 actors) comes 1.5 s in, near where an
+    # actor's first search ends: one that falls between two searches cuts none mid-search, which is right
+    # but not the case under test; a slightly other budget moves it.
+    for seconds in (3, 2.2, 4):
+        out = tmp_path / f"run-{seconds}"
+        stats = scan(out, f"{seconds}s")
+        overshoot = sum(s["search_s"] for s in stats) - seconds
+        assert overshoot < 1.5, f"the actors overshot the budget by {overshoot:.1f} s, more than a step each"
+        cut = {span: c["resume"] for s in stats for span, c in s.get("cut", {}).items() if c.get("resume")}
+        if cut:
+            break
     assert cut, "a search running on an actor at the deadline was stopped there, and recorded where it stood"
-    again = scan("600s")
+    again = scan(out, "600s")
     assert not any(s.get("cut") for s in again), "the relaunch finished every unit"
-    rows = {r["span_id"]: r for r in pq.read_table(tmp_path / "run" / "results").to_pylist()}
+    rows = {r["span_id"]: r for r in pq.read_table(out / "results").to_pylist()}
     for span, where in cut.items():
         lengths = {a["length"] for a in rows[span]["attempts"] if a["stage"] == "search"}
         assert rows[span]["status"] == "not_memorized" and not lengths & set(where["refuted"])
