@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import typing
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -323,10 +324,6 @@ class EngineConfig:
         return "vllm" in (self.verify, self.screen)
 
 
-def to_dict(config: Any) -> dict[str, Any]:
-    return dataclasses.asdict(config)
-
-
 @dataclass(frozen=True, kw_only=True)
 class ExtractionConfig:
     # k = 40, T = 1: the top-k scheme Hayes et al. and Cooper et al. report beside greedy decoding.
@@ -546,9 +543,6 @@ class ExecutorConfig:
                                               ("--gpus-per-actor", self.gpus_per_actor)) if value is not None]
             require(not given, f"{', '.join(given)} only apply to --executor ray; add --executor ray or drop them")
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 @dataclass(frozen=True, kw_only=True)
 class ScanConfig:
@@ -598,3 +592,41 @@ class ScanConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareConfig:
+    """What `acr-scan compare` is (no live objects): run A's folder and saved scan config, model B, the spans."""
+
+    run: str  # run A's folder, resolved
+    scan: ScanConfig  # run A's configuration with B's model (and no draft: a draft is of A's tokenizer)
+    spans: tuple[str, ...] | None = None  # --spans; None: A's flagged and control spans
+    targets: tuple[str, ...] | None = None  # --file's texts: the spans of run A that lie inside them
+    tighten: bool = False  # shrink below each verdict (else both searches stop at their verdict)
+    unit_size: int = 8
+
+
+def from_saved(cls, data: dict, source: str):
+    """A frozen config dataclass from its saved JSON (config.to_dict()'s inverse: nested configs rebuilt,
+    lists made tuples where the field is a tuple). The one reader of run_config.json, for a relaunch's
+    compare, a re-check and a bundle's verify. An unknown or missing key, or a value the config refuses,
+    is an InputError naming `source` (the file it came from)."""
+    require(isinstance(data, dict), f"{source}: {cls.__name__} is {type(data).__name__}, not an object; the file "
+            "is damaged: use the run's own copy")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    require(not unknown, f"{source}: {cls.__name__} has no field(s) {unknown}; the run was made by another "
+            "acr-scanner release: read it with that release")
+    values = {}
+    for key, value in data.items():
+        hint = hints[key]
+        if isinstance(value, dict) and dataclasses.is_dataclass(hint):
+            value = from_saved(hint, value, source)
+        elif isinstance(value, list) and (typing.get_origin(hint) is tuple or "tuple" in str(hint)):
+            value = tuple(value)
+        values[key] = value
+    try:
+        return cls(**values)
+    except TypeError as err:  # a required field missing
+        raise InputError(f"{source}: {cls.__name__}: {err}; the file is damaged: use the run's own copy") from err

@@ -19,14 +19,12 @@ from pathlib import Path
 def cli(*args, cwd: str | Path | None = None, timeout: float | None = None) -> subprocess.CompletedProcess:
     """Like subprocess.run([python, -m, scanner, *args], capture_output=True, text=True). `timeout` is
     accepted for the callers' sake and left to pytest-timeout: a call in this process cannot be cut."""
-    import torch
-
     from scanner.cli.main import main
 
     argv = ["acr-scan", *map(str, args)]
     out, err = io.StringIO(), io.StringIO()
     root = logging.getLogger()
-    handlers, level, threads, old_argv = root.handlers[:], root.level, torch.get_num_threads(), sys.argv
+    handlers, level, old_argv = root.handlers[:], root.level, sys.argv
     root.handlers[:] = []  # so that the CLI's logging.basicConfig takes effect, as in a fresh process
     sys.argv, code = argv, 0
     try:
@@ -38,5 +36,4 @@ def cli(*args, cwd: str | Path | None = None, timeout: float | None = None) -> s
     finally:
         root.handlers[:], sys.argv = handlers, old_argv
         root.setLevel(level)
-        torch.set_num_threads(threads)  # --threads sets the process's
     return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())

@@ -3,6 +3,7 @@
 import torch
 
 from scanner.config import GCGConfig
+from scanner.engine import batched
 from scanner.engine.batched import TargetScorer
 from scanner.engine.losses import exact_match, target_loss, token_margins
 from scanner.search.driver import run_one
@@ -58,9 +59,17 @@ def test_scores_match_per_candidate_forwards_and_survive_oom(engine, monkeypatch
 
     monkeypatch.setattr(body, "forward", small_memory)
     monkeypatch.setattr(engine, "chunk_size", None)
+    monkeypatch.setattr(engine, "oom_ceiling", None)
     halved = scorer.score(prompts)
-    assert engine.chunk_size == 2  # 20 -> 10 -> 5 -> 2: halved until it fits
+    length = scorer.sequences(prompts).shape[1]
+    assert engine.oom_ceiling == (2 * length, 0)  # 20 -> 10 -> 5 -> 2 rows: halved until it fits
     assert torch.allclose(halved.loss, whole.loss, atol=1e-5)
+    monkeypatch.setattr(body, "forward", real)  # the shortage passed: the ceiling holds a while, then goes
+    for calls in range(1, batched.RELAX_AFTER):
+        scorer.score(prompts)
+        assert engine.oom_ceiling == (2 * length, calls)
+    scorer.score(prompts)
+    assert engine.oom_ceiling is None, "a passing shortage does not shrink every later chunk"
 
 
 def test_gradient_points_to_the_canary_and_same_seed_same_run(engine):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -188,3 +189,17 @@ def test_missing_vllm_names_the_install_line(monkeypatch):
         module.import_vllm()
     with pytest.raises(InputError, match="not .gguf files"):
         module.VLLMEngine(ModelConfig(model="m.gguf"), EngineConfig(), "float32", "cpu")
+
+
+@vllm_test
+def test_a_failed_vllm_start_leaves_the_environment_as_it_was(tiny_dir):
+    from scanner.engine.vllm import VLLMEngine
+
+    keys = ("VLLM_BATCH_INVARIANT", "VLLM_CPU_KVCACHE_SPACE")
+    before = {k: os.environ.get(k) for k in keys}
+    # Asked for a GPU the installed vLLM does not run on: refused after the environment was set.
+    fast = VLLMEngine(ModelConfig(model=str(tiny_dir)), EngineConfig(verify="vllm", deterministic=True),
+                      dtype="float32", device="cuda")
+    with pytest.raises(InputError, match="the installed vLLM runs on"):
+        fast.setup()
+    assert {k: os.environ.get(k) for k in keys} == before

@@ -187,9 +187,10 @@ def scores(engine: HFEngine, items: list[tuple[TargetScorer, torch.Tensor]]) -> 
     order = sorted(range(len(items)), key=lambda j: -seqs[j].shape[1])
     total = sum(s.shape[0] for s in seqs)
     keep = max(s.target.numel() for s, _ in items) + 1
-    chunk = engine.chunk_size or initial_chunk(engine, torch.Size((total, seqs[order[0]].shape[1])), keep)
+    length = seqs[order[0]].shape[1]
+    chunk = engine.chunk_size or _below_ceiling(engine, initial_chunk(engine, torch.Size((total, length)), keep), length)
     losses, right = [[] for _ in items], [[] for _ in items]
-    start = 0
+    start, halved = 0, False
     while start < total:
         parts = _segments(order, [seqs[j].shape[0] for j in order], start, min(start + chunk, total))
         try:
@@ -197,15 +198,36 @@ def scores(engine: HFEngine, items: list[tuple[TargetScorer, torch.Tensor]]) -> 
         except torch.OutOfMemoryError:
             if chunk == 1:
                 raise
-            chunk = engine.chunk_size = max(chunk // 2, 1)
+            chunk, halved = max(chunk // 2, 1), True
             log.warning("out of memory: candidate chunk halved to %d", chunk)
             continue
         for j, loss, count in results:
             losses[j].append(loss)
             right[j].append(count)
         start += chunk
+    _learn(engine, chunk * length if halved else None)
     return [Scores(loss=torch.cat(a), exact=torch.cat(b) == items[j][0].target.numel(), right=torch.cat(b))
             for j, (a, b) in enumerate(zip(losses, right, strict=True))]
+
+
+# A chunk that ran out of memory at N tokens would again: later calls start below N tokens (their rows
+# scaled to their own length). After RELAX_AFTER calls without one the ceiling is dropped, so that a
+# passing shortage (another process's memory) does not shrink every chunk of a long scan.
+RELAX_AFTER = 64
+
+
+def _below_ceiling(engine: HFEngine, chunk: int, length: int) -> int:
+    ceiling = engine.oom_ceiling
+    return chunk if ceiling is None else max(1, min(chunk, ceiling[0] // length))
+
+
+def _learn(engine: HFEngine, fitted_tokens: int | None) -> None:
+    """Record the tokens a chunk fit in after running out of memory, or count a call that needed no halving."""
+    if fitted_tokens is not None:
+        engine.oom_ceiling = (fitted_tokens, 0)
+    elif engine.oom_ceiling is not None:
+        tokens, calls = engine.oom_ceiling
+        engine.oom_ceiling = None if calls + 1 >= RELAX_AFTER else (tokens, calls + 1)
 
 
 def _segments(order: list[int], sizes: list[int], lo: int, hi: int) -> list[tuple[int, int, int]]:

@@ -76,6 +76,9 @@ class HFEngine:
     def _setup(self, loaded: LoadedModel, prompt: PromptConfig, template: PromptTemplate,
                allowed_ids: list[int]) -> None:
         self.model, self.tokenizer = loaded.model, loaded.tokenizer
+        self.threads_before = loaded.threads_before
+        # Reference models (stages/calibrate.py), loaded on first use and closed with this engine.
+        self.references: dict[str, HFEngine] = {}
         self.device, self.dtype = loaded.device, loaded.dtype
         self.prompt_config, self.template, self.allowed_ids = prompt, template, allowed_ids
         rows = self.model.get_input_embeddings().weight.shape[0]
@@ -84,7 +87,9 @@ class HFEngine:
         self.max_positions = _max_positions(self.model)
         self.attention_window = _sliding_window(self.model)
         self._keeps_logits = "logits_to_keep" in inspect.signature(self.model.forward).parameters
-        self.chunk_size: int | None = None  # learned on OOM; persists across targets
+        self.chunk_size: int | None = None  # candidates per forward, fixed; None: sized from free memory
+        # (tokens a chunk fit in after an out-of-memory, calls since): batched.scores' learned ceiling
+        self.oom_ceiling: tuple[int, int] | None = None
         pad = getattr(self.tokenizer, "pad_token_id", None)
         self.greedy = Greedy(self.model, 0 if pad is None else pad)  # HF generation (engine/generate.py)
         self.batchable: bool | None = None  # several targets per forward work (engine/batched.py)
@@ -105,9 +110,17 @@ class HFEngine:
         self.screener = fast if screen else None
 
     def close(self) -> None:
-        """Stop an attached vLLM's processes now (the HF model needs nothing)."""
+        """Stop an attached vLLM's processes now, close the draft and reference models loaded for this
+        engine, and give torch's thread count back where --threads set it."""
         for fast in {id(e): e for e in (self.verifier, self.screener) if e is not None}.values():
             fast.close()
+        for other in [self.draft, *self.references.values()]:
+            if other is not None:
+                other.close()
+        self.references.clear()
+        if self.threads_before is not None:
+            torch.set_num_threads(self.threads_before)
+            self.threads_before = None
 
     def info(self) -> dict:
         """Engine, version, dtype and flags of this HF model, as results record them."""

@@ -21,6 +21,7 @@ class LoadedModel:
     dtype: str
     source: str  # "gguf", "local" or "hub"
     adds_bos: bool | None = None  # the file's own BOS flag where the loaded tokenizer forgets it (GGUF)
+    threads_before: int | None = None  # torch's thread count before --threads set it: restored on close
 
 
 def resolve_device(device: str) -> str:
@@ -75,8 +76,6 @@ def load_model(config: ModelConfig) -> LoadedModel:
 
     hf_logging.disable_progress_bar()  # progress belongs to the driver, not to every model load
     source = model_source(config.model)
-    if config.threads:
-        torch.set_num_threads(config.threads)
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
     where, kwargs = _pretrained_args(config, source)
@@ -97,8 +96,12 @@ def load_model(config: ModelConfig) -> LoadedModel:
                          "does not know the architecture") from err
     model.to(device).eval().requires_grad_(False)
     log.info("loaded %s (%s) on %s as %s", config.model, source, device, dtype)
+    threads_before = torch.get_num_threads() if config.threads else None
+    if config.threads:  # torch's pool is the process's: set once loaded, given back by the engine's close()
+        torch.set_num_threads(config.threads)
     return LoadedModel(model=model, tokenizer=tokenizer, device=device, dtype=str(dtype).removeprefix("torch."),
-                       source=source, adds_bos=gguf_adds_bos(config.model) if source == "gguf" else None)
+                       source=source, adds_bos=gguf_adds_bos(config.model) if source == "gguf" else None,
+                       threads_before=threads_before)
 
 
 def load_tokenizer(config: ModelConfig):

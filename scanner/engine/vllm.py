@@ -80,29 +80,35 @@ class VLLMEngine:
         self.enforce_eager = device == "cpu"
         self.llm = None
         self.version: str | None = None
+        self.kv_cache_gib: str | None = None  # VLLM_CPU_KVCACHE_SPACE the engine was built with (CPU)
+        self._env_before: dict[str, str | None] = {}  # the variables _environment() set, as they were
 
     def info(self) -> dict:
         """What every result records about the engine that verified or screened it."""
         flags = {"device": self.device, "enforce_eager": self.enforce_eager,
                  "batch_invariant": self.engines.deterministic and self.device != "cpu",
                  "gpu_memory_utilization": self.engines.gpu_memory_utilization if self.device != "cpu" else None,
-                 "cpu_kvcache_gib": os.environ.get("VLLM_CPU_KVCACHE_SPACE") if self.device == "cpu" else None}
+                 "cpu_kvcache_gib": self.kv_cache_gib if self.device == "cpu" else None}
         return {"engine": "vllm", "version": self.version, "dtype": self.dtype, "flags": flags}
 
     def setup(self) -> VLLMEngine:
         if self.llm is not None:
             return self
         self._environment()
-        vllm = import_vllm()
-        self.version = vllm.__version__
-        self._check_platform()
-        self._check_attention()
-        config = self.model_config
-        self.llm = vllm.LLM(
-            model=config.model, revision=config.revision, trust_remote_code=config.trust_remote_code,
-            dtype=self.dtype, skip_tokenizer_init=True, seed=0, enforce_eager=self.enforce_eager,
-            gpu_memory_utilization=self.engines.gpu_memory_utilization, max_model_len=self._max_model_len(),
-            max_logprobs=MAX_LOGPROBS)
+        try:
+            vllm = import_vllm()
+            self.version = vllm.__version__
+            self._check_platform()
+            self._check_attention()
+            config = self.model_config
+            self.llm = vllm.LLM(
+                model=config.model, revision=config.revision, trust_remote_code=config.trust_remote_code,
+                dtype=self.dtype, skip_tokenizer_init=True, seed=0, enforce_eager=self.enforce_eager,
+                gpu_memory_utilization=self.engines.gpu_memory_utilization, max_model_len=self._max_model_len(),
+                max_logprobs=MAX_LOGPROBS)
+        except BaseException:
+            self._restore_environment()
+            raise
         log.info("vLLM %s built for %s (%s, %s)", self.version, config.model, self.device, self.dtype)
         # Left to interpreter exit, vLLM's engine threads can abort the process (SIGABRT, "terminate
         # called without an active exception") after all the work is done: stop them first.
@@ -132,16 +138,29 @@ class VLLMEngine:
                              "--screen-engine hf (or run vLLM on a GPU)")
 
     def _environment(self) -> None:
-        # Read by vLLM's engine processes when they start, so it is set before the LLM exists.
+        """Set what vLLM's engine processes read when they start (before the LLM exists), for this
+        engine's life: close() gives the process its environment back."""
+        wanted = {}
         if self.engines.deterministic:
-            os.environ["VLLM_BATCH_INVARIANT"] = "1"
+            wanted["VLLM_BATCH_INVARIANT"] = "1"
             if self.device == "cpu":
                 log.warning("--deterministic: vLLM's batch-invariant mode needs a GPU; its CPU backend "
                             "ignores it (recorded as batch_invariant false)")
         if self.device == "cpu":
             # Unset, vLLM sizes the CPU KV cache from the node's free memory, which the HF model in this
             # process (and other jobs on a shared machine) need; short prompts fit easily in 1 GiB.
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KV_CACHE_GIB)
+            wanted["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE", CPU_KV_CACHE_GIB)
+            self.kv_cache_gib = wanted["VLLM_CPU_KVCACHE_SPACE"]
+        self._env_before = {key: os.environ.get(key) for key in wanted}
+        os.environ.update(wanted)
+
+    def _restore_environment(self) -> None:
+        for key, value in self._env_before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._env_before = {}
 
     def _max_model_len(self) -> int:
         """The model's context, capped: a long-context model would otherwise have vLLM reserve KV
@@ -207,6 +226,7 @@ class VLLMEngine:
         if core is not None and hasattr(core, "shutdown"):
             core.shutdown()
         self.llm = None
+        self._restore_environment()
 
 
 def _scored(output) -> tuple[list[int], list[float]]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from scanner.config import EngineConfig, ModelConfig, PromptConfig, SearchConfig
+from scanner.config import ModelConfig, ScanConfig, from_saved
 from scanner.confine import inside
 from scanner.engine.identity import identity_problems
 from scanner.engine.recipe import recipe, recipe_problems
@@ -60,16 +60,13 @@ class Recheck:
         return not self.problems and not self.disagreements
 
 
-def open_engine(saved: dict, model: str | None, dtype: str | None, verify_engine: str | None):
+def open_engine(saved: ScanConfig, model: str | None, dtype: str | None, verify_engine: str | None):
     """The HF engine (and vLLM where asked) of a run's saved configuration, on another path if given."""
     from scanner.engine.build import build_engines
 
-    model_config = ModelConfig(**{**saved["model"], "model": model or saved["model"]["model"],
-                                  **({"dtype": dtype} if dtype else {})})
-    # The run's verify engine (a run saved before engines were configurable verified with hf).
-    engines = EngineConfig(**saved.get("engines", {"verify": "hf", "screen": "hf"}))
-    engines = replace(engines, screen="hf", **({"verify": verify_engine} if verify_engine else {}))
-    return build_engines(model_config, PromptConfig(**saved["prompt"]), engines)
+    model_config = replace(saved.model, model=model or saved.model.model, **({"dtype": dtype} if dtype else {}))
+    engines = replace(saved.engines, screen="hf", **({"verify": verify_engine} if verify_engine else {}))
+    return build_engines(model_config, saved.prompt, engines)
 
 
 def recheck_rows(engine, rows: list[dict], fragile_below: float, problems: list[str] | None = None) -> Recheck:
@@ -86,18 +83,15 @@ def recheck_rows(engine, rows: list[dict], fragile_below: float, problems: list[
     return Recheck(path=engine.verify_info(), fragile_below=fragile_below, checks=checks, problems=problems or [])
 
 
-def _fragile_below(saved: dict, fragile_margin: float | None) -> float:
-    if fragile_margin is not None:
-        return fragile_margin
-    # a run saved before the threshold existed: today's default
-    return saved.get("search", {}).get("fragile_margin", SearchConfig().fragile_margin)
+def _fragile_below(saved: ScanConfig, fragile_margin: float | None) -> float:
+    return saved.search.fragile_margin if fragile_margin is None else fragile_margin
 
 
 def verify_run(run_dir: str, model: str | None = None, dtype: str | None = None, verify_engine: str | None = None,
                fragile_margin: float | None = None) -> Recheck:
     """Every memorized span of the run generated again (on another path where `dtype`/`verify_engine` say)."""
     run = RunDir(run_dir)
-    saved = run.saved_config()["config"]
+    saved = run.scan_config()
     flagged = [r for r in run.read_results().to_pylist() if r["status"] == "memorized"]
     engine = open_engine(saved, model, dtype, verify_engine)
     try:
@@ -184,19 +178,15 @@ def model_record(folder: Path) -> dict:
     return record
 
 
-def bundle_config(folder: Path, model: str) -> dict:
-    """run_config.json's "config", checked to make the configs a re-check needs (InputError if not)."""
+def bundle_config(folder: Path, model: str) -> ScanConfig:
+    """run_config.json's "config", read as a run's is (config.from_saved; InputError if it is none)."""
     saved = _read_json(folder, "run_config.json").get("config")
-    damaged = "the bundle's run_config.json is not a run configuration"
-    require(isinstance(saved, dict) and all(isinstance(saved.get(k), dict) for k in ("model", "prompt"))
-            and all(isinstance(saved.get(k, {}), dict) for k in ("engines", "search")),
-            f"{damaged} (no \"config\" object with \"model\" and \"prompt\" objects); the bundle is damaged")
     try:
-        ModelConfig(**{**saved["model"], "model": model}), PromptConfig(**saved["prompt"])
-        EngineConfig(**saved.get("engines", {}))
-    except TypeError as err:  # an unknown or missing key
-        raise InputError(f"{damaged} ({err}); the bundle is damaged") from err
-    return saved
+        return replace(from_saved(ScanConfig, saved, "the bundle's run_config.json"),
+                       model=replace(from_saved(ModelConfig, saved["model"], "run_config.json"), model=model))
+    except (InputError, KeyError, TypeError) as err:
+        raise InputError(f"the bundle's run_config.json is not a run configuration ({err}); the bundle is "
+                         "damaged") from err
 
 
 def _ids(value, nullable: bool = False) -> bool:
@@ -257,7 +247,7 @@ def verify_bundle(bundle: str, model: str, dtype: str | None = None, verify_engi
     recorded = _read_json(folder, RECIPE)
     engine = open_engine(saved, model, dtype, verify_engine)
     try:
-        now = recipe(engine.template, engine.stop_ids(), saved.get("model", {}).get("trust_remote_code", False))
+        now = recipe(engine.template, engine.stop_ids(), saved.model.trust_remote_code)
         problems += recipe_problems(recorded, now)
         rows = in_vocabulary(rows, vocabulary_size(engine), problems)
         return recheck_rows(engine, rows, _fragile_below(saved, fragile_margin), problems)

@@ -54,19 +54,24 @@ def measure_many(model: ModelConfig, prompt: PromptConfig, search: SearchConfig,
 
     calibration = calibration or CalibrationConfig(seed=search.seed)
     engines = engines or EngineConfig()
+    owned = engine is None  # an engine built here is closed here: its threads, vLLM and references go with it
     engine = engine or build_engine(model, prompt, engines, search.gcg.draft.model)
-    validate_targets(engine, targets, search)
-    jobs = [(Target(t["text"], t.get("natural_prefix")), search) for t in targets]
-    finished: dict[int, AcrResult] = {}
-    emitted = 0
-    for index, result in measure_targets(engine, jobs, batched.width(engine, engines.targets_per_forward), observer):
-        if isinstance(result, Exception):
-            raise result
-        finished[index] = result
-        while emitted in finished:
-            done = finished.pop(emitted)
-            log.info("ACR %.2f (%s tokens -> %s) for %r", done.acr, done.target_tokens,
-                     done.prompt_tokens, done.target[:40])
-            yield calibrate_record(engine, record(engine, done, model), calibration, model=model, prompt=prompt,
-                                   natural_prefix=targets[emitted].get("natural_prefix"))
-            emitted += 1
+    try:
+        validate_targets(engine, targets, search)
+        jobs = [(Target(t["text"], t.get("natural_prefix")), search) for t in targets]
+        finished: dict[int, AcrResult] = {}
+        emitted = 0
+        for index, result in measure_targets(engine, jobs, batched.width(engine, engines.targets_per_forward), observer):
+            if isinstance(result, Exception):
+                raise result
+            finished[index] = result
+            while emitted in finished:
+                done = finished.pop(emitted)
+                log.info("ACR %.2f (%s tokens -> %s) for %r", done.acr, done.target_tokens,
+                         done.prompt_tokens, done.target[:40])
+                yield calibrate_record(engine, record(engine, done, model), calibration, model=model, prompt=prompt,
+                                       natural_prefix=targets[emitted].get("natural_prefix"))
+                emitted += 1
+    finally:
+        if owned:
+            engine.close()

@@ -27,9 +27,9 @@ from scanner.measures.overlap import token_string
 from scanner.results.rows import certified_row as settled_by_certificate
 from scanner.results.rows import failed_row, measured_prompt
 from scanner.run.heartbeat import UnitProgress, task_beat
-from scanner.run.model_record import check_loaded
 from scanner.run.passages import write_passages
-from scanner.run.shard import calibrate, open_engine, screen_shard, search_rows, shard_log
+from scanner.run.shard import calibrate, screen_shard, search_rows, shard_log
+from scanner.run.worker import ModelWorker
 from scanner.schema import results_schema
 from scanner.search.miniprompt import effective_cap
 from scanner.search.progress import QUIET, SearchObserver, SearchProgress
@@ -237,36 +237,16 @@ def resumed(kept: pa.Table, earlier: dict, table: pa.Table, stats: dict, candida
     return pa.concat_tables([kept, table.replace_schema_metadata(kept.schema.metadata)]), merged
 
 
-class Worker:
-    """Runs any task of a scan and commits it. The same class is the local executor's worker and each
-    Ray actor's state; heavy objects are built in `setup()` where it runs, never pickled."""
+class Worker(ModelWorker):
+    """Runs any task of a scan and commits it: the local executor's worker and each Ray actor's state."""
 
     def __init__(self, config: ScanConfig, out: str, corpus=None, seen: dict | None = None) -> None:
-        self.config, self.run = config, RunDir(out)
-        self.engine = self.meta = None
+        super().__init__(config, out, corpus, seen)
+        self.run = RunDir(out)
         self._kept: OrderedDict[str, tuple[str, str]] = OrderedDict()  # documents' texts (_texts)
-        self.corpus = corpus  # the driver's, already validated; a Ray actor opens its own in setup()
-        self.seen = seen  # the driver's stamps of the model files, for a worker in its process only
-
-    def setup(self, cpus: float | None = None) -> dict:
-        """Load the engines (once) and open the corpus; returns the provenance for provenance.json.
-        `cpus`: the actor's share, which torch's thread pool is held to unless --threads says otherwise."""
-        from scanner.stages.read import open_corpus
-
-        if cpus is not None and self.config.model.threads is None:  # torch would size its pool to the node
-            import torch
-
-            torch.set_num_threads(max(1, int(cpus)))
-        if self.engine is None:
-            self.engine, self.meta = open_engine(self.config)
-            # The files just loaded are the run's recorded bytes, or this worker scans nothing.
-            self.meta[b"model_hash"] = check_loaded(self.run.path, self.config.model, self.seen).encode()
-        self.corpus = self.corpus or open_corpus(self.config.corpus)  # workers read the corpus from shared storage
-        return {k.decode(): v.decode() for k, v in self.meta.items()}
 
     def run_task(self, task) -> dict:
-        if self.engine is None:
-            self.setup()
+        self.ready()
         if isinstance(task, Shard):
             with task_beat(self.run.path, heartbeat_name(task)):
                 return self._screen(task)
@@ -335,8 +315,4 @@ class Worker:
         while len(self._kept) > TEXTS_KEPT:
             self._kept.popitem(last=False)
         return {key: self._kept[key] for key in wanted if key in self._kept}
-
-    def close(self) -> None:
-        if self.engine is not None:
-            self.engine.close()
 

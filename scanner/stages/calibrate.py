@@ -30,20 +30,18 @@ from scanner.stages.spans import tokenize_document
 
 log = logging.getLogger(__name__)
 
-_REFERENCES: dict[str, HFEngine] = {}  # one per process: a Ray actor loads R once, for all its shards
-
-
-def reference_engine(model: ModelConfig, reference: str, prompt: PromptConfig) -> HFEngine:
+def reference_engine(engine: HFEngine, model: ModelConfig, reference: str, prompt: PromptConfig) -> HFEngine:
     """R, loaded on first use with the scan's device, dtype and threads (HF: it only generates and
-    scores a few memorized spans, vLLM would reserve GPU memory for nothing)."""
+    scores a few memorized spans, vLLM would reserve GPU memory for nothing). Kept by the measured
+    model's `engine` (a worker loads R once, for all its units) and closed with it."""
     config = replace(model, model=reference, revision=None)
     key = json.dumps([asdict(config), asdict(prompt)], sort_keys=True)
-    if key not in _REFERENCES:
+    if key not in engine.references:
         from scanner.engine.build import build_engines
 
         log.info("loading the reference model %s", reference)
-        _REFERENCES[key] = build_engines(config, prompt, EngineConfig(verify="hf", screen="hf"))
-    return _REFERENCES[key]
+        engine.references[key] = build_engines(config, prompt, EngineConfig(verify="hf", screen="hf"))
+    return engine.references[key]
 
 
 def self_evidence(engine: HFEngine, prompt_tokens: int | None, target_ids: list[int],
@@ -161,7 +159,7 @@ def calibrate_rows(engine: HFEngine, rows: dict, docs: list, config: Calibration
     flagged = [r for r in out.values() if r["status"] == "memorized"]
     if not config.enabled:
         return {k: {**r, "calibrated_memorized": r["memorized"]} for k, r in out.items()}
-    ref = reference_engine(model, config.reference_model, prompt) if config.reference_model and flagged else None
+    ref = reference_engine(engine, model, config.reference_model, prompt) if config.reference_model and flagged else None
     texts, offsets = {_doc_key(d.row, d.doc_id): d.text for d in docs}, {}  # ids may repeat, rows do not
     for done, row in enumerate(flagged):
         progress(done, len(flagged))
@@ -191,7 +189,7 @@ def calibrate_record(engine: HFEngine, record: dict, config: CalibrationConfig, 
     if not record["memorized"] or not config.enabled:
         return {**out, "calibrated_memorized": record["memorized"]}
     ids, text = record["target_ids"], record["target"]
-    ref = reference_engine(model, config.reference_model, prompt) if config.reference_model else None
+    ref = reference_engine(engine, model, config.reference_model, prompt) if config.reference_model else None
     model_nll = text_nll(engine, natural_prefix or "", text, ids) / len(ids) if ref else None
     columns = calibrate_span(engine, ref, config, text=text, target_ids=ids, prompt=record["prompt"],
                              prompt_tokens=record["prompt_tokens"], prefix=natural_prefix,

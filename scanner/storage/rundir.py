@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from scanner import __version__
+from scanner.config import ScanConfig, from_saved
 from scanner.errors import InputError, require
 from scanner.schema import SCHEMA_VERSION, results_schema
 from scanner.storage.atomic import TMP_SUFFIX, atomic_write_json, remove_file
@@ -389,6 +390,10 @@ class RunDir:
                 "longer gives the run_hash recorded beside it, so the finished results were made from another "
                 f"configuration, corpus or model than the file says; restore the file as the scan wrote it, or {FIX}")
         return saved
+
+    def scan_config(self) -> ScanConfig:
+        """The run's ScanConfig, read back from run_config.json (config.from_saved)."""
+        return from_saved(ScanConfig, self.saved_config()["config"], str(self.path / CONFIG_FILE))
 
     def require_run(self) -> None:
         """InputError unless this is a scan's run directory (for the commands that only read one)."""
