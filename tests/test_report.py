@@ -135,6 +135,17 @@ def test_page_shows_the_per_document_figures_of_documents_with_findings_only():
     assert cells(page, "closest") == [["y", "2", "0.25", "0.9"], ["z", "1", "0.25", "–"]]
 
 
+def test_the_closest_table_says_which_documents_it_ranks_against_the_count_above_it():
+    """Two documents without findings over a table of one: the caption says the other had no span the
+    screen scored, so the count and the table do not disagree."""
+    rows = [r if r["doc_id"] != "z" else {**r, "greedy_match_rate": None} for r in crafted().to_pylist()]
+    page = render_report(table_of(rows), SUMMARY)
+    assert "2 documents without a memorized span" in page
+    assert cells(page, "closest") == [["y", "2", "0.25", "0.9"]]
+    assert ("The 1 document closest to being flagged, of the 1 whose spans the screen scored (1 had no span "
+            "the screen scored)") in page
+
+
 def test_a_passage_failure_or_calibrated_flag_alone_is_a_finding():
     from scanner.schema import passages_schema
 

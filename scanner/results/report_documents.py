@@ -148,14 +148,18 @@ def _findings_html(found: list[DocStats]) -> str:
 
 
 def _closest_html(quiet: list[DocStats]) -> str:
-    screened = sorted((d for d in quiet if d.best_match is not None),
-                      key=lambda d: (-d.best_match, _acr_rank(d)))[:CLOSEST]
+    scored = sorted((d for d in quiet if d.best_match is not None), key=lambda d: (-d.best_match, _acr_rank(d)))
+    screened = scored[:CLOSEST]
     if not screened:
         return ""
+    # the table's rows against the count above it: which documents it ranks, and why the others are absent
+    unscored = len(quiet) - len(scored)
+    which = (f"The {count(len(screened), 'document')} closest to being flagged, of the {num(len(scored))} "
+             "whose spans the screen scored" + (f" ({num(unscored)} had no span the screen scored)" if unscored else ""))
     rows = "".join(f'<tr><td class="doc">{esc(d.doc_id)}</td><td class="num">{num(d.spans)}</td>'
                    f'<td class="num">{num(d.best_match)}</td><td class="num">{num(d.top_acr)}</td></tr>'
                    for d in screened)
-    return ('<p class="meta">Closest to being flagged: the highest greedy-match rate of the screen (the '
+    return (f'<p class="meta">{which}: the highest greedy-match rate of the screen (the '
             "share of a span's tokens the model predicts from the text before it), with the top ACR of its "
             'searched spans (none memorized).</p><table class="closest"><thead><tr><th>document</th>'
             '<th class="num">spans</th><th class="num">best greedy-match rate</th>'
