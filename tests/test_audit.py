@@ -1,4 +1,4 @@
-"""The recall audit (issue 30), through the CLI on the tiny model: after a budgeted search, a seeded
+"""The recall audit, through the CLI on the tiny model: after a budgeted search, a seeded
 stratified sample of what the budget left and of what the screen dropped is searched, and recall.json
 states how many memorized spans the unsearched still hold, with an exact interval that holds the truth.
 

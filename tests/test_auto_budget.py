@@ -1,4 +1,4 @@
-"""--search-budget auto (issue 30 item 2), through the CLI on the tiny model: the search stops where the
+"""--search-budget auto, through the CLI on the tiny model: the search stops where the
 yield of the last decided candidates along the rank falls below the rule, says why in the rows it leaves
 and in the run; a relaunch stops at the same unit, a larger fixed budget goes on. The rule's math is
 scanner/measures/budget.py auto_stop (its property tests beside it).

@@ -130,7 +130,7 @@ def test_every_passage_gets_its_first_search_before_any_gets_a_second():
 
 
 def test_a_passage_certificates_found_waits_behind_every_passage_not_yet_found():
-    """The issue's case: the best candidate (0.97) touches a certified span, so a 0.91 candidate of a
+    """The case the rule is for: the best candidate (0.97) touches a certified span, so a 0.91 candidate of a
     passage nobody found goes first, and the known run's windows are named as waiting."""
     spans = [_span("known", 0, 32, 0.97), _span("fresh", 1, 0, 0.91), _span("fresh2", 1, 32, 0.6)]
     order, waits = bm.fresh_first(bm.rank(spans), found=[(0, 0, 32)])

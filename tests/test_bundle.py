@@ -1,7 +1,7 @@
-"""Evidence a third party re-checks (issue 19, items 3 and 4), through the CLI on the tiny model: the
-margin of each success's own generation and `fragile`, `verify --dtype` on another numeric path, and
-`export --bundle`: its manifest and model hashes, its standalone recheck.py run by an interpreter that
-cannot import this package, and `verify --bundle` naming an edited byte and a different model file.
+"""Evidence a third party re-checks, through the CLI on the tiny model: the margin of each success's own
+generation and `fragile`, `verify --dtype` on another numeric path, and `export --bundle`: its manifest
+and model hashes, its standalone recheck.py run by an interpreter that cannot import this package, and
+`verify --bundle` naming an edited byte and a different model file.
 
 One document (doc-0, whose canary's spans are settled by their certificates, no GCG: --max-candidates 0)
 keeps the scan to seconds."""

@@ -1,4 +1,4 @@
-"""`acr-scan compare RUN --model B` through the CLI on the tiny model (issue 28): B equal to A keeps every
+"""`acr-scan compare RUN --model B` through the CLI on the tiny model: B equal to A keeps every
 flagged span memorized at the cost of one verification each (A's prompt checked on B), a random-weight
 B of A's tokenizer flags nothing, a B of another tokenizer is refused before any work, a relaunch
 resumes, and the report and export carry both sides.

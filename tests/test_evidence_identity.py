@@ -1,11 +1,8 @@
-"""Evidence that holds under attack (issue 27, items 3-5), through the CLI on the tiny model: the scan's
-model identity is its bytes (recorded when the run starts, checked by every worker, copied into the
-bundle, checked by recheck.py), bundles that say what they were drawn from and whether the run was
-complete, a manifest checked against its published digest or an ssh-ed25519 signature, and a
-run_config.json that is checked rather than trusted. Each defect of the audit has its test here:
-D3 test_export_refuses_a_model_with_other_bytes, D4 test_a_rewritten_manifest_fails_expect_and_signature,
-D5 test_an_edited_run_config_is_refused, D7 test_a_bundle_of_a_killed_run_says_it_is_partial,
-D12 test_recheck_refuses_a_model_with_one_byte_changed.
+"""Evidence that holds under attack, through the CLI on the tiny model: the scan's model identity is its
+bytes (recorded when the run starts, checked by every worker, copied into the bundle, checked by
+recheck.py), bundles that say what they were drawn from and whether the run was complete, a manifest
+checked against its published digest or an ssh-ed25519 signature, and a run_config.json that is checked
+rather than trusted. Each attack has its test, named after what must hold.
 
 One document whose spans its certificates settle (--max-candidates 0) keeps the scan to seconds."""
 
@@ -102,7 +99,7 @@ def test_the_run_records_its_model_bytes_when_it_starts(scanned, tiny_dir):
 
 
 def test_export_refuses_a_model_with_other_bytes(scanned, tiny_dir, tmp_path):
-    """D3: a bundle named a model (a copy with changed weights) that never produced its evidence."""
+    """A bundle must not name a model (a copy with changed weights) that never produced its evidence."""
     run, bundle, _, _, _ = scanned
     copy = one_byte_changed(Path(tiny_dir), tmp_path / "copy")
     got = cli("export", str(run), "--bundle", str(tmp_path / "b"), "--model", str(copy))
@@ -130,7 +127,7 @@ def test_workers_and_relaunches_check_the_bytes_against_the_record(scanned, tiny
 
 
 def test_recheck_refuses_a_model_with_one_byte_changed(scanned, tiny_dir, tmp_path):
-    """D12: recheck.py never checked the model against model.json."""
+    """recheck.py checks the model it is given against model.json before it generates anything."""
     _, bundle, digest, root, _ = scanned
     copy = one_byte_changed(Path(tiny_dir), tmp_path / "copy")
     got = recheck_script(bundle, "--model", str(copy), "--expect", digest, "--signer", str(root / "key.pub"))
@@ -140,7 +137,8 @@ def test_recheck_refuses_a_model_with_one_byte_changed(scanned, tiny_dir, tmp_pa
 
 
 def test_a_rewritten_manifest_fails_expect_and_signature(scanned, tiny_dir, tmp_path):
-    """D4: every doc_id rewritten and the manifest re-hashed passed as "bundle intact"."""
+    """Every doc_id rewritten and the manifest re-hashed must not pass as "bundle intact": the published
+    digest (--expect) and the signature (--signer) both catch it."""
     _, bundle, digest, root, _ = scanned
     assert published_problems(bundle, digest, str(root / "key.pub")) == []  # the bundle as published
     forged = shutil.copytree(bundle, tmp_path / "forged")
@@ -155,13 +153,13 @@ def test_a_rewritten_manifest_fails_expect_and_signature(scanned, tiny_dir, tmp_
     assert f"is not the expected {digest} (--expect)" in got.stdout and "1 problem(s) in the bundle" in got.stdout
     bare = recheck_script(forged, "--model", str(tiny_dir), "--signer", str(root / "key.pub"))
     assert bare.returncode == 1 and f"PROBLEM {SIGNATURE}: the signature does not match" in bare.stdout, bare.stdout
-    # Without --expect or --signer, as the audit ran it, verify now says the manifest went unchecked.
+    # Without --expect or --signer, verify says the manifest went unchecked.
     assert "NOT checked against a published figure" in verify_lines(Recheck({"engine": "hf", "dtype": "float32"}, 1.0, [], []),
                                                                 bundle=str(forged))[1]
 
 
 def test_a_bundle_of_a_killed_run_says_it_is_partial(scanned, tiny_dir, tmp_path):
-    """D7: a killed run's bundle did not say it was partial and carried no denominators."""
+    """A killed run's bundle says it is partial and carries its denominators."""
     run = shutil.copytree(scanned[0], tmp_path / "run")
     for folder in ("done", "results"):  # killed before its one shard was written
         shutil.rmtree(run / folder)
@@ -178,7 +176,7 @@ def test_a_bundle_of_a_killed_run_says_it_is_partial(scanned, tiny_dir, tmp_path
 
 
 def test_an_edited_run_config_is_refused(scanned, tiny_dir, tmp_path):
-    """D5: max_candidates edited by hand, config_hash left alone, and a relaunch under the new value."""
+    """max_candidates edited by hand, run_hash left alone, and a relaunch under the new value: refused."""
     _, _, _, _, corpus = scanned
     run = shutil.copytree(scanned[0], tmp_path / "run")
     saved = json.loads((run / "run_config.json").read_text())

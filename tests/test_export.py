@@ -266,9 +266,9 @@ def test_unwritable_folder_leaves_nothing(table, tmp_path):
         folder.chmod(0o700)
 
 
-def test_table_of_an_older_run_without_the_extra_columns(table, tmp_path):
-    older = table.drop_columns(["target_ids", "teacher_forced"])
-    assert export(older, tmp_path / "flagged.jsonl") == 2
+def test_a_table_without_optional_columns_exports_the_rest(table, tmp_path):
+    trimmed = table.drop_columns(["target_ids", "teacher_forced"])  # made by hand or trimmed
+    assert export(trimmed, tmp_path / "flagged.jsonl") == 2
     first = json.loads((tmp_path / "flagged.jsonl").read_text().splitlines()[0])
     assert "target_ids" not in first and first["prompt_ids"] == list(range(8))
 

@@ -1,4 +1,4 @@
-"""The family matrix (issue 26): tiny random-weight models of every family users scan, built from configs
+"""The family matrix: tiny random-weight models of every family users scan, built from configs
 (scanner/studies/families.py), run through the CLI at the defaults: `acr` (and `--chat` for the chat
 families), `scan` with every phase, `plan`, `verify`, `export --bundle` and the bundle's `recheck.py`;
 with vLLM on the CPU where it runs the family.

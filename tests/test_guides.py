@@ -1,9 +1,9 @@
-"""The guides' quick commands take the time the guides state (issue 37, item 5): run exactly as written,
-in a shell, with `acr-scan` this checkout and `~` a home whose cache holds the session's tiny model.
+"""The guides' quick commands take the time the guides state: run exactly as written, in a shell, with
+`acr-scan` this checkout and `~` a home whose cache holds the session's tiny model.
 
-docs/scanning.md's "try it on the demo's tiny model" said "about a minute" and ran past 15 minutes, its
-recall audit's 16 searches after a scan that searched nothing. The limit is the stated time times
-SLACK: room for a loaded machine, and still far below what an audit out of proportion costs."""
+What this guards against: a guide that says "about a minute" for a command that runs many times longer
+(such as a recall audit of 16 searches after a scan that searched nothing). The limit is the stated time
+times SLACK: room for a loaded machine, and still far below what an audit out of proportion costs."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Hostile inputs met through the CLI (issue 27, deliverables 2 and 6): every path a bundle, a run
-directory or a report names stays inside its root; output folders never take in, replace or delete files
-a command did not write; every bundle file, malformed, gives a message naming it and no traceback; every
-id printed reaches the terminal escaped.
+"""Hostile inputs met through the CLI: every path a bundle, a run directory or a report names stays inside
+its root; output folders never take in, replace or delete files a command did not write; every bundle
+file, malformed, gives a message naming it and no traceback; every id printed reaches the terminal
+escaped.
 
 One scan of one document whose id carries terminal escapes (OSC title, CSI clear, a C1 CSI, a bidi
 override) and whose text holds a NUL, and one bundle of it, shared by every case; each case damages a
@@ -94,16 +94,16 @@ def link_out(bundle: Path, name: str) -> None:
 # --- traversal and links: what a bundle names stays inside it; the secret is never opened -----------
 
 TRAVERSAL = {
-    # D1: a manifest naming a file outside with its right sha256 counted toward "bundle intact"
+    # a manifest naming a file outside with its right sha256 must not count toward "bundle intact"
     "manifest names ../secret": (lambda b, s: rehash(b, {"../secret.txt": sha256(s)}), "the bundle's manifest.json"),
     "manifest names an absolute path": (lambda b, s: rehash(b, {str(s): sha256(s)}), "is an absolute path"),
     "manifest names a/../../secret": (lambda b, s: rehash(b, {"a/../../secret.txt": sha256(s)}), "climbs out"),
-    # D1: a link in place of recipe.json, to an identical file outside: "bundle intact", exit 0
+    # a link in place of recipe.json, to an identical file outside, must not pass as "bundle intact", exit 0
     "recipe.json is a link out": (lambda b, s: link_out(b, "recipe.json"), "symbolic link"),
     "evidence.jsonl is a link out": (lambda b, s: link_out(b, "evidence.jsonl"), "symbolic link"),
     "model.json is a link out": (lambda b, s: link_out(b, "model.json"), "symbolic link"),
     "manifest.json is a link out": (lambda b, s: link_out(b, "manifest.json"), "symbolic link"),
-    # D2: model.json's paths were joined under --model unconfined; the secret's sha256 was printed
+    # model.json's paths joined under --model stay inside it; a secret's sha256 is never printed
     "model.json names ../secret": (lambda b, s: model_entry(b, "../../secret.txt"), "the evidence's model.json"),
     "model.json names an absolute path": (lambda b, s: model_entry(b, str(s)), "is an absolute path"),
 }
@@ -146,7 +146,7 @@ def test_export_bundle_copies_no_file_a_link_in_the_run_directory_points_at(scan
 MALFORMED = [
     ("manifest.json", "{not json", "manifest.json is not JSON"),
     ("manifest.json", "[]", "manifest.json is not a JSON object"),
-    ("manifest.json", '{"files": ["evidence.jsonl"]}', '"files" is list'),  # D9: a traceback before
+    ("manifest.json", '{"files": ["evidence.jsonl"]}', '"files" is list'),  # named, not a traceback
     ("manifest.json", '{"files": {"evidence.jsonl": "abc"}}', "hold no sha256"),
     ("model.json", b"\xff not json", "model.json is not JSON"),
     ("model.json", '{"files": {"path": "x"}}', '"files" is not a list'),
@@ -198,7 +198,8 @@ def test_recheck_script_names_a_malformed_file(scanned, tiny_dir, tmp_path):
 
 
 def test_a_deleted_evidence_file_is_named_as_missing(scanned, tiny_dir, tmp_path):
-    """D10: it said "a folder on that path does not exist ... create it": the wrong cause and fix."""
+    """Named as missing, not as "a folder on that path does not exist ... create it" (the wrong cause and
+    fix)."""
     _, _, bundle = scanned
     copy = shutil.copytree(bundle, tmp_path / "bundle")
     (copy / "evidence.jsonl").unlink()
@@ -208,7 +209,8 @@ def test_a_deleted_evidence_file_is_named_as_missing(scanned, tiny_dir, tmp_path
 
 
 def test_verify_bundle_lists_rows_it_cannot_check_and_prints_ids_escaped(scanned, tiny_dir, tmp_path):
-    """D8 (target ids too large or not ids crashed generation), D11 (ids printed raw): one engine load."""
+    """Target ids too large, or not ids, are listed rather than crash generation, and ids are printed
+    escaped: one engine load."""
     _, _, bundle = scanned
     copy = shutil.copytree(bundle, tmp_path / "bundle")
     rows = [json.loads(line) for line in (copy / "evidence.jsonl").read_text().splitlines()]
@@ -227,7 +229,7 @@ def test_verify_bundle_lists_rows_it_cannot_check_and_prints_ids_escaped(scanned
 
 
 def test_recheck_script_skips_a_damaged_row_and_prints_ids_escaped(scanned, tiny_dir, tmp_path):
-    """D13 (a damaged line was a traceback), D11 (recheck.py printed doc ids raw)."""
+    """A damaged line is skipped, not a traceback, and recheck.py prints doc ids escaped."""
     _, _, bundle = scanned
     copy = shutil.copytree(bundle, tmp_path / "bundle")
     with open(copy / "evidence.jsonl", "a") as f:
@@ -240,13 +242,13 @@ def test_recheck_script_skips_a_damaged_row_and_prints_ids_escaped(scanned, tiny
 
 
 def test_recheck_script_refuses_a_model_path_that_does_not_exist(scanned, tmp_path):
-    """D13: it tried the hub and printed a traceback."""
+    """Refused by name: not tried on the hub, no traceback."""
     _, _, bundle = scanned
     assert_clean(recheck(bundle, "--model", tmp_path / "absent"), 2, "no such folder or file")
 
 
 def test_an_error_message_prints_a_hostile_path_escaped(tiny_dir, tmp_path):
-    """D11: InputError messages quote what a user or a file gave."""
+    """InputError messages quote what a user or a file gave, escaped."""
     done = cli("verify", "--bundle", tmp_path / f"b{HOSTILE_ID}", "--model", tiny_dir)
     assert_clean(done, 2, "no such folder", "\\x1b]0;pwned")
 
@@ -270,7 +272,7 @@ def out_is_a_folder(reports: Path) -> Path:
     return reports / "y.html"
 
 
-REPORT_OUTS = {  # D6 (the file and the notes were deleted), D21 (an internal temp file was named)
+REPORT_OUTS = {  # neither the file nor the notes may be deleted, nor an internal temp file named
     "pages folder is a file": (foreign_pages_file, "y-passages exists and is not a folder a report wrote"),
     "pages folder holds notes": (foreign_pages_folder, "was not written by acr-scan report (it holds 'notes.txt')"),
     "--out is a folder": (out_is_a_folder, "y.html is a folder; name the HTML file"),
@@ -292,7 +294,7 @@ def test_report_never_replaces_files_it_did_not_write(scanned, tmp_path, case):
 
 
 def test_report_keeps_control_characters_of_the_corpus_out_of_its_html(scanned, tmp_path):
-    """D25: a NUL of the corpus text reached the HTML raw; the id's escapes too. Written twice: a report
+    """A NUL of the corpus text must not reach the HTML raw, nor the id's escapes. Written twice: a report
     replaces the pages folder it wrote itself."""
     _, run, _ = scanned
     for _ in range(2):
@@ -305,7 +307,7 @@ def test_report_keeps_control_characters_of_the_corpus_out_of_its_html(scanned, 
 
 
 def test_report_refuses_a_negative_context(scanned, tmp_path):
-    """D14: --context-chars -5 was taken, and every page said the corpus was not at hand."""
+    """--context-chars -5 is refused, not taken to make every page say the corpus was not at hand."""
     _, run, _ = scanned
     done = cli("report", run, "--out", tmp_path / "r.html", "--context-chars", "-5")
     assert_clean(done, 2, "--context-chars -5: must be 0 or more")
@@ -328,7 +330,7 @@ def notes_folder(folder: Path, run: Path) -> None:
     (folder / "notes.txt").write_text("my own file")
 
 
-SCAN_OUTS = {"a plan's folder": (plan_folder, "'sample.json', 'sample.parquet'"),  # D17
+SCAN_OUTS = {"a plan's folder": (plan_folder, "'sample.json', 'sample.parquet'"),
              "a folder of notes": (notes_folder, "'notes.txt'")}
 
 
@@ -346,7 +348,7 @@ def test_scan_writes_into_no_folder_of_others_files(scanned, tiny_dir, tmp_path,
 
 
 def test_plan_writes_into_no_run_directory(scanned, tiny_dir):
-    """D17: `plan --out RUN_DIR` mixed a plan's files into a scan's run directory."""
+    """`plan --out RUN_DIR` must not mix a plan's files into a scan's run directory."""
     corpus, run, _ = scanned
     before = sorted(os.listdir(run))
     done = cli("plan", corpus, "--model", tiny_dir, "--out", run, "--sample", "1", *SCAN)

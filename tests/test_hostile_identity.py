@@ -1,16 +1,18 @@
-"""One run, one model, one corpus (issue 38): what a relaunch, a compare or an export trusts is checked.
+"""One run, one model, one corpus: what a relaunch, a compare or an export trusts is checked.
 
-Each case is a defect of the audit, met as a user or an attacker meets it, and failed before its fix:
-- compare never checked model B's bytes: a relaunch on a doctored B mixed two Bs in one table, and its
-  workers never ran the check a scan's workers run;
-- run_config.json's hash covered only its `config`: another corpus's fingerprint (or row counts, schema
-  version, model digest) written by hand was believed;
-- compare refused another tokenizer only when the vocabularies differed: other merges were accepted;
-- `export --bundle` copied RUN/model.json unchecked: a hand-edited weight hash then passed `verify --expect`;
-- `scan --out` into a user's folder with results/ and logs/ mixed its files in; `compare --out` inside
-  run A was accepted;
-- compare: an empty --file said "pass TEXT arguments", `--spans ''` compared 0 spans with exit 0, and a
-  relaunch with other options said "(changed: scan)".
+Each case is an attack or a mistake, met as a user or an attacker meets it, and what must hold against it:
+- compare checks model B's bytes: a relaunch on a doctored B must not mix two Bs in one table, and its
+  workers run the check a scan's workers run;
+- run_config.json's hash covers the whole identity, not only its `config`: another corpus's fingerprint
+  (or row counts, schema version, model digest) written by hand is refused;
+- compare refuses another tokenizer whenever it cuts A's texts otherwise, other merges of the same
+  vocabulary included;
+- `export --bundle` checks RUN/model.json against the sealed digest: a hand-edited weight hash must not
+  pass `verify --expect`;
+- `scan --out` into a user's folder with results/ and logs/ is refused, and so is `compare --out` inside
+  run A;
+- compare: an empty --file names the file, `--spans ''` is refused, and a relaunch with other options
+  names the option that changed.
 
 One scan of one document (doc-0: its certificates settle the canary, no span searched) and one comparison
 of two of its spans on a copy of the tiny model (--steps 10: seconds) are shared by every case; each case
@@ -119,7 +121,7 @@ def fingerprint(corpus: Path) -> str:
 
 def b_doctored_after_a_kill(c: Scanned, tmp: Path):
     """Severe: compare killed after its first unit, B's weights replaced by a doctored copy of the same
-    size, relaunched. Before: resumed, unit 0 measured on one B and unit 1 on another in one table."""
+    size, relaunched. Must not: resume and measure unit 0 on one B and unit 1 on another in one table."""
     out = copied(c, tmp)
     (out / "compare" / "done" / "00001").unlink()  # the kill: unit 1 never committed
     for name in ("compare.parquet", "compare_summary.json"):
@@ -136,16 +138,16 @@ def one_b_only(c: Scanned, tmp: Path) -> None:
 
 def run_config_sealed_field(field, value):
     def attack(c: Scanned, tmp: Path):
-        """Severe: a key of run_config.json outside `config` edited by hand, its hash left alone. Before:
-        believed (only `config` was hashed)."""
+        """Severe: a key of run_config.json outside `config` edited by hand, its hash left alone. Must not
+        be believed: the hash covers every key of the run's identity, not only `config`."""
         value_now = fingerprint(c.other) if value == "OTHER" else value
         return cli("export", edited(c.run, tmp / "run", **{field: value_now}), "--bundle", tmp / "bundle")
     return attack
 
 
 def relaunch_on_another_corpus(c: Scanned, tmp: Path):
-    """Severe: the fingerprint set to another corpus's and the scan relaunched on that corpus. Before:
-    accepted as complete, doc-0's memorized rows exported under doc-1's identity."""
+    """Severe: the fingerprint set to another corpus's and the scan relaunched on that corpus. Must not:
+    accept the run as complete and export doc-0's memorized rows under doc-1's identity."""
     run = edited(c.run, tmp / "run", corpus_fingerprint=fingerprint(c.other))
     return cli("scan", c.other, "--model", c.tiny, "--out", run, *SCAN)
 
@@ -156,8 +158,8 @@ def compare_of_an_edited_run(c: Scanned, tmp: Path):
 
 
 def b_of_other_merges(c: Scanned, tmp: Path):
-    """Medium: B's tokenizer of A's vocabulary with half its merges gone. Before: accepted, every span then
-    failed with "B's tokenizer cuts the document", exit 4, at every relaunch."""
+    """Medium: B's tokenizer of A's vocabulary with half its merges gone. Must be refused before any work,
+    not accepted to fail every span ("B's tokenizer cuts the document", exit 4) at every relaunch."""
     b = shutil.copytree(c.b, tmp / "b")
     spec = json.loads((b / "tokenizer.json").read_text())
     merges = spec["model"]["merges"]
@@ -167,8 +169,8 @@ def b_of_other_merges(c: Scanned, tmp: Path):
 
 
 def hand_edited_model_record(c: Scanned, tmp: Path):
-    """Medium: RUN/model.json's weight hash edited (to claim other weights). Before: copied into the bundle,
-    which then passed `verify --expect` against a model of those weights."""
+    """Medium: RUN/model.json's weight hash edited (to claim other weights). Must not be copied into a
+    bundle that would then pass `verify --expect` against a model of those weights."""
     run = shutil.copytree(c.run, tmp / "run")
     record = json.loads((run / "model.json").read_text())
     weight = next(f for f in record["files"] if f["role"] == "weight")
@@ -178,8 +180,8 @@ def hand_edited_model_record(c: Scanned, tmp: Path):
 
 
 def user_folder_with_results_and_logs(c: Scanned, tmp: Path):
-    """Medium: --out a user's folder whose results/ and logs/ hold the user's files. Before: accepted, the
-    scan's parts mixed with them."""
+    """Medium: --out a user's folder whose results/ and logs/ hold the user's files. Must not: mix the
+    scan's parts with them."""
     out = tmp / "mine"
     for name in ("results", "logs"):
         (out / name).mkdir(parents=True)
@@ -188,7 +190,7 @@ def user_folder_with_results_and_logs(c: Scanned, tmp: Path):
 
 
 def compare_out_inside_run_a(c: Scanned, tmp: Path):
-    """Medium: `compare --out RUN_A/cmp`. Before: accepted, a comparison written into the scan's folder."""
+    """Medium: `compare --out RUN_A/cmp`. Must not: write a comparison into the scan's folder."""
     return cli("compare", c.run, "--model", c.b, "--out", c.run / "cmp", "--spans", c.spans[0])
 
 
@@ -198,12 +200,12 @@ def empty_file(c: Scanned, tmp: Path):
 
 
 def empty_spans(c: Scanned, tmp: Path):
-    """Low: `--spans ''`. Before: 0 spans compared, exit 0."""
+    """Low: `--spans ''`. Must not: compare 0 spans and exit 0."""
     return cli("compare", c.run, "--model", c.b, "--out", tmp / "cmp", "--spans", "")
 
 
 def relaunch_with_an_instruction(c: Scanned, tmp: Path):
-    """Low: a relaunch with another option. Before: "(changed: scan)"."""
+    """Low: a relaunch with another option. Must name the option that changed, not "(changed: scan)"."""
     copied(c, tmp)
     return cli(*compare_args(c.run, "cmp", "--instruction", "Do not quote."), cwd=tmp)
 

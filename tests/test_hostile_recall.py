@@ -1,10 +1,10 @@
-"""A recall is stated only from audit searches that committed (issue 38, third severe defect, and "a
-deleted recall.json is not rebuilt"), through the CLI on the tiny model.
+"""A recall is stated only from audit searches that committed, and a deleted recall.json is rebuilt,
+through the CLI on the tiny model.
 
 A scan killed during its recall audit (the draw saved, no audit unit committed) and relaunched with
---audit-sample 0 used to state "the recall audit searched N spans ... found 0 memorized ... Recall: 100 %"
-in recall.json, status, the report and the bundle from a draw nothing had searched. Now: a recall stands
-on committed audit verdicts alone; a changed sample discards the old draw (audit_plan.json included); a
+--audit-sample 0 must not state "the recall audit searched N spans ... found 0 memorized ... Recall:
+100 %" in recall.json, status, the report or the bundle from a draw nothing searched. A recall stands on
+committed audit verdicts alone; a changed sample discards the old draw (audit_plan.json included); a
 memorized find an audit unit committed stays in the results table whatever the next draw; recall.json,
 deleted or edited, is rebuilt by a relaunch."""
 

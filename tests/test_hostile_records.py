@@ -1,17 +1,16 @@
-"""Hostile records (issue 38): what a relaunch, `status`, `verify` and recheck.py read back is checked before
-it is believed, and signatures are made by a maintained library. Each case is a defect the audit found,
-and failed before its fix:
+"""Hostile records: what a relaunch, `status`, `verify` and recheck.py read back is checked before it is
+believed, and signatures are made by a maintained library. What each group of cases guards against:
 
-  signing         a passphrase-protected key was "damaged"; an allowed_signers file was read to its first
-                  key; `recheck.py --signer` on a folder or a missing file was a traceback
-  cut records     a cut search's record claiming a success with no prompt committed not_memorized with 0
-                  steps; a record that is not an object was a traceback (exit 1)
-  run records     a lock with "pid": true was held for a live scan forever; a search_stop.json, recall.json
-                  or audit_plan.json of the wrong shape was believed (or crashed status and report)
-  budget          --search-budget of 401 digits: OverflowError in steps, an infinite budget in seconds
-  bundle          a doc_id holding a newline forged a MATCH line; a symbolic link loop crashed verify and
-                  recheck.py; a model folder's link to a file elsewhere was hashed and its digest printed;
-                  model.json with "files": [] matched any model; recheck.py without --expect said nothing
+  signing         a passphrase-protected key taken for a damaged one; an allowed_signers file read to its
+                  first key only; a traceback from `recheck.py --signer` on a folder or a missing file
+  cut records     a cut search's record claiming a success with no prompt committed as not_memorized with
+                  0 steps; a traceback (exit 1) on a record that is not an object
+  run records     a lock with "pid": true held for a live scan forever; a search_stop.json, recall.json or
+                  audit_plan.json of the wrong shape believed (or crashing status and report)
+  budget          --search-budget of 401 digits: an OverflowError in steps, an infinite budget in seconds
+  bundle          a doc_id holding a newline forging a MATCH line; a symbolic link loop crashing verify
+                  and recheck.py; a model folder's link to a file elsewhere hashed and its digest printed;
+                  model.json with "files": [] matching any model; recheck.py without --expect silent
 
 Two small scans are shared by every case (one document settled by its certificates, exported as a bundle;
 three documents whose search a 1 ms budget cuts); each case damages a copy."""
@@ -97,11 +96,11 @@ def cut_run(tiny_dir, tmp_path_factory):
     return corpus, run
 
 
-# --- 1. signing through cryptography: passphrase keys, allowed_signers, --signer errors -------------------
+# --- signing through cryptography: passphrase keys, allowed_signers, --signer errors ----------------------
 
 @needs_keygen
 def test_a_passphrase_protected_key_signs_what_ssh_keygen_verifies(scanned, tmp_path, monkeypatch):
-    """It said the key "is damaged" (or refused it as encrypted)."""
+    """The key must not be called damaged, nor refused as encrypted: the passphrase unlocks it."""
     _, run, _ = scanned
     key = keygen(tmp_path / "signer", "correct horse")
     bundle = tmp_path / "signed"
@@ -135,7 +134,7 @@ def test_a_passphrase_that_does_not_unlock_the_key_is_named(scanned, tmp_path, m
 
 @needs_keygen
 def test_the_signer_writes_ssh_keygens_bytes_and_every_allowed_signer_is_read(scanned, tmp_path):
-    """allowed_signers was read to its first key only: a bundle signed by its second signer was refused."""
+    """Every key of allowed_signers is read: a bundle signed by its second signer is accepted."""
     _, _, bundle = scanned
     key, other = keygen(tmp_path / "second"), keygen(tmp_path / "first")
     copy = shutil.copytree(bundle, tmp_path / "bundle")
@@ -189,7 +188,7 @@ def signed_copy(bundle: Path, where: Path) -> Path:
 
 @pytest.mark.parametrize("signer", ["folder", "missing", "not a key"])
 def test_a_signer_that_is_no_key_file_is_named_by_verify_and_recheck(scanned, tiny_dir, tmp_path, signer):
-    """recheck.py printed a traceback (IsADirectoryError, FileNotFoundError)."""
+    """Named, with no traceback (IsADirectoryError, FileNotFoundError)."""
     bundle = signed_copy(scanned[2], tmp_path)
     path = {"folder": tmp_path, "missing": tmp_path / "absent.pub", "not a key": tmp_path / "notes.txt"}[signer]
     if signer == "not a key":
@@ -199,7 +198,7 @@ def test_a_signer_that_is_no_key_file_is_named_by_verify_and_recheck(scanned, ti
     assert_clean(cli("verify", "--bundle", bundle, "--model", tiny_dir, "--signer", path), 2, words)
 
 
-# --- 2. records a relaunch reads back: named, redone, never believed ----------------------------------------
+# --- records a relaunch reads back: named, redone, never believed -------------------------------------------
 
 def with_cut(record):
     """A damage of the cut unit's stats: its first span's record replaced by `record(span's record)`."""
@@ -247,7 +246,8 @@ def test_a_search_resumes_from_no_record_that_claims_a_success_without_its_promp
 
 @pytest.mark.parametrize("case", ["a success with no prompt", "a record that is a list"])
 def test_a_relaunch_searches_again_what_a_bad_cut_record_claims(cut_run, tiny_dir, tmp_path, case):
-    """A success with no prompt was committed not_memorized with 0 steps; a list was a traceback (exit 1)."""
+    """Must not: commit a success with no prompt as not_memorized with 0 steps, or fail on a list with a
+    traceback (exit 1)."""
     corpus, run = cut_run
     copy = shutil.copytree(run, tmp_path / "run")
     span = CUT_RECORDS[case](copy)
@@ -298,7 +298,8 @@ def test_status_believes_no_record_of_the_wrong_shape(scanned, tmp_path, case):
 
 
 def test_a_lock_naming_no_process_is_taken_over_and_a_bad_recall_is_not_reported(scanned, tiny_dir, tmp_path):
-    """The lock was held for a live scan forever (pid true is 1 to Python); report crashed on recall.json."""
+    """Must not: hold the lock for a live scan forever (pid true is 1 to Python), or crash the report on
+    recall.json."""
     root, run, _ = scanned
     copy = shutil.copytree(run, tmp_path / "run")
     pid_true(copy)
@@ -311,11 +312,12 @@ def test_a_lock_naming_no_process_is_taken_over_and_a_bad_recall_is_not_reported
     assert "No recall audit" in (tmp_path / "r.html").read_text()
 
 
-# --- 4. budgets no scan can spend -----------------------------------------------------------------------
+# --- budgets no scan can spend --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("unit", ["steps", "s", "h"])
 def test_a_budget_beyond_any_scan_is_refused(scanned, tiny_dir, tmp_path, unit):
-    """401 digits of steps: OverflowError (exit 1); of seconds: an infinite budget, `Infinity` in status."""
+    """Must not: raise OverflowError (exit 1) on 401 digits of steps, or take 401 digits of seconds for an
+    infinite budget (`Infinity` in status)."""
     root, _, _ = scanned
     budget = "1" + "0" * 400 + unit
     done = cli("scan", root / "forged.parquet", "--model", tiny_dir, "--out", tmp_path / "run", *SCAN[:-2],
@@ -324,7 +326,7 @@ def test_a_budget_beyond_any_scan_is_refused(scanned, tiny_dir, tmp_path, unit):
     assert not (tmp_path / "run").exists()
 
 
-# --- 3, 5, 6, 7. bundles: ids escaped, link loops, model links, an empty model record ---------------------
+# --- bundles: ids escaped, link loops, model links, an empty model record ---------------------------------
 
 def rehash(bundle: Path) -> None:
     """manifest.json made to match the bundle's files as they are (what a careful forger does)."""
@@ -376,7 +378,8 @@ def test_verify_and_recheck_refuse_a_hostile_bundle_or_model_folder(scanned, tin
 
 
 def test_ids_holding_a_newline_are_printed_escaped_and_recheck_warns_without_expect(scanned, tiny_dir, tmp_path):
-    """verify and recheck.py printed a doc_id's newline raw: it forged a "MATCH forged-doc" line."""
+    """verify and recheck.py must not print a doc_id's newline raw: it would forge a "MATCH forged-doc"
+    line."""
     _, _, bundle = scanned
     copy = shutil.copytree(bundle, tmp_path / "bundle")
     rows = [json.loads(line) for line in (copy / "evidence.jsonl").read_text().splitlines()]

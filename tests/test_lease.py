@@ -1,4 +1,4 @@
-"""The run directory's lock as a lease (issue 39): its holder renews it while the scan runs; a lock of
+"""The run directory's lock as a lease: its holder renews it while the scan runs; a lock of
 another host not renewed for its lease is taken over with a warning naming the old holder; two live
 drivers still exclude each other. Two "hosts" on this machine are two UTS namespaces (`unshare --uts`,
 each with its own hostname): the pids are shared, the hostnames differ, as for a relaunched Slurm job on
@@ -103,7 +103,7 @@ def test_another_hosts_lock_not_renewed_within_its_lease_is_taken_over_naming_it
     with caplog.at_level(logging.WARNING, logger="scanner.storage.lock"), run_lock(run):
         waited = time.monotonic() - start
     assert 0.8 < waited < 5 and "waiting up to 1 s" in caplog.text and "pid 4343 on node-a" in caplog.text
-    # a lock of an older release (no lease) from another host cannot be judged: refused, as before
+    # a lock of another host without lease_s (written by hand) cannot be judged: refused
     (run / "lock").write_text(json.dumps({"host": "node-a", "pid": 4242, "since": "then"}))
     os.utime(run / "lock", (1, 1))
     with pytest.raises(InputError, match="in use by acr-scan pid 4242 on host node-a"), run_lock(run):
@@ -149,7 +149,8 @@ def test_of_many_takers_of_a_stale_lock_exactly_one_holds_it(tmp_path):
 
 def test_a_scan_killed_on_one_host_is_relaunched_on_another_and_ends_in_the_same_table(reference, tiny_dir,
                                                                                      tmp_path):
-    """Before leases the relaunch exited 2 on the old host's lock until someone deleted RUN/lock."""
+    """The killed scan's lease runs out and the relaunch takes its lock over: it must not exit 2 on the
+    old host's lock until someone deletes RUN/lock."""
     _, want, _ = reference
     corpus = write_corpus(tmp_path / "corpus.parquet", salad_docs=3)
     out = tmp_path / "run"

@@ -1,4 +1,4 @@
-"""A library scan (issue 31), through the CLI on the tiny model: a seconds budget that holds within a GCG
+"""A library scan, through the CLI on the tiny model: a seconds budget that holds within a GCG
 step and resumes where it was cut; a passage found once is given to its copies at other offsets; a
 header every document holds is shared text, shown once and not counted as any book's finding."""
 

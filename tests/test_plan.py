@@ -274,7 +274,7 @@ def scale_model():
 def test_scale_model_reads_a_runs_cost_and_says_where_each_input_comes_from(planned):
     root, _, _, whole = planned
     model = scale_model()
-    assert model.main([]) == model.goal_table()  # no --run: the constants' table, as before
+    assert model.main([]) == model.goal_table()  # no --run: the table of the constants alone
     inputs, sources = model.measured_inputs(root / "full")
     for name in ("tokens_per_book", "screen_s_per_span", "candidate_share", "step_s", "steps_memorized",
                  "memorized_share", "span", "stride", "context"):

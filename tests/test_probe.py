@@ -1,4 +1,4 @@
-"""Probe sampling (issue 20): a draft model of the target's tokenizer screens GCG's candidates. The
+"""Probe sampling: a draft model of the target's tokenizer screens GCG's candidates. The
 rule's math, the draft's refusal before anything is written, and searches on the tiny model: the same
 verdict with a draft, fewer target forwards, and never a false "memorized" from a draft that knows
 nothing (the verdict is still the target's greedy generation)."""

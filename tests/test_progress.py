@@ -119,7 +119,7 @@ def test_acr_shows_its_search_on_a_terminal_and_nothing_in_a_pipe(tiny_dir):
     assert code == 0, seen[-3000:]
     assert PROGRESS_LINE.search(seen), seen[-3000:]  # redrawn in place: length, step of its budget, right
     assert KEPT_LINE.search(seen), seen[-3000:]  # one kept per length tried, with its outcome
-    assert re.search(r"\d+ targets?: average ACR", seen)  # the results' table follows as before
+    assert re.search(r"\d+ targets?: average ACR", seen)  # the results' table follows the progress
     piped = cli(*args)
     assert piped.returncode == 0, piped.stderr
     assert "step" not in piped.stderr and "target 1/1" not in piped.stderr + piped.stdout

@@ -1,4 +1,4 @@
-"""Exit codes a batch system can trust (issue 39): SIGTERM or SIGUSR1 (a time limit, a preemption, a
+"""Exit codes a batch system can trust: SIGTERM or SIGUSR1 (a time limit, a preemption, a
 pod's end) mid-search stops the scan with exit 75, the lock released, and the relaunch ends in the
 table of an uninterrupted run; a scan that leaves failed rows exits 5 naming them, and the relaunch
 that retries them exits 0. Slow candidates (word salad, every span searched whole) keep a search

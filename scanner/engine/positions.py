@@ -1,7 +1,7 @@
 """A model's context length read from its files, before any weights load.
 
-A scan whose spans cannot fit the model's context used to screen past it and end with every
-candidate `failed` and exit 0. The length is read before a run directory exists: a span that cannot fit
+A scan whose spans cannot fit the model's context would screen past it and end with every candidate
+`failed` and exit 0, so the length is read before a run directory exists: a span that cannot fit
 is refused there (a corrected command would otherwise be refused as a changed configuration), and a
 context that cannot fit is capped there, so that the run's configuration records the context it used.
 """

@@ -54,7 +54,7 @@ def passage_id(doc_row: str, token_start: int, token_end: int, tokenizer_id: str
 
 
 def document_key(row: dict) -> str:
-    # doc_row keeps documents that share an id (--allow-duplicate-ids) apart; older tables lack it.
+    # doc_row keeps documents that share an id (--allow-duplicate-ids) apart; rows made by hand may lack it.
     return row.get("doc_row") or row["doc_id"]
 
 
@@ -126,7 +126,7 @@ def inside(passage: Passage, rows: Iterable[dict]) -> list[dict]:
 
 def _calibrated(spans: tuple[dict, ...]) -> int | None:
     if any("calibrated_memorized" not in s for s in spans):
-        return None  # a table made before calibration existed
+        return None  # rows written without calibrated_memorized (made by hand, or by another tool)
     return sum(bool(s["calibrated_memorized"]) for s in spans)
 
 
@@ -137,7 +137,7 @@ def _copies(passage: Passage) -> int | None:
     the header takes its own."""
     counts = [s.get("copies_in_corpus") for s in passage.spans]
     if not counts or None in counts:
-        return None  # results made before the column existed
+        return None  # rows written without it (made by hand)
     cover = [0] * max(passage.char_end - passage.char_start, 1)
     for span, count in zip(passage.spans, counts, strict=True):
         for i in range(max(span["char_start"], passage.char_start) - passage.char_start,

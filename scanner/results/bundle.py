@@ -112,17 +112,14 @@ def model_json(run: RunDir, model_config: ModelConfig, model: str | None) -> dic
     hand-edited model.json is refused); a --model whose files are other bytes is refused."""
     record = read_record(run.path)
     sealed = run.saved_config().get("model_files")  # saved_config: the run_hash holds
-    if sealed is None:  # a run made before the digest was sealed: its model's files are hashed now
-        require(model is not None or Path(model_config.model).exists(), f"{run.path / MODEL}: the run was made before "
-                "acr-scanner sealed its model's digest into run_config.json, and its model "
-                f"{model_config.model} is not here to hash; relaunch the scan (the same command) to seal it, or "
-                "pass --model PATH (the folder of the files it recorded)")
-        model = model or model_config.model
-    else:
-        require(files_digest(record["files"]) == sealed, f"{run.path / MODEL} is not the record of the model this run "
-                f"scanned: its files' digest {files_digest(record['files'])[:12]} is not the {sealed[:12]} that "
-                f"{run.path / 'run_config.json'} seals (a hand edit); restore model.json as the scan wrote it, or "
-                "scan again into a new --out")
+    config = run.path / "run_config.json"
+    require(sealed is not None, f"{config} seals no digest of the model's files, so {run.path / MODEL} "
+            "cannot be checked (the run was not prepared by acr-scan's scan driver); scan again into a new "
+            "--out")
+    digest = files_digest(record["files"])
+    require(digest == sealed, f"{run.path / MODEL} is not the record of the model this run scanned: its "
+            f"files' digest {digest[:12]} is not the {sealed[:12]} that {config} seals (a hand edit); restore "
+            "model.json as the scan wrote it, or scan again into a new --out")
     if model is not None:
         problems = record_problems(record["files"], model_identity(model_config)["files"])
         require(not problems, f"--model {model}: not the model this run scanned ({run.path / MODEL} recorded "
@@ -160,8 +157,8 @@ def bundle_files(run: RunDir, tau: str, calibrated: bool, model: str | None,
     rows, left = without_shared(select_rows(table, tau, calibrated=calibrated), passages, leave_out_shared)
     shared = {**treatment(table, passages, leave_out_shared), "rows_left_out": left}
     missing = [c for c in NEEDED if c not in rows.column_names]
-    require(not missing, f"the run's results lack {missing}, which a re-check needs (a run made before they "
-            "were recorded); scan it again into a new run directory")
+    require(not missing, f"the run's results lack {missing}, which a re-check needs (every results table "
+            "acr-scan writes holds them); scan it again into a new run directory")
     for name in COPIED:
         require((run.path / name).is_file(), f"{run.path / name} is missing: the run never loaded its model "
                 "(no provenance); relaunch the scan")

@@ -41,8 +41,8 @@ def _status(table: pa.Table, *statuses: str):
 
 
 def _certified(table: pa.Table):
-    """Rows whose verdict a certificate decided: a 'certify' attempt, or acr_kind certificate_bound (tables
-    made before attempts were recorded)."""
+    """Rows whose verdict a certificate decided: a 'certify' attempt, or acr_kind certificate_bound (a
+    table without attempts, made by hand)."""
     if "acr_kind" in table.column_names:
         bound = pc.equal(table["acr_kind"], "certificate_bound").fill_null(False)
     else:
@@ -70,7 +70,7 @@ def _own(table: pa.Table) -> pa.Table:
 
 
 def prompt_counts(table: pa.Table) -> dict[str, int]:
-    """Memorized spans by prompt_source; `unmeasured`: memorized ones without it (older tables)."""
+    """Memorized spans by prompt_source; `unmeasured`: memorized ones without it (absent or null)."""
     memorized = table.filter(pc.equal(table["status"], "memorized"))
     if "prompt_source" not in memorized.column_names:
         return {FREE: 0, WORK_TEXT: 0, "unmeasured": memorized.num_rows}

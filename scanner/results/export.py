@@ -108,16 +108,16 @@ def _evidence_columns(table: pa.Table) -> list[str]:
 
 def _calibrated_only(picked: pa.Table, threshold: pa.Array) -> tuple[pa.Table, pa.Array]:
     require("calibrated_memorized" in picked.column_names,
-            "--calibrated: this run has no calibrated verdicts (made before calibration existed); scan it "
-            "again into a new run directory, or drop --calibrated")
+            "--calibrated: the table has no calibrated verdicts (no calibrated_memorized column: a table "
+            "not written by acr-scan); pass a run's results table, or drop --calibrated")
     keep = picked["calibrated_memorized"].combine_chunks().fill_null(False)
     return picked.filter(keep), threshold.filter(keep)
 
 
 def _free_only(picked: pa.Table, threshold: pa.Array) -> tuple[pa.Table, pa.Array]:
     require("prompt_source" in picked.column_names,
-            "--free-prompts-only: this run's table has no prompt_source (made before prompts were measured); "
-            "scan it again into a new run directory, or drop --free-prompts-only")
+            "--free-prompts-only: the table has no prompt_source column (a table not written by acr-scan); "
+            "pass a run's results table, or drop --free-prompts-only")
     keep = pc.equal(picked["prompt_source"], FREE).combine_chunks().fill_null(False)
     return picked.filter(keep), threshold.filter(keep)
 
@@ -284,7 +284,7 @@ def _count_true(mask) -> int:
 
 
 def without_shared(table: pa.Table) -> pa.Table:
-    """The passages less those marked shared text (the column absent in older runs: all kept)."""
+    """The passages less those marked shared text (all kept where the table lacks the column)."""
     if "shared_text" not in table.column_names:
         return table
     return table.filter(pc.invert(pc.fill_null(table["shared_text"], False)))
@@ -296,12 +296,14 @@ def select_passages(table: pa.Table, calibrated: bool = False, free_only: bool =
     and extension prompt (where one ran) are free of the work's text."""
     if calibrated:
         require(table.num_rows == 0 or table["calibrated_spans"].null_count < table.num_rows,
-                "--calibrated: this run has no calibrated verdicts (made before calibration existed); drop --calibrated")
+                "--calibrated: the passages hold no calibrated verdicts (calibrated_spans null: built from "
+                "results without calibrated_memorized); drop --calibrated")
         table = table.filter(pc.greater(table["calibrated_spans"], 0).fill_null(False))
     if free_only:
         require("best_prompt_source" in table.column_names,
-                "--free-prompts-only: this run's passages have no prompt sources (built before prompts were "
-                "measured); scan it again into a new run directory, or drop --free-prompts-only")
+                "--free-prompts-only: the passages table has no best_prompt_source column (made by hand, or "
+                "by another passages version: relaunch the scan command to build it again), or drop "
+                "--free-prompts-only")
         best = pc.equal(table["best_prompt_source"], FREE).fill_null(False)
         extension = table["extension_prompt_source"]
         table = table.filter(pc.and_(best, pc.or_kleene(pc.is_null(extension), pc.equal(extension, FREE)).fill_null(False)))

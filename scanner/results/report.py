@@ -197,7 +197,7 @@ def _prompt_html(row: dict) -> str:
 def _calibration_html(table: pa.Table) -> str:
     """The paper's verdict and the calibrated one side by side (scanner/measures/calibration.py)."""
     if "calibrated_memorized" not in table.column_names:
-        return '<p class="meta">This run has no calibrated verdicts (made before calibration existed).</p>'
+        return '<p class="meta">This table has no calibrated verdicts (no calibrated_memorized column).</p>'
     c = calibrate.counts(table.select(["memorized", "calibrated_memorized", "predictable"]).to_pylist())
     items = (("memorized (ACR &gt; τ, the paper's verdict)", c["memorized"]),
              ("calibrated memorized (memorized and not predictable)", c["calibrated_memorized"]),
@@ -290,7 +290,7 @@ def _all_pages_html(finds: list, pages: str | None, shown: int) -> str:
 
 def _flagged_html(table: pa.Table, passages: pa.Table | None, pages: str | None = None) -> str:
     """Memorized passages (each once, however many windows found it) where the run has them; the top
-    flagged spans for runs made before passages existed or not yet finished. `pages`: the folder of the
+    flagged spans where it has no passages table yet (an unfinished scan). `pages`: the folder of the
     pages per finding (report_pages.py), linked from each; None where none were written."""
     finds = report_pages.findings(table, passages)
     if passages is None:

@@ -65,8 +65,8 @@ class DocStats:
 
 
 def document_keys(table: pa.Table) -> list[tuple[str, str]]:
-    """Per row, (doc_id, doc_row): two documents may share an id, never a corpus row. Tables of runs
-    made before doc_row existed group by doc_id alone."""
+    """Per row, (doc_id, doc_row): two documents may share an id, never a corpus row. A table without
+    doc_row (made by hand) groups by doc_id alone."""
     ids = table["doc_id"].to_pylist()
     rows = table["doc_row"].to_pylist() if "doc_row" in table.column_names else [None] * len(ids)
     return [(doc, row or "") for doc, row in zip(ids, rows, strict=True)]

@@ -268,8 +268,8 @@ def check_pages_folder(folder: Path) -> None:
     names = {p.name for p in folder.iterdir()}
     foreign = sorted(n for n in names if n != MARKER and not n.endswith(".html"))
     require(MARKER in names and not foreign, f"{folder} exists and was not written by acr-scan report (" +
-            (f"it holds {', '.join(map(repr, foreign[:3]))}" if foreign else f"no {MARKER} marker; pages of an "
-             "earlier acr-scanner's report have none: delete the folder if that is what it holds") + f"); {fix}")
+            (f"it holds {', '.join(map(repr, foreign[:3]))}" if foreign else f"no {MARKER} marker")
+            + f"); {fix}")
 
 
 def write_pages(folder: Path, pages: Iterable[tuple[str, str]], commit: Callable[[], None]) -> int:

@@ -15,7 +15,7 @@ SHOWN_CHARS = 300  # of each shared text on the page
 
 
 def shared_mask(passages: pa.Table) -> pa.ChunkedArray | pa.Array:
-    """True for the passages marked shared text (False where the column is absent or null: older runs)."""
+    """True for the passages marked shared text (False where the column is absent or null)."""
     if "shared_text" not in passages.column_names:
         return pa.array([False] * passages.num_rows)
     return pc.fill_null(passages["shared_text"], False)

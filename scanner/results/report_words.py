@@ -40,8 +40,7 @@ def margin_sentence(row: dict) -> str:
     """The margin in plain words, for a reader who is not an engineer."""
     margin = row.get("generation_margin")
     if margin is None:
-        return ("How firmly the model preferred each of the book's words was not measured for this prompt "
-                "(a run made before generation margins were recorded).")
+        return "How firmly the model preferred each of the book's words was not measured for this prompt."
     at, total, below = row.get("generation_margin_at"), row.get("target_tokens"), row.get("fragile_below")
     step = f"word piece {num(at + 1)} of {num(total)}" if at is not None else "one step"
     firm = (f"That is below {num(below)}, the scan's line for <b>fragile</b>: another numeric path (a different "
@@ -60,7 +59,7 @@ def source_sentence(row: dict, k: int | None = None) -> str:
         runs = row.get("prompt_span_run_tokens")
     shared = f"{num(runs)} tokens" if runs is not None else "not measured"
     if source is None:
-        return "Whether the prompt holds the book's own words was not measured (a run made before it was)."
+        return "Whether the prompt holds the book's own words was not measured."
     if source == "free":
         line = f" (the scan counts {num(k)} or more as the work's own text)" if k else ""
         return (f"The prompt is <b>free of the book's text</b>: the longest run of word pieces it shares with the "

@@ -89,7 +89,10 @@ def record_model(folder: Path, config: ModelConfig, finished: bool, command: str
                 f"{path}): {_listed(problems)}; restore the model's files, or {fix}")
         return ModelRecord(saved, seconds, seen)
     if finished:
-        log.warning("%s was started before its model's files were recorded; recording them now", folder)
+        # model.json deleted after work was committed: this launch's files are recorded again; of a scan,
+        # the digest run_config.json seals (storage/rundir.py) still decides whether they are the bytes
+        # its finished work was made with.
+        log.warning("%s holds finished work but no %s; recording this launch's model files", folder, RECORD)
     return ModelRecord(identity, seconds, seen)
 
 

@@ -6,7 +6,8 @@ import pyarrow as pa
 
 from scanner.schema.fields import ROLE_WALL_CLOCK, field
 
-PASSAGES_VERSION = "2"  # 2: copies_in_corpus, shared_text
+# Part of the passages table's fingerprint (storage/passages.py): a table of another version is built again.
+PASSAGES_VERSION = "2"
 
 def _passage_fields() -> list[pa.Field]:
     return [
@@ -32,8 +33,8 @@ def _passage_evidence_fields() -> list[pa.Field]:
     return [
         field("best_acr", pa.float64(), "The highest ACR of the passage's memorized spans.", nullable=True),
         field("best_acr_kind", pa.string(), "What kind of ACR best_acr is, copied from the results' "
-               "acr_kind (a searched minimum or a certificate bound); null where the results have no "
-               "acr_kind column (runs made before it existed: every ACR there is a searched one).",
+               "acr_kind (a searched minimum or a certificate bound); null only where the results were "
+               "written without acr_kind (tables made by hand).",
                nullable=True),
         field("best_prompt", pa.string(), "The prompt of that span: typed in, greedy generation writes "
                "the span's tokens.", nullable=True),
@@ -46,7 +47,8 @@ def _passage_evidence_fields() -> list[pa.Field]:
                "not memorized (searched without success, screened out, failed); their tokens are covered "
                "by the memorized spans around them."),
         field("calibrated_spans", pa.int32(), "Of the merged spans, those calibrated memorized (not shown "
-               "predictable); null for results made before calibration existed.", nullable=True),
+               "predictable); null only where the results were written without calibrated_memorized (tables "
+               "made by hand or by another tool).", nullable=True),
     ]
 
 
@@ -96,7 +98,8 @@ def _shared_fields() -> list[pa.Field]:
     return [
         field("copies_in_corpus", pa.int32(), "How many documents of the corpus hold most of the passage's "
                "text: over its characters, the median of the largest copies_in_corpus (results) of the "
-               "memorized spans covering each; null for results made before it existed.", nullable=True),
+               "memorized spans covering each; null only where the results were written without it "
+               "(tables made by hand).", nullable=True),
         field("shared_text", pa.bool_(), "Text repeated across the corpus (a header, a licence, a table of "
                "contents), not the document's own: copies_in_corpus is at least --shared-text-min-docs (default: "
                "half the corpus's documents, at least 3). The "

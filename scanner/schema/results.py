@@ -13,10 +13,8 @@ import pyarrow as pa
 
 from scanner.schema.fields import DOC_KEY, ROLE_RANK, ROLE_WALL_CLOCK, default_of, field, names_with
 
-# 2: defaults and roles in the field metadata; rejected_early exported. 3: searched_as, acr_kind
-# 'decision_bound' (verdicts first, then tightening). A run directory of another version is not resumed
-# (scanner/storage/rundir.py): its parts would mix two tables.
-# 4: copies_in_corpus. 5: audit_stratum (the recall audit's spans).
+# Raised with every column added or value whose meaning changes: a run directory of another version is
+# not resumed (scanner/storage/rundir.py), since its finished parts and the new ones would mix two tables.
 SCHEMA_VERSION = "5"
 STATUSES = ("memorized", "not_memorized", "screened_out", "skipped", "failed", "not_searched")
 
@@ -411,9 +409,9 @@ _SCHEMA = results_schema()
 RANK_COLUMNS = names_with(_SCHEMA, ROLE_RANK)
 RESULTS_WALL_CLOCK = names_with(_SCHEMA, ROLE_WALL_CLOCK)
 # What export writes for a flagged span, in a reader's order rather than the table's (so it is a list,
-# not a role): the evidence every results table holds, then columns written where the table has them
-# (tables of older runs may lack target_ids or the calibration): ids to re-check a span without the corpus
-# or a tokenizer round trip, the calibrated verdict and its evidence, how the search ended.
+# not a role): the evidence every results table holds, then columns written where the table has them (a
+# table made by hand or trimmed may lack them): ids to re-check a span without the corpus or a tokenizer
+# round trip, the calibrated verdict and its evidence, how the search ended.
 EXPORT_EVIDENCE = (
     "doc_id", "span_id", "char_start", "char_end", "token_start", "text", "prompt", "prompt_tokens",
     "target_tokens", "acr", "verified_generation", "verify_engine", "min_margin", "certificate_tokens",

@@ -1,8 +1,8 @@
 """What a scan has cost so far, phase by phase, in the units a cost model multiplies: read from the
 stats every committed part recorded (screen parts, certify and search units, run/tasks.py unit_cost)
 and from the passages table, so a projection of a larger run starts from this run's figures, never
-from constants. A phase with nothing committed yet is null; a figure an older run did not record is
-null too, never a guess.
+from constants. A phase with nothing committed yet is null; a figure a part did not record (its stats
+unreadable: a relaunch redoes that part) is null too, never a guess.
 
 Screen: corpus tokens and what the model forwarded for them (window, span and certificate rows), so
 `reencoding` = forwarded / corpus tokens. Search (the verdicts) and tighten (shrinking the decided
@@ -23,7 +23,7 @@ SPENT = ("candidates", "steps", "forwards", "seconds")
 
 
 def _total(stats: list[dict], key: str):
-    """The sum of `key` over the parts; None when a part did not record it (a run of an older release)."""
+    """The sum of `key` over the parts; None when a part did not record it (its stats unreadable)."""
     values = [s.get(key) for s in stats]
     return None if any(v is None for v in values) else sum(values)
 

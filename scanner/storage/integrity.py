@@ -1,8 +1,8 @@
 """What a relaunch trusts, checked: a done marker counts only when its results file is whole.
 
 Commits are atomic, so damage comes from outside (a disk error, a copy cut short, a hand edit). A done
-marker in front of a damaged results file used to be trusted forever: `status` said all done, a
-relaunch repaired nothing and export/report/verify crashed. On every relaunch each finished shard's
+marker believed in front of a damaged results file would stay believed: `status` would say all done, a
+relaunch would repair nothing and export/report/verify would crash. So on every relaunch each finished shard's
 results file is checked against what its done marker recorded at commit time (sha256 and row count)
 and against its stats; a shard that fails is made pending again, with a warning naming the cause, and
 is computed again by that same relaunch. A unit's record of the searches the budget cut (stats "cut",

@@ -9,14 +9,15 @@ Whether its holder still runs: on this host, a lock whose holder no longer runs 
 over. A pid alone does not name a process: after a kill the pid is free, and a later process (any
 `sleep`) may get it. So the lock records its holder's start time and the boot it started in (/proc),
 and a live pid that started at another time is another process: the lock is stale. A lock without them
-(written by hand, or by an older release) is held only by a live acr-scan. From another host (a
+(written on a host without /proc, or by hand) is held only by a live acr-scan. From another host (a
 relaunched Slurm job on another node, KubeRay's new head pod) the process cannot be checked, so the
 lock is a lease: its holder touches the file (its mtime) every quarter of `lease_s`, which the lock
 states (ACR_LOCK_LEASE_S, LEASE_S by default), from a thread that runs while units run; a lock of
 another host not renewed for its lease_s is stale. A taker that finds one still fresh waits for it to
 be renewed (a live scan: refused) or to run out (taken over), at most lease_s. A lock of another host
-without lease_s (an older release) is never stale there. Clocks: the file's mtime is compared with this
-host's clock, so hosts' clocks must agree to well within a lease (NTP does).
+without lease_s (written by hand) is never stale there: nothing says when its holder would renew it.
+Clocks: the file's mtime is compared with this host's clock, so hosts' clocks must agree to well within
+a lease (NTP does).
 
 Taking over is atomic: the stale lock is moved aside by a rename (of two takers, one moves it) and
 checked to be the very file judged stale (same holder, same mtime); a file that is not (renewed
@@ -174,8 +175,9 @@ def _gone(holder: dict, stamp: int) -> str:
 def scan_process(run_dir: str | Path) -> dict:
     """Whether a scan holds the run directory now (for `status`): running True (a live holder on this
     host, or one of another host that renews its lease), False (no lock: the scan ended or was stopped;
-    or its holder is gone: killed), None (held from another host by a release without a lease, which
-    cannot be checked from here); with the lock's holder, its last renewal's age, and the reason."""
+    or its holder is gone: killed), None (held from another host by a lock without a lease, written by
+    hand, which cannot be checked from here); with the lock's holder, its last renewal's age, and the
+    reason."""
     seen = _look(Path(run_dir) / LOCK_FILE)
     if seen is None:
         return {"running": False, "lock": None, "why": "no scan holds the run directory's lock"}
@@ -183,8 +185,8 @@ def scan_process(run_dir: str | Path) -> dict:
     lock = {k: holder.get(k) for k in ("host", "pid", "since", "lease_s")}
     about = {"lock": {**lock, "renewed_s_ago": round(_age(stamp), 1)}}
     if _elsewhere(holder) and holder.get("lease_s") is None:
-        return {"running": None, **about, "why": f"the lock is held from host {holder.get('host')} by a release "
-                "without a lease, which cannot be checked from here"}
+        return {"running": None, **about, "why": f"the lock is held from host {holder.get('host')} without a "
+                "lease (written by hand?), which cannot be checked from here"}
     if _is_stale(holder, stamp):
         return {"running": False, **about, "why": f"the lock's holder is gone: {_gone(holder, stamp)} (killed?)"}
     where = f" on host {holder.get('host')}, which renews its lease" if _elsewhere(holder) else ""

@@ -54,7 +54,7 @@ def passages_if_built(run: RunDir) -> pa.Table | None:
 def read_passages(run: RunDir) -> pa.Table:
     """The run's passages table (export, report); InputError naming the fix when there is none."""
     path = passages_path(run)
-    require(path.is_file(), f"'{run.path}' has no {PASSAGES_FILE} (the scan is unfinished, or was made before "
-            "passages existed); relaunch the same scan command: finished shards are kept and only the "
+    require(path.is_file(), f"'{run.path}' has no {PASSAGES_FILE} (the scan is unfinished, or the file was "
+            "deleted); relaunch the same scan command: finished shards are kept and only the "
             "passages are built")
     return pq.read_table(path)

@@ -170,13 +170,9 @@ def _sealed(saved: dict) -> dict:
 
 
 def _hash_holds(saved: dict) -> bool:
-    """Whether run_config.json still gives its recorded hash: run_hash over the whole identity; a run made
-    before run_hash existed, config_hash over its configuration (sealed whole by its next relaunch)."""
-    config = saved["config"]
+    """Whether run_config.json still gives its recorded run_hash (over the whole identity, SEALED)."""
     try:
-        if "run_hash" in saved:
-            return saved["run_hash"] == run_hash(saved)
-        return saved.get("config_hash") in {config_hash(run_identity(config)), config_hash(config)}
+        return "run_hash" in saved and saved["run_hash"] == run_hash(saved)
     except TypeError:  # NaN or a live object: not what a scan writes
         return False
 
