@@ -344,24 +344,20 @@ class RunDir:
         require(plan.num_docs == num_docs, f"RUN_DIR '{self.path}': {PLAN_FILE} covers {plan.num_docs} "
                 f"documents but the corpus has {num_docs}; the corpus changed, {FIX}")
         reopen_damaged(self)
-        self._reseal(saved, config, identity)
+        self._reseal(saved, config)
         if saved.get("package_version") != __version__:
             log.warning("run %s was started by acr-scanner %s, resuming with %s", self.path,
                         saved.get("package_version"), __version__)
         log.info("resuming run %s: %d of %d shards done", self.path, len(self.done_shards()), len(plan))
         return plan
 
-    def _reseal(self, saved: dict, config: dict, identity: dict) -> None:
+    def _reseal(self, saved: dict, config: dict) -> None:
         """run_config.json rewritten where a relaunch changed what it may (RELAUNCH_MAY_CHANGE: status and
-        report read the budget the run now goes on with), or sealed whole where the run was made before
-        run_hash (or model_files) existed: this relaunch has just checked the corpus and model against it."""
+        report read the budget the run now goes on with), sealed again with the changed configuration."""
         changed = {k: config.get(k) for k in RELAUNCH_MAY_CHANGE if saved["config"].get(k) != config.get(k)}
         if changed:
             log.info("run %s resumes with %s", self.path, ", ".join(f"{k} {v}" for k, v in changed.items()))
-        now = {k: v for k, v in saved.items() if k != "config_hash"}
-        now.update(config={**saved["config"], **changed}, model_files=saved.get("model_files") or identity["model_files"],
-                   num_docs=saved.get("num_docs", identity["num_docs"]))
-        now = _sealed(now)
+        now = _sealed({**saved, "config": {**saved["config"], **changed}})
         if now != saved:
             atomic_write_json(self.path / CONFIG_FILE, now)
 
