@@ -6,7 +6,7 @@
 # slurm.sbatch or slurm-local.sh. Debian 12, as root (it installs Slurm with apt-get when missing):
 #   bash cluster/check-slurm.sh
 #   PYTHON=/path/to/venv/bin/python bash cluster/check-slurm.sh    # default: .venv/bin/python
-# The figures (seconds, rows) are written to $ACR_SLURM_FIGURES (default bench/slurm-local.json).
+# The figures (seconds, rows) are written to $ACR_SLURM_FIGURES (default bench/cluster/slurm-local.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

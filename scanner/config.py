@@ -29,7 +29,7 @@ _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(steps|step|s|m|h)\s*$")
 _AUTO = re.compile(r"^\s*auto\s*(:.*)?$", re.IGNORECASE)
 _RULE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 # --search-budget auto's rule: search on while at least 1 of the last 64 decided candidates along the rank
-# was memorized (the window and threshold bench/auto_budget.py chose by replaying recorded verdicts).
+# was memorized (the window and threshold bench/budget/auto_budget.py chose by replaying recorded verdicts).
 AUTO_RULE = (1, 64)
 # A budget larger than this is no ceiling (1e12 s is 31,000 years): refused, as an infinite one must be.
 MAX_BUDGET = 1e12
@@ -174,7 +174,7 @@ class DraftConfig:
     more, alpha = (1 + Spearman rho of the two losses on the probe) / 2; the step moves to the best the
     target scored. The target still gives the gradient and every verdict (generation), so a draft can
     make a search slower or weaker, never a false "memorized". Off (model None) by default: on verbatim
-    spans it saved time on unmemorized ones only (bench/probe_sampling.py; bench/RESULTS.md, "Probe sampling")."""
+    spans it saved time on unmemorized ones only (bench/search/probe_sampling.py; bench/RESULTS.md, "Probe sampling")."""
 
     model: str | None = None  # anything the engine loads (HF dir, hub id, .gguf) with the target's tokenizer
     # nanoGCG's rule is probe 16 (B / 16), R 8, at least 1 kept; on verbatim spans it lost 2 of 6 memorized
@@ -251,7 +251,7 @@ class SearchConfig:
     # Early rejection (search/reject.py), while nothing is found: a search whose best candidate still
     # gets under reject_min_right of the target right (teacher forced) after reject_after steps at a
     # length ends "not memorized"; an attempt stuck reject_stall steps ends without its restarts.
-    # Calibrated on search trajectories (bench/early_reject.py, bench/RESULTS.md).
+    # Calibrated on search trajectories (bench/search/early_reject.py, bench/RESULTS.md).
     early_reject: bool = True
     reject_after: int = 5  # steps at a length before the rule may stop it
     reject_min_right: float = 0.6  # share of target tokens the best candidate must get right by then

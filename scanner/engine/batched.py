@@ -105,7 +105,7 @@ def initial_chunk(engine: HFEngine, shape: torch.Size, keep: int) -> int:
 
 
 # Auto width on a GPU: targets per forward ~ this many parameters / the model's, at most MAX_AUTO.
-# A 135M model gets 8 targets, 360M 5, 1B and up one. A first guess: bench/gcg_step.py --widths
+# A 135M model gets 8 targets, 360M 5, 1B and up one. A first guess: bench/search/gcg_step.py --widths
 # measures it on the GPU (bench/RESULTS.md).
 AUTO_PARAMETERS = 2e9
 MAX_AUTO = 8
