@@ -30,7 +30,8 @@
 # gpu_tests and the families (90 s: 42 s for all eight on the CPU in float32) were cut to fit.
 # GPU_CHECK_REHEARSAL=1: the same steps on the CPU with tiny shapes and short limits, to check the script's
 # plumbing in a bare environment (the gpu tests then fail for want of CUDA, and the summary says so).
-# Usage (device tool): bash bench/gpu_check.sh   -> $OUT (or ./bench_out). PYTHON picks the interpreter.
+# Usage (device tool): bash bench/gpu_check.sh (which runs this file) -> $OUT (or ./bench_out). PYTHON picks
+# the interpreter. Figures of a GPU session go to bench/gpu/RESULTS.md.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
