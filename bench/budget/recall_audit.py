@@ -13,14 +13,14 @@
    the census's verdicts as the drawn spans' verdicts. For each draw: the estimate's interval against the
    true missed count. Coverage (the share of draws whose interval holds the truth) should be at least
    the stated 95 %.
-Prints one JSON object; bench/RESULTS.md holds a run of it.
+Prints one JSON object; bench/budget/RESULTS.md holds a run of it.
 
     python bench/budget/recall_audit.py --project
 
 5. The 1,000-book projection in the audit's terms, no model: for audit sizes n, the exact interval on
    what the unsearched candidates and the screened-out spans hold, at assumed memorized shares, and the
    audit's GPU-hours at the cost model's seconds per candidate (inputs named in PROJECTION; each an
-   input of bench/RESULTS.md's cost model, or assumed where marked).
+   input of the library's cost model in bench/library/RESULTS.md, or assumed where marked).
 """
 
 from __future__ import annotations
@@ -118,7 +118,8 @@ def cost_share(out: Path) -> dict:
             "audit_share": round(audit_s / (scan_s + audit_s), 3) if scan_s + audit_s else None}
 
 
-# The cost model's 1,000 books of 120k tokens (bench/RESULTS.md, "Cost model ... 8 H200s", bench/cluster/scale_model.py):
+# The cost model's 1,000 books of 120k tokens (bench/library/RESULTS.md, "The cost model redone from this
+# run", bench/cluster/scale_model.py):
 PROJECTION = {
     "candidates": 538_130, "spans": 3_775_091,  # measured shares applied to the assumed collection
     "search_gpu_h_all": 25_040,  # searching every candidate (the default chunk)

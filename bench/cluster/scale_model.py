@@ -1,6 +1,6 @@
 """A cost model for scanning a book collection on N GPUs, from measured per-span figures.
 
-Pure arithmetic; every input says where its figure comes from (bench/RESULTS.md). The model:
+Pure arithmetic; every input says where its figure comes from (bench/*/RESULTS.md). The model:
 
     spans        = books * tokens_per_book / stride * (1 + anchored_share)
     screen_s     = spans * screen_tokens_per_span / forward_tokens_per_s
@@ -96,7 +96,7 @@ class CostInputs:
 
 GPU_FIGURES = CostInputs()
 
-# This issue's levers, each from a measurement (bench/RESULTS.md, 2026-12-01) or stated as assumed:
+# This issue's levers, each from a measurement (bench/*/RESULTS.md, 2026-12-01) or stated as assumed:
 # - two-phase screen (--certificate-min-match 0.5): certificate rows for spans whose window row reaches
 #   half the span; on unmemorized text about the candidate share (bench/screen/screen_tokens.py: 0.116 s vs
 #   1.59 s exhaustive vs 0.058 s bare on a random book), 1 % assumed; Corrected 2026-12-01: that run has

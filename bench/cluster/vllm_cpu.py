@@ -8,7 +8,7 @@
 
     VLLM_CPU_KVCACHE_SPACE=1 python bench/cluster/vllm_cpu.py [--workdir DIR] [--pairs 64] [--docs 12]
 
-Prints one JSON object; the figures go to bench/RESULTS.md by hand, with the date and machine.
+Prints one JSON object; the figures go to bench/cluster/RESULTS.md by hand, with the date and machine.
 """
 
 from __future__ import annotations

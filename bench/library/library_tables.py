@@ -1,4 +1,5 @@
-"""Markdown tables of the library benchmark's JSON records (bench/library/library.py), for bench/RESULTS.md.
+"""Markdown tables of the library benchmark's JSON records (bench/library/library.py), for
+bench/library/RESULTS.md.
 
     python bench/library/library_tables.py bench/library/full-f1.00.json [bench/library/full-f0.25.json]
 """

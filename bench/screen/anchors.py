@@ -69,7 +69,7 @@ def main() -> None:
     model = build_tiny(args.model_dir, PLANTED)
     engine = HFEngine(load_model(ModelConfig(model=str(model), device="cpu")), PromptConfig())
     docs = corpus(engine.tokenizer, args.docs, args.seed)
-    # the exhaustive exact screen these figures were first measured with (bench/RESULTS.md)
+    # the exhaustive exact screen these figures were first measured with (bench/screen/RESULTS.md)
     screen = ScreenConfig(context_tokens=args.context_tokens, window="exact", certificate_min_match=0.0)
     settings = [("fixed", {"anchors": False}), ("stride 8", {"anchors": False, "stride": 8})][:1 if args.quick else 2]
     settings += [(f"anchors run>={run} gap {gap}", {"anchor_min_run": run, "anchor_max_gap": gap})

@@ -171,7 +171,7 @@ def table(out: Path) -> list[dict]:
 
 
 def markdown(lines: list[dict]) -> str:
-    """The table per category as Markdown rows (bench/RESULTS.md)."""
+    """The table per category as Markdown rows (bench/validity/RESULTS.md)."""
     out = ["| model | category | n | memorized (95 % CI) | calibrated memorized (95 % CI) | prompts found | "
            "ACR of found (median, max) | completes from its first half | s per target |",
            "|---|---|---|---|---|---|---|---|---|"]

@@ -15,7 +15,7 @@ through the CLI on this CPU, every step timed:
     python bench/validity/smollm2.py --out /tmp/smol            # every step; JSON lines, then summary.json in --out
     python bench/validity/smollm2.py --out /tmp/smol --steps scan,raw
 
-The word "assumed" marks an input not measured here. Figures go to bench/RESULTS.md with this command.
+The word "assumed" marks an input not measured here. Figures go to bench/validity/RESULTS.md with this command.
 """
 
 from __future__ import annotations

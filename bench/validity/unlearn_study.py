@@ -25,7 +25,7 @@ Per seed:
     python bench/validity/unlearn_study.py --out /tmp/icu2 --seeds 0,1,2 --methods in_context
 
 Minutes on a 2-core CPU per seed (the tiny model trains in about 20 s; most of the time is the cold
-searches of compare). Figures go to bench/RESULTS.md with this command.
+searches of compare). Figures go to bench/validity/RESULTS.md with this command.
 """
 
 from __future__ import annotations
