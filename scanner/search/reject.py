@@ -9,7 +9,7 @@ improving. The signal is free: every candidate's count of target tokens right co
 already computed for its loss (engine/losses.py tokens_right).
 
 The thresholds were chosen from recorded search trajectories (bench/search/early_reject.py,
-bench/search/early_reject_trajectories.json, bench/RESULTS.md).
+bench/search/early_reject_trajectories.json, bench/search/RESULTS.md).
 """
 
 from __future__ import annotations
