@@ -19,5 +19,5 @@ if ! command -v slurmctld >/dev/null || ! command -v sbatch >/dev/null || ! comm
     fi
     apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${PACKAGES[@]}"
 fi
-ACR_SLURM_FIGURES=${ACR_SLURM_FIGURES:-bench/slurm-local.json} \
+ACR_SLURM_FIGURES=${ACR_SLURM_FIGURES:-bench/cluster/slurm-local.json} \
     "$PYTHON" -m pytest -q -n0 -m slow -s -p no:cacheprovider tests/test_slurm.py
