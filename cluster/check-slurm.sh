@@ -6,7 +6,7 @@
 # slurm.sbatch or slurm-local.sh. Debian 12, as root (it installs Slurm with apt-get when missing):
 #   bash cluster/check-slurm.sh
 #   PYTHON=/path/to/venv/bin/python bash cluster/check-slurm.sh    # default: .venv/bin/python
-# The figures (seconds, rows) are written to $ACR_SLURM_FIGURES (default bench/slurm-local.json).
+# The figures (seconds, rows) are written to $ACR_SLURM_FIGURES (default bench/cluster/slurm-local.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,5 +19,5 @@ if ! command -v slurmctld >/dev/null || ! command -v sbatch >/dev/null || ! comm
     fi
     apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${PACKAGES[@]}"
 fi
-ACR_SLURM_FIGURES=${ACR_SLURM_FIGURES:-bench/slurm-local.json} \
+ACR_SLURM_FIGURES=${ACR_SLURM_FIGURES:-bench/cluster/slurm-local.json} \
     "$PYTHON" -m pytest -q -n0 -m slow -s -p no:cacheprovider tests/test_slurm.py

@@ -9,7 +9,7 @@
 #   TORCH_WHEELS=DIR bash docker/check-image.sh     # ... or from a folder holding its wheel
 #   FRESH=1 bash docker/check-image.sh              # base and every layer made anew (for the figures)
 # Prints the figures (base, build and demo seconds, image size) as one JSON line at the end; the
-# figures in bench/RESULTS.md ("The CPU image") come from it. Exits non-zero when any step fails or
+# figures in bench/cluster/RESULTS.md ("The CPU image") come from it. Exits non-zero when any step fails or
 # the demo leaves no report.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,6 +1,6 @@
 """MkDocs hook: the site is the repository's Markdown laid out as the code host shows it.
 
-The guides link to files outside docs/ (../bench/RESULTS.md, ../schemas/results.md) and README.md links
+The guides link to files outside docs/ (../bench/README.md, ../schemas/results.md) and README.md links
 into docs/, so that every page reads the same on the code host without the site. MkDocs resolves links
 inside its docs_dir only; this hook hands it the files at their paths in the repository instead, so the
 same relative links resolve on the site, README.md becomes its home page, and `mkdocs build --strict`
@@ -14,8 +14,8 @@ from pathlib import Path
 from mkdocs.structure.files import File, Files
 
 # What the site publishes, as repository paths (glob patterns); a link to any other file is broken.
-PUBLISHED = ("README.md", "DEVELOPERS.md", "docs/*.md", "docs/img/*", "schemas/*.md", "bench/RESULTS.md",
-             "cluster/*", "docker/*")
+PUBLISHED = ("README.md", "DEVELOPERS.md", "docs/*.md", "docs/img/*", "schemas/*.md", "bench/README.md",
+             "bench/*/RESULTS.md", "cluster/*", "docker/*")
 
 
 def on_files(files: Files, config) -> Files:

@@ -30,7 +30,7 @@ _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(steps|step|s|m|h)\s*$")
 _AUTO = re.compile(r"^\s*auto\s*(:.*)?$", re.IGNORECASE)
 _RULE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 # --search-budget auto's rule: search on while at least 1 of the last 64 decided candidates along the rank
-# was memorized (the window and threshold bench/auto_budget.py chose by replaying recorded verdicts).
+# was memorized (the window and threshold bench/budget/auto_budget.py chose by replaying recorded verdicts).
 AUTO_RULE = (1, 64)
 # A budget larger than this is no ceiling (1e12 s is 31,000 years): refused, as an infinite one must be.
 MAX_BUDGET = 1e12
@@ -175,11 +175,11 @@ class DraftConfig:
     more, alpha = (1 + Spearman rho of the two losses on the probe) / 2; the step moves to the best the
     target scored. The target still gives the gradient and every verdict (generation), so a draft can
     make a search slower or weaker, never a false "memorized". Off (model None) by default: on verbatim
-    spans it saved time on unmemorized ones only (bench/probe_sampling.py; bench/RESULTS.md, "Probe sampling")."""
+    spans it saved time on unmemorized ones only (bench/search/probe_sampling.py; bench/search/RESULTS.md, "Probe sampling")."""
 
     model: str | None = None  # anything the engine loads (HF dir, hub id, .gguf) with the target's tokenizer
     # nanoGCG's rule is probe 16 (B / 16), R 8, at least 1 kept; on verbatim spans it lost 2 of 6 memorized
-    # canaries the target alone found (bench/RESULTS.md), where a probe of 32, R 4 and at least 32 kept did not.
+    # canaries the target alone found (bench/search/RESULTS.md), where a probe of 32, R 4 and at least 32 kept did not.
     probe_size: int = 32  # candidates the target scores at random each step, to measure agreement
     reduction: float = 4.0  # R: the filtered set is (1 - alpha) * B / R of the draft's best
     min_kept: int = 32  # the filtered set is never smaller: exact greedy reproduction is a needle
@@ -252,7 +252,7 @@ class SearchConfig:
     # Early rejection (search/reject.py), while nothing is found: a search whose best candidate still
     # gets under reject_min_right of the target right (teacher forced) after reject_after steps at a
     # length ends "not memorized"; an attempt stuck reject_stall steps ends without its restarts.
-    # Calibrated on search trajectories (bench/early_reject.py, bench/RESULTS.md).
+    # Calibrated on search trajectories (bench/search/early_reject.py, bench/search/RESULTS.md).
     early_reject: bool = True
     reject_after: int = 5  # steps at a length before the rule may stop it
     reject_min_right: float = 0.6  # share of target tokens the best candidate must get right by then
@@ -373,7 +373,7 @@ class SpanConfig:
     # Anchored spans (stages/anchor.py): fixed windows miss a memorized passage one span long at a random
     # offset (it straddles two windows, each half unmemorized text); a run of at least `anchor_min_run`
     # consecutive teacher-forced greedy matches (gaps of `anchor_max_gap` misses bridged) gets spans
-    # aligned to its start and end. None: the span length minus 4 (bench/RESULTS.md, anchored windows).
+    # aligned to its start and end. None: the span length minus 4 (bench/screen/RESULTS.md, anchored windows).
     anchors: bool = True
     anchor_min_run: int | None = None
     anchor_max_gap: int = 0
@@ -419,7 +419,7 @@ class ScreenConfig:
     # window reaches this greedy-match rate: a span the model does not continue from its full context
     # rarely follows from less of it. 0 keeps the exhaustive screen. 0.75 kept every certificate of the
     # exhaustive screen on a planted corpus, where 0.5 let through 4 in 10 spans of unmemorized text
-    # (bench/RESULTS.md, "Screen modes").
+    # (bench/screen/RESULTS.md, "Screen modes").
     certificate_min_match: float = 0.75
     # The longest certificate tried; None: one token shorter than the span. Only a certificate shorter
     # than its span settles a candidate (ACR > 1, measures/budget.py settles); a longer one bounds nothing

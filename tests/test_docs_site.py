@@ -22,7 +22,8 @@ def test_the_site_builds_strictly_with_readme_as_home(tmp_path):
     home = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
     assert "acr-scanner" in home and 'href="docs/scanning/"' in home  # README's relative links, resolved
     assert (tmp_path / "site" / "docs" / "cli" / "index.html").is_file()
-    assert (tmp_path / "site" / "bench" / "RESULTS" / "index.html").is_file()  # published from outside docs/
+    assert (tmp_path / "site" / "bench" / "index.html").is_file()  # bench/README.md, published from outside docs/
+    assert (tmp_path / "site" / "bench" / "gpu" / "RESULTS" / "index.html").is_file()
 
 
 def copy_of_the_docs(to: Path) -> Path:
@@ -32,8 +33,9 @@ def copy_of_the_docs(to: Path) -> Path:
         shutil.copy(ROOT / name, to / name)
     for folder in ("docs", "schemas", "cluster", "docker"):
         shutil.copytree(ROOT / folder, to / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    (to / "bench").mkdir()
-    shutil.copy(ROOT / "bench" / "RESULTS.md", to / "bench" / "RESULTS.md")
+    for page in [ROOT / "bench" / "README.md", *sorted(ROOT.glob("bench/*/RESULTS.md"))]:
+        (to / page.parent.relative_to(ROOT)).mkdir(parents=True, exist_ok=True)
+        shutil.copy(page, to / page.relative_to(ROOT))
     return to
 
 

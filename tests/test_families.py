@@ -28,7 +28,7 @@ from scanner.studies.families import CHAT_FAMILIES, FAMILIES, build_families, co
 
 # Minutes of CPU for the whole matrix (about 8 s a CLI call, most of it process start and model load):
 # the suite runs the families that broke before the BOS policy (Qwen2: no BOS token at all; GPT-NeoX: a
-# BOS it never adds); the rest is slow-marked: run with -m slow, and on a GPU through bench/families.py
+# BOS it never adds); the rest is slow-marked: run with -m slow, and on a GPU through bench/gpu/families.py
 # (gpu_check.sh's `families` step).
 slow = pytest.mark.slow
 

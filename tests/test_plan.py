@@ -263,7 +263,7 @@ def test_bad_workers_and_efficiency_name_the_fix():
 def scale_model():
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "bench" / "scale_model.py"
+    path = Path(__file__).resolve().parents[1] / "bench" / "cluster" / "scale_model.py"
     spec = importlib.util.spec_from_file_location("scale_model", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules["scale_model"] = module  # dataclasses look their module up

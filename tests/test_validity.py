@@ -1,5 +1,5 @@
-"""The validity study (bench/validity.py) in miniature: a tiny Llama trained on real text with canaries
-planted 1 and 64 times. The 64-times canaries must score a higher ACR than the once-seen ones, and
+"""The validity study (bench/validity/validity.py) in miniature: a tiny Llama trained on real text
+with canaries planted 1 and 64 times. The 64-times canaries must score a higher ACR than the once-seen ones, and
 random token strings must never be memorized."""
 
 import random

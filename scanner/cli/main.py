@@ -232,7 +232,7 @@ def exit_on_failed_rows(failed: dict[str, int]) -> None:
 @option(PLAN, "--workers", type=int, default=1, show_default=True,
         help="Workers (GPUs, Ray actors) the whole scan would run on, for its wall time.")
 @option(PLAN, "--efficiency", type=float, default=0.85, show_default=True,
-        help="Parallel efficiency assumed for --workers (bench/scale.py measures it).")
+        help="Parallel efficiency assumed for --workers (bench/cluster/scale.py measures it).")
 @option(PLAN, "--json", "as_json", is_flag=True, help="The projection as one JSON object.")
 @all_scan_options
 def plan_command(corpus, out, sample, screen_sample, workers, efficiency, as_json, **options) -> None:

@@ -1,7 +1,7 @@
 """Candidate scoring, of one target or of several in one forward (search/driver.py): rows right-padded
 into one batch, the LM head on each row's target positions only, gathered into one contiguous matrix
 (HF's `logits_to_keep` hands the head a strided slice, whose GEMM ran at ~240 TFLOP/s against ~740
-for the body's on an H200: bench/RESULTS.md).
+for the body's on an H200: bench/gpu/RESULTS.md).
 
 Right padding needs no attention mask: attention is causal, so pad tokens after a row's last real
 token cannot change any real position, and position ids stay 0..L-1. The model is split into body
@@ -105,8 +105,8 @@ def initial_chunk(engine: HFEngine, shape: torch.Size, keep: int) -> int:
 
 
 # Auto width on a GPU: targets per forward ~ this many parameters / the model's, at most MAX_AUTO.
-# A 135M model gets 8 targets, 360M 5, 1B and up one. A first guess: bench/gcg_step.py --widths
-# measures it on the GPU (bench/RESULTS.md).
+# A 135M model gets 8 targets, 360M 5, 1B and up one. A first guess: bench/search/gcg_step.py --widths
+# measures it on the GPU (bench/gpu/RESULTS.md).
 AUTO_PARAMETERS = 2e9
 MAX_AUTO = 8
 

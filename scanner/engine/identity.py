@@ -16,7 +16,7 @@ from scanner.confine import inside
 from scanner.engine.loading import model_source
 from scanner.errors import InputError
 
-CHUNK = 1 << 22  # 4 MiB reads: hashing runs at the disk's or sha256's speed, not Python's (bench/hash_weights.py)
+CHUNK = 1 << 22  # 4 MiB reads: hashing runs at the disk's or sha256's speed, not Python's (bench/evidence/hash_weights.py)
 WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack")
 TOKENIZER = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
              "vocab.json", "vocab.txt", "merges.txt", "tokenizer.model", "tekken.json", "chat_template.jinja",

@@ -196,7 +196,7 @@ def check_workers(workers: int, efficiency: float) -> None:
     if workers < 1:
         raise InputError(f"--workers {workers}: give at least 1 (the workers the whole scan would run on)")
     if not 0 < efficiency <= 1:
-        raise InputError(f"--efficiency {efficiency:g}: give a share in (0, 1] (bench/scale.py measures it)")
+        raise InputError(f"--efficiency {efficiency:g}: give a share in (0, 1] (bench/cluster/scale.py measures it)")
 
 
 # Each projected figure: (its total in the sample run's cost, the per-document figure that gives its spread).

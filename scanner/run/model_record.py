@@ -16,7 +16,7 @@ Every worker checks the files it loaded against the record before its first task
 - a Ray actor hashes every file again. It may run on another machine, whose copy of the model (its own
   disk, its own hub cache) the driver never read; a stamp says nothing across machines, and a copy with
   one halved tensor keeps its size. The cost is one read of the weights per actor start, about a tenth
-  of loading them (bench/RESULTS.md, "Hashing the weights").
+  of loading them (bench/evidence/RESULTS.md, "Hashing the weights").
 A recorded file a worker does not have is not its problem (a loader that needed it would have failed);
 a file it has with other bytes, or one the record lacks, stops it before it scans anything.
 """

@@ -33,7 +33,7 @@ table on every run and relaunch; a steps budget is checked between units, so it 
 the units in flight (one per actor). A seconds budget is also a deadline (a wall-clock instant: the
 seconds left divided among the workers) that every unit carries to wherever it runs: past it no unit
 starts, no search of a running unit starts, and the searches running are cut between two GCG requests,
-so the overshoot is about one step per worker (bench/budget_overshoot.py). A unit cut so commits the
+so the overshoot is about one step per worker (bench/budget/budget_overshoot.py). A unit cut so commits the
 verdicts it reached and records its cut searches (stats "cut"); it stays pending, and a relaunch with a
 larger --search-budget (a relaunch may change the budget) searches only those.
 """

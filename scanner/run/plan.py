@@ -176,8 +176,8 @@ def inputs(cost: dict, sampled: dict, workers: int, efficiency: float, budget, m
         "search_per_candidate": search.get("per_candidate")}
     out = {name: {"value": value, "source": where} for name, value in measured.items()}
     out["workers"] = {"value": workers, "source": "given (--workers)"}
-    out["parallel_efficiency"] = {"value": efficiency, "source": "assumed (--efficiency; bench/scale_model.py "
-                                  "uses 0.85, measured by bench/scale.py), not measured by this sample"}
+    out["parallel_efficiency"] = {"value": efficiency, "source": "assumed (--efficiency; bench/cluster/scale_model.py "
+                                  "uses 0.85, measured by bench/cluster/scale.py), not measured by this sample"}
     out["search_budget"] = {"value": str(budget) if budget else None, "source": "given (--search-budget)"}
     out["max_candidates"] = {"value": max_candidates, "source": "given (--max-candidates)"}
     return out

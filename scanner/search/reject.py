@@ -8,8 +8,8 @@ on the passage), and GCG then closes the last few tokens; unseen text stays far 
 improving. The signal is free: every candidate's count of target tokens right comes from the logits
 already computed for its loss (engine/losses.py tokens_right).
 
-The thresholds were chosen from recorded search trajectories (bench/early_reject.py,
-bench/early_reject_trajectories.json, bench/RESULTS.md).
+The thresholds were chosen from recorded search trajectories (bench/search/early_reject.py,
+bench/search/early_reject_trajectories.json, bench/search/RESULTS.md).
 """
 
 from __future__ import annotations

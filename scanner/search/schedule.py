@@ -69,7 +69,7 @@ class FastSchedule:
     2. a short probe (`probe_length`, 5 like the paper's start) when it is below n_d: a success
        proves ACR > tau at once. Memorized text is found far more easily there: a prompt of |y| - 1
        random tokens pulls the model off every context it saw in training, and GCG at that length
-       missed canaries seen 64 times that 5 tokens elicited (bench/validity.py, bench/RESULTS.md);
+       missed canaries seen 64 times that 5 tokens elicited (bench/validity/validity.py, bench/validity/RESULTS.md);
     3. the decision length n_d = ceil(|y| / tau) - 1: success proves ACR > tau, failure (after
        restarts) settles "not memorized" and ends the search;
     4. after a success at n, try n - 1 warm-started from the success (the driver first checks every

@@ -129,7 +129,7 @@ def rounds(context: int) -> list[tuple[int, int]]:
 # A certificate row is forwarded first through its span's first token that the window missed, and on only
 # where that one matched: a shorter context seldom gets right what the window's longer one got wrong, so
 # most rows of a span without a certificate cost j + that position instead of j + the span (such a span
-# forwards a row for every j; on bench/screen_modes.py's planted corpus 19 of the 61 spans the default
+# forwards a row for every j; on bench/screen/screen_modes.py's planted corpus 19 of the 61 spans the default
 # screen follows have none). Causal attention makes a cut row's matches the whole row's at the same
 # positions (but for float rounding under another batch shape, as between batches).
 def cuts(window: TokenScores) -> list[int]:

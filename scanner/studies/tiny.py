@@ -266,7 +266,7 @@ def build_tiny(out_dir: str | Path, spec: TinySpec | None = None, device: str = 
 
 
 # Passages of 16, 24 and 32 tokens under PLANTED's tokenizer: 1, 1.5 and 2 spans of 16 tokens. Memorized
-# by PLANTED's model and planted at random offsets in fresh salad (tests/test_anchor.py, bench/anchors.py).
+# by PLANTED's model and planted at random offsets in fresh salad (tests/test_anchor.py, bench/screen/anchors.py).
 PASSAGES = (
     "Seven silver owls guard the northern gate of Ardent Hill until the winter moon rises.",
     "Under the copper bridge a blind ferryman counts coins for travelers, singing of rivers that ran backward "

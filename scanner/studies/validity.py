@@ -5,7 +5,7 @@ so the truth is known: a passage seen 64 times should be more compressible than 
 text the model never saw (held-out passages from the same sources, random token strings) should not
 be memorized. The corpus is real text present on any machine with this package installed: Python's
 own docstrings (parsed with `ast`, nothing imported) and the METADATA and license files of the
-installed distributions. bench/validity.py drives it and writes the table and the plot.
+installed distributions. bench/validity/validity.py drives it and writes the table and the plot.
 """
 
 from __future__ import annotations

@@ -1,0 +1,119 @@
+"""The screen's share on real text (issue 37 item 4): which share of spans the default screen passes on as
+candidates, per kind of text, against the recall of the planted passages, for each statistic the screen
+can rank by, on SmolLM2 and on the fine-tuned model of bench/validity/plants.py.
+
+    python bench/validity/plants.py build --work W                     # W/corpus.parquet, W/truth.json
+    python bench/screen/screen_share.py corpus --work W              # W/kinds.parquet: W's corpus + seen texts
+    acr-scan scan W/kinds.parquet --model M --out R --max-candidates 0 --audit-sample 0
+    python bench/screen/screen_share.py shares --work W --run R      # JSON: shares per kind and statistic
+
+Kinds: "unseen" (prose and never-trained passages written for the project), "plant" (spans at least half
+inside a trained passage that completes: the recall side), "seen" (licence texts installed with Python
+packages, the Zen of Python: text every model has read often), "wikipedia" and "famous" (the paper's
+targets, ../shared/data/acr-paper/). The scan runs the screen and the certificates, no search.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validity"))  # bench/ is not a package
+from paper_categories import DATA  # noqa: E402
+from plants import covered  # noqa: E402
+from smollm2 import licence_texts, zen  # noqa: E402
+
+# A statistic, its column, and whether a higher value is the more suspicious (a threshold sweep each).
+STATISTICS = {"greedy_match_rate": ("greedy_match_rate", True, (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)),
+              "mean_nll": ("mean_nll", False, (0.5, 1.0, 1.5, 2.0, 3.0)),
+              "pz_topk": ("pz_topk", True, (1e-6, 1e-4, 1e-2, 0.1)),
+              "certificate": ("certificate_tokens", None, ())}
+
+
+CAP = 2000
+
+
+def corpus(work: Path, data: Path) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    base = pq.read_table(work / "corpus.parquet").to_pylist()
+    seen = {**licence_texts(), "zen-of-python": zen()}
+    # The first CAP characters of each seen text: the share is per span, and a CPU screens ~10 tokens/s.
+    rows = [*base, *({"id": f"seen-{k}", "text": v[:CAP]} for k, v in sorted(seen.items()))]
+    quotes = list(dict.fromkeys(json.loads((data / "famous_quotes.json").read_text())))
+    rows.append({"id": "famous-quotes", "text": "\n".join(quotes[:40])})
+    chunks = [c for c in json.loads((data / "wikipedia.json").read_text()) if c.isascii()][:20]
+    rows += [{"id": f"wikipedia-{i}", "text": c} for i, c in enumerate(chunks)]
+    out = work / "kinds.parquet"
+    pq.write_table(pa.table({"id": [r["id"] for r in rows], "text": [r["text"] for r in rows]}), out)
+    return out
+
+
+def kind(row: dict, plants: dict, truth: dict) -> str:
+    doc = row["doc_id"]
+    for prefix in ("seen", "famous", "wikipedia"):
+        if doc.startswith(prefix):
+            return prefix
+    plant = plants.get(doc)
+    if plant and plant["strength"] != "never":
+        inside = covered([(plant["char_start"], plant["char_end"])], row["char_start"], row["char_end"])
+        if inside >= 0.5:
+            return "plant" if truth["passages"][plant["name"]]["after"]["completes"] else "plant-partial"
+        return "unseen-beside-plant"
+    return "unseen" if doc != "doc-salad" else "salad"
+
+
+def passes(row: dict, column: str, higher: bool | None, threshold) -> bool:
+    value = row.get(column)
+    if higher is None:  # a certificate: a natural prefix shorter than the span elicits it
+        return value is not None and 0 < value < row["target_tokens"]
+    if value is None:
+        return False
+    return value >= threshold if higher else value <= threshold
+
+
+def shares(work: Path, run: Path) -> dict:
+    import pyarrow.parquet as pq
+
+    truth = json.loads((work / "truth.json").read_text())
+    plants = {d["id"]: d["plant"] for d in truth["documents"] if d["plant"]}
+    columns = ["doc_id", "char_start", "char_end", "status", "target_tokens", "certificate_tokens",
+               *(c for c, _, _ in STATISTICS.values() if c != "certificate_tokens")]
+    # The screen's own rows: the share is the screen's, before certificates or searches change a status.
+    parts = sorted((run / "screen").glob("part-*.parquet"))
+    rows = [r for p in parts for r in pq.read_table(p, columns=columns).to_pylist() if r["status"] != "skipped"]
+    by_kind: dict[str, list[dict]] = {}
+    for r in rows:
+        by_kind.setdefault(kind(r, plants, truth), []).append(r)
+    default = {k: _share(rs, lambda r: r["status"] != "screened_out") for k, rs in by_kind.items()}
+    sweep = {}
+    for name, (column, higher, thresholds) in STATISTICS.items():
+        for t in thresholds or (None,):
+            key = name if t is None else f"{name} {'>=' if higher else '<='} {t:g}"
+            sweep[key] = {k: _share(rs, lambda r, c=column, h=higher, x=t: passes(r, c, h, x)) for k, rs in by_kind.items()}
+    return {"run": run.name, "spans": {k: len(v) for k, v in by_kind.items()}, "default_screen": default, "sweep": sweep}
+
+
+def _share(rows: list[dict], keep) -> str:
+    kept = sum(1 for r in rows if keep(r))
+    return f"{kept}/{len(rows)} ({kept / max(1, len(rows)):.0%})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=("corpus", "shares"))
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--run", type=Path)
+    parser.add_argument("--data", type=Path, default=DATA)
+    args = parser.parse_args()
+    if args.what == "corpus":
+        print(corpus(args.work, args.data))
+    else:
+        print(json.dumps(shares(args.work, args.run), indent=1))
+
+
+if __name__ == "__main__":
+    main()
