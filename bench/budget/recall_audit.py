@@ -73,16 +73,9 @@ def verdicts(out: Path) -> dict[str, str]:
 def population(out: Path) -> dict[str, list[str]]:
     """The audit's population of a finished run: what its budget left and its screen dropped, in rank order."""
     run = RunDir(str(out))
-    config = rebuild_config(run)
+    config = run.scan_config()
     parts = Phases(config, run, run.load_plan()).unsearched()
     return {part: [r["span_id"] for r in rows] for part, rows in parts.items()}
-
-
-def rebuild_config(run: RunDir):
-    from scanner.config import ScanConfig
-    from scanner.run.compare import rebuild
-
-    return rebuild(ScanConfig, run.saved_config()["config"])
 
 
 def replay(parts: dict, truth: dict, sample: int, seeds: int) -> dict:

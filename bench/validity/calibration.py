@@ -98,7 +98,7 @@ def main() -> None:
     config = CalibrationConfig(reference_model=reference, seed=args.seed)
     start = time.perf_counter()
     engine = build_engines(model, PromptConfig(), EngineConfig(verify="hf", screen="hf"))
-    ref = reference_engine(model, reference, PromptConfig())
+    ref = reference_engine(engine, model, reference, PromptConfig())
     rows = []
     for group, text, k in texts(args.seed):
         rows.append(measure(engine, ref, config, group, text, k))

@@ -135,7 +135,8 @@ class Judge:
         from scanner.config import ModelConfig
         from scanner.engine.hf import HFEngine
         from scanner.engine.loading import LoadedModel
-        from scanner.run.compare import _span, compare_config
+        from scanner.run.compare import compare_config
+        from scanner.run.compare_spans import _span
         from scanner.stages.spans import tokenize_document
 
         config = compare_config(str(root / "run-a"), ModelConfig(model=str(a_dir)), template={"instruction": ABSTAIN})
