@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from scanner import api
 from scanner.cli.options import (
     all_scan_options,
     b_template_options,
@@ -139,29 +140,21 @@ def acr_command(texts, file, as_json, natural_prefix, **options) -> None:
       acr-scan acr --model ~/.cache/acr-scanner/tiny "Call me Ishmael."
 
     The ACR of each TEXT (or of each line of --file) against --model. On a terminal, without --json, stderr shows each target's search: the prompt length tried, the GCG
-    step, the target tokens right, the time.
+    step, the target tokens right, the time. In Python: scanner.measure (docs/api.md).
     """
-    from scanner.engine.check import check_model
-
-    # Before the heavy imports (torch, transformers): a bad --file or --model fails in a moment.
     targets = read_targets(texts, file)
-    check_model(model_config(options))
-    search = search_config(options)
-    if search.gcg.draft.enabled:
-        from scanner.engine.draft import check_draft
-
-        check_draft(model_config(options), search.gcg.draft.model)
-    from scanner.cli.progress import TargetsLine, on_terminal
-    from scanner.run.measure import measure_many
-    from scanner.search.progress import QUIET
-
     if natural_prefix is not None:
         for t in targets:
             t.setdefault("natural_prefix", natural_prefix)
-    configs = model_config(options), prompt_config(options), search
-    observer = TargetsLine([t["text"] for t in targets]) if on_terminal() and not as_json else QUIET
-    emit_records(measure_many(*configs, targets, engines=engine_config(options),
-                              calibration=calibration_config(options), observer=observer), as_json)
+    observer = None
+    if not as_json:
+        from scanner.cli.progress import TargetsLine, on_terminal
+
+        observer = TargetsLine([t["text"] for t in targets]) if on_terminal() else None
+    records = api.measure_iter(targets, model_config(options), prompt=prompt_config(options),
+                               search=search_config(options), engines=engine_config(options),
+                               calibration=calibration_config(options), observer=observer)
+    emit_records(records, as_json)
 
 
 @cli.command("scan", cls=SectionedCommand)
@@ -176,6 +169,7 @@ def scan_command(corpus, out, **options) -> None:
 
     Scans CORPUS (a Parquet file, directory or glob) span by span into the run directory --out.
     Relaunching the same command resumes; `status`, `report`, `export` and `verify` read the run directory.
+    In Python: scanner.scan (docs/api.md).
 
     \b
     Exit codes (a batch system may relaunch on 75, 4 and 5):
@@ -191,7 +185,7 @@ def scan_command(corpus, out, **options) -> None:
 
     executor = executor_config(options)
     with on_signals():
-        stats = run_with_progress(scan_config(options, corpus), out, executor, passage_config(options))
+        stats = run_with_progress(scan_config(options, corpus), out, executor, passage_config(options)).stats
     click.echo(summary_line(stats, out))
     audit = audit_line(out)
     if audit:
@@ -250,10 +244,12 @@ def plan_command(corpus, out, sample, screen_sample, workers, efficiency, as_jso
     from scanner.cli.progress import ProgressBar
     from scanner.run.plan import plan_scan
 
+    config = scan_config(options, corpus)
+    api.check_reference(config.calibration)
     bar = ProgressBar(Path(out) / "run")  # the bar of `scan`, on the sample's run
     try:
         with on_signals():  # a stopped plan exits 75 as a scan does; its relaunch goes on
-            plan = plan_scan(scan_config(options, corpus), out, sample, workers=workers, efficiency=efficiency,
+            plan = plan_scan(config, out, sample, workers=workers, efficiency=efficiency,
                              executor=executor_config(options), passages=passage_config(options), progress=bar,
                              screen_sample=screen_sample)
     finally:

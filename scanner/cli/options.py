@@ -47,7 +47,6 @@ from scanner.config import (
     SearchConfig,
     SpanConfig,
 )
-from scanner.errors import InputError
 
 
 def default_of(config: type, name: str):
@@ -191,14 +190,8 @@ def calibration_options(f):
     ])
 
 
-def calibration_config(o: dict):
-    from scanner.engine.check import check_model
-
-    if o["reference_model"]:
-        try:  # a wrong or damaged reference is named now, before anything is loaded or written
-            check_model(ModelConfig(model=o["reference_model"]))
-        except InputError as err:
-            raise InputError(f"--reference-model: {err}") from err
+def calibration_config(o: dict) -> CalibrationConfig:
+    # The reference model's files are checked by the API (scanner/api.py check_reference) before any work.
     return CalibrationConfig(reference_model=o["reference_model"], nll_margin=o["reference_margin"],
                              random_prompts=o["calibration_prompts"], seed=o["seed"])
 
