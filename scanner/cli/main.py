@@ -123,7 +123,14 @@ class SafeFormatter(logging.Formatter):
         return "\n".join(map(terminal_safe, super().formatStack(stack_info).splitlines()))
 
 
-@cli.command("acr", cls=SectionedCommand)
+# The options most runs set, listed first in each command's --help (sections.py MAIN).
+ACR_LEAD = ("model", "file", "as_json", "device", "dtype", "schedule", "tau")
+SCAN_LEAD = ("model", "out", "device", "dtype", "span_tokens", "search_budget", "executor", "ray_address")
+PLAN_LEAD = ("model", "out", "sample", "screen_sample", "workers", "device", "search_budget", "executor", "as_json")
+COMPARE_LEAD = ("model", "out", "device", "spans", "file", "executor")
+
+
+@cli.command("acr", cls=SectionedCommand, lead=ACR_LEAD)
 @model_options
 @search_options
 @engine_options(screen=False)
@@ -157,7 +164,7 @@ def acr_command(texts, file, as_json, natural_prefix, **options) -> None:
     emit_records(records, as_json)
 
 
-@cli.command("scan", cls=SectionedCommand)
+@cli.command("scan", cls=SectionedCommand, lead=SCAN_LEAD)
 @click.argument("corpus")
 @all_scan_options
 def scan_command(corpus, out, **options) -> None:
@@ -215,7 +222,7 @@ def exit_on_failed_rows(failed: dict[str, int]) -> None:
     sys.exit(FAILED_ROWS)
 
 
-@cli.command("plan", cls=SectionedCommand)
+@cli.command("plan", cls=SectionedCommand, lead=PLAN_LEAD)
 @click.argument("corpus")
 @option(PLAN, "--sample", required=True,
         help="Candidates to search of those the scan would search: a share with a decimal point (0.1) or a "
@@ -510,7 +517,7 @@ def verify_command(run_dir, model, bundle, dtype, verify_engine, fragile_margin,
         sys.exit(code)
 
 
-@cli.command("compare", cls=SectionedCommand)
+@cli.command("compare", cls=SectionedCommand, lead=COMPARE_LEAD)
 @click.argument("run_dir")
 @option(COMPARE, "--out", "out", required=True, help="A new folder for the comparison (or its own, to resume).")
 @option(MODEL, "--model", "model", required=True,

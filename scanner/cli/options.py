@@ -107,7 +107,8 @@ def model_options(f):
 
 
 def search_options(f):
-    # None: the schedule's own value (SearchConfig() for fast, SearchConfig.paper() for paper).
+    # None: the schedule's own value (SearchConfig() for fast, SearchConfig.paper() for paper). Hidden:
+    # probe sampling and the bound of unmemorized spans, off by default (docs/config.md lists them).
     return stack(f, [
         option(SEARCH, "--schedule", default=default_of(SearchConfig, "schedule"), show_default=True,
                type=click.Choice(SCHEDULES),
@@ -127,17 +128,19 @@ def search_options(f):
         option(SEARCH, "--fragile-margin", type=float, default=default_of(SearchConfig, "fragile_margin"),
                show_default=True, help="A verified prompt whose generation margin (logits) is below this is "
                                        "marked fragile (column fragile)."),
-        option(SEARCH, "--draft-model", default=None,
+        option(SEARCH, "--draft-model", default=None, hidden=True,
                help="Probe sampling: a smaller model of the same tokenizer (HF dir, hub id or .gguf) scores "
                     "every GCG candidate, the model only a probe and the draft's best; verdicts stay the model's."),
-        option(SEARCH, "--probe-size", type=int, default=default_of(DraftConfig, "probe_size"), show_default=True,
+        option(SEARCH, "--probe-size", type=int, hidden=True, default=default_of(DraftConfig, "probe_size"),
+               show_default=True,
                help="Probe sampling: candidates the model scores at random each step to measure agreement."),
-        option(SEARCH, "--probe-reduction", type=float, default=default_of(DraftConfig, "reduction"),
+        option(SEARCH, "--probe-reduction", type=float, hidden=True, default=default_of(DraftConfig, "reduction"),
                show_default=True,
                help="Probe sampling: the model also scores (1 - agreement) x candidates / this of the draft's best."),
-        option(SEARCH, "--probe-min-kept", type=int, default=default_of(DraftConfig, "min_kept"), show_default=True,
+        option(SEARCH, "--probe-min-kept", type=int, hidden=True, default=default_of(DraftConfig, "min_kept"),
+               show_default=True,
                help="Probe sampling: the model scores at least this many of the draft's best."),
-        option(SEARCH, "--bound-unmemorized", is_flag=True,
+        option(SEARCH, "--bound-unmemorized", is_flag=True, hidden=True,
                help="fast: after 'not memorized', search longer prompts for a real ACR below tau."),
         option(REJECT, "--early-reject/--no-early-reject", default=None,
                help="Stop a search the model's teacher-forced tokens right say will not succeed "
