@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from scanner import api
+from scanner.cli.configfile import config_option
 from scanner.cli.options import (
     all_scan_options,
     b_template_options,
@@ -125,9 +126,10 @@ class SafeFormatter(logging.Formatter):
 
 # The options most runs set, listed first in each command's --help (sections.py MAIN).
 ACR_LEAD = ("model", "file", "as_json", "device", "dtype", "schedule", "tau")
-SCAN_LEAD = ("model", "out", "device", "dtype", "span_tokens", "search_budget", "executor", "ray_address")
-PLAN_LEAD = ("model", "out", "sample", "screen_sample", "workers", "device", "search_budget", "executor", "as_json")
-COMPARE_LEAD = ("model", "out", "device", "spans", "file", "executor")
+SCAN_LEAD = ("config", "model", "out", "device", "dtype", "span_tokens", "search_budget", "executor", "ray_address")
+PLAN_LEAD = ("config", "model", "out", "sample", "screen_sample", "workers", "device", "search_budget", "executor",
+             "as_json")
+COMPARE_LEAD = ("config", "model", "out", "device", "spans", "file", "executor")
 
 
 @cli.command("acr", cls=SectionedCommand, lead=ACR_LEAD)
@@ -165,6 +167,7 @@ def acr_command(texts, file, as_json, natural_prefix, **options) -> None:
 
 
 @cli.command("scan", cls=SectionedCommand, lead=SCAN_LEAD)
+@config_option
 @click.argument("corpus")
 @all_scan_options
 def scan_command(corpus, out, **options) -> None:
@@ -176,7 +179,7 @@ def scan_command(corpus, out, **options) -> None:
 
     Scans CORPUS (a Parquet file, directory or glob) span by span into the run directory --out.
     Relaunching the same command resumes; `status`, `report`, `export` and `verify` read the run directory.
-    In Python: scanner.scan (docs/api.md).
+    Options can come from a --config file (docs/config.md); in Python: scanner.scan (docs/api.md).
 
     \b
     Exit codes (a batch system may relaunch on 75, 4 and 5):
@@ -223,6 +226,7 @@ def exit_on_failed_rows(failed: dict[str, int]) -> None:
 
 
 @cli.command("plan", cls=SectionedCommand, lead=PLAN_LEAD)
+@config_option
 @click.argument("corpus")
 @option(PLAN, "--sample", required=True,
         help="Candidates to search of those the scan would search: a share with a decimal point (0.1) or a "
@@ -349,6 +353,29 @@ def status_command(run_dir, workers, watch, interval, iterations) -> None:
         watch_run(run_dir, interval=interval, iterations=iterations, workers=workers, show=show)
     except KeyboardInterrupt:
         click.echo("stopped watching; the scan is not affected")
+
+
+@cli.command("config")
+@click.argument("run_dir")
+def config_command(run_dir) -> None:
+    """Print a run's configuration as a --config file.
+
+    \b
+    Example:
+      acr-scan config run/
+
+    The options RUN_DIR's scan was made with (its run_config.json) as TOML on stdout: saved as run.toml,
+    `acr-scan scan --config run.toml --out run2/` scans the same corpus the same way, and options given
+    beside --config change what they name (docs/config.md). The executor's and the passages' options are
+    not part of a run's configuration and are left out.
+    """
+    from scanner.cli.configfile import run_toml
+
+    text, missing = run_toml(run_dir, scan_command)
+    if missing:
+        echo(f"warning: {len(missing)} setting(s) of this run have no option, so a scan with this file sets "
+             f"them otherwise: {', '.join(missing)} (listed at the file's top)", err=True)
+    click.echo(text, nl=False)
 
 
 @cli.command("export")
@@ -518,6 +545,7 @@ def verify_command(run_dir, model, bundle, dtype, verify_engine, fragile_margin,
 
 
 @cli.command("compare", cls=SectionedCommand, lead=COMPARE_LEAD)
+@config_option
 @click.argument("run_dir")
 @option(COMPARE, "--out", "out", required=True, help="A new folder for the comparison (or its own, to resume).")
 @option(MODEL, "--model", "model", required=True,
