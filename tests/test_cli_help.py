@@ -1,5 +1,6 @@
-"""The command line's help and defaults, in process (no model): `scan` and `acr --help` list every option
-under exactly one section heading, in the intended order; every default that is a config field's is the
+"""The command line's help and defaults, in process (no model): `scan` and `acr --help` list every shown
+option under exactly one section heading, in the intended order, the main ones first; the hidden ones are
+the knobs of features off by default and still parse; every default that is a config field's is the
 dataclass's own; the demo does not import the command group (no import cycle)."""
 
 from __future__ import annotations
@@ -40,11 +41,11 @@ from scanner.config import (
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADINGS = {
-    "scan": ["Corpus and output", "Model", "Prompt", "Spans and screen", "Extraction (p_z)", "Search",
+    "scan": ["Main options", "Corpus and output", "Model", "Prompt", "Spans and screen", "Extraction (p_z)", "Search",
              "Early rejection", "Budget", "Engines", "Calibration", "Passages", "Executor", "Other"],
-    "plan": ["Corpus and output", "Plan", "Model", "Prompt", "Spans and screen", "Extraction (p_z)", "Search",
+    "plan": ["Main options", "Corpus and output", "Plan", "Model", "Prompt", "Spans and screen", "Extraction (p_z)", "Search",
              "Early rejection", "Budget", "Engines", "Calibration", "Passages", "Executor", "Other"],
-    "acr": ["Targets and output", "Model", "Prompt", "Search", "Early rejection", "Engines", "Calibration",
+    "acr": ["Main options", "Targets and output", "Model", "Prompt", "Search", "Early rejection", "Engines", "Calibration",
             "Other"],
 }
 
@@ -75,7 +76,7 @@ def test_help_lists_every_option_under_exactly_one_heading_in_order(name):
     assert list(sections) == HEADINGS[name]
     command = cli.commands[name]
     ctx = context(name)
-    options = [p for p in command.get_params(ctx) if isinstance(p, click.Option)]
+    options = [p for p in command.get_params(ctx) if isinstance(p, click.Option) and not p.hidden]
     for param in options:
         term = param.get_help_record(ctx)[0]
         under = [h for h, lines in sections.items() for line in lines
@@ -83,6 +84,30 @@ def test_help_lists_every_option_under_exactly_one_heading_in_order(name):
         assert len(under) == 1, f"{name}: {term} is under {under}"
     rows = [line for lines in sections.values() for line in lines if line.startswith("  -")]
     assert len(rows) == len(options), f"{name}: {len(rows)} rows in --help for {len(options)} options"
+    main = [line.split()[0] for line in sections["Main options"] if line.startswith("  -")]
+    lead = {p.name: p.opts[-1] for p in options}
+    assert main == [lead[n] for n in command.lead], f"{name}: the main options in the order the command names them"
+
+
+HIDDEN = {"draft_model", "probe_size", "probe_reduction", "probe_min_kept", "bound_unmemorized"}
+
+
+@pytest.mark.parametrize("name", ["acr", "scan", "plan"])
+def test_hidden_options_are_the_off_by_default_knobs_and_still_parse(name):
+    command = cli.commands[name]
+    assert {p.name for p in command.params if getattr(p, "hidden", False)} == HIDDEN
+    args = ["c"] if name != "acr" else ["t"]
+    args += ["--model", "m", "--out", "o"] if name != "acr" else ["--model", "m"]
+    args += ["--sample", "1"] if name == "plan" else []
+    ctx = command.make_context(name, [*args, "--draft-model", "d", "--probe-size", "8", "--bound-unmemorized"])
+    assert (ctx.params["draft_model"], ctx.params["probe_size"], ctx.params["bound_unmemorized"]) == ("d", 8, True)
+
+
+def test_a_lead_that_names_no_option_is_refused():
+    from scanner.cli.sections import SectionedCommand
+
+    with pytest.raises(ValueError, match=r"lead names \['mdoel'\]"):
+        SectionedCommand("x", params=[click.Option(["--model"])], lead=("mdoel",))
 
 
 def defaults(name: str, **required) -> dict:

@@ -9,7 +9,8 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
-from scanner.config import GCGConfig, ModelConfig, PromptConfig, SearchConfig
+from scanner import api
+from scanner.config import GCGConfig, ModelConfig, SearchConfig
 from scanner.studies.tiny import CANARIES, TinySpec, build_tiny, salad
 
 # Sized for a 2-core CPU and a 64-wide model: small batches are cheap, long runs are not.
@@ -37,14 +38,13 @@ def demo_targets(seed: int) -> list[dict]:
 
 def run_demo(*, workdir: str | None, seed: int, as_json: bool, echo: Callable[[str], None]) -> list[dict]:
     from scanner.cli.output import emit_records
-    from scanner.run.measure import measure_many
 
     where = Path(workdir) if workdir else default_workdir()
     echo(f"training the tiny model in {where} (cached after the first run) ...")
     model_dir = build_tiny(where, TinySpec(seed=seed))
     targets = demo_targets(seed)
     search = SearchConfig(**{**CPU_SEARCH.__dict__, "seed": seed})
-    records = list(measure_many(ModelConfig(model=str(model_dir), device="cpu"), PromptConfig(), search, targets))
+    records = api.measure(targets, ModelConfig(model=str(model_dir), device="cpu"), search=search)
     for record, target in zip(records, targets, strict=True):
         record["group"] = target["group"]
     emit_records(records, as_json)
@@ -66,7 +66,6 @@ def scan_demo(where: Path, model_dir: Path, seed: int, echo: Callable[[str], Non
     from scanner.config import CorpusConfig, ScanConfig, ScreenConfig, SpanConfig
     from scanner.results.export import export
     from scanner.results.report import write_report
-    from scanner.run.driver import run_scan
     from scanner.stages.surroundings import CONTEXT_CHARS
     from scanner.storage.passages import read_passages
     from scanner.storage.rundir import RunDir
@@ -80,14 +79,13 @@ def scan_demo(where: Path, model_dir: Path, seed: int, echo: Callable[[str], Non
                         docs_per_shard=3, audit_sample=0)  # no recall audit: its draws of the demo's salad can flag unseen text
     echo("")
     echo(f"scanning the demo corpus {corpus} ...")
-    stats = run_scan(config, str(root / "run"))
-    run = RunDir(root / "run")
-    table = run.read_results()
+    result = api.scan(config, root / "run")
+    run, table = RunDir(result.run_dir), result.table
     passages = read_passages(run)
     around = surroundings_of(run, table, passages, None, CONTEXT_CHARS)
     write_report(table, run_summary(run), root / "report.html", passages, around, work_text_tokens(run), run.recall())
     count = export(table, root / "flagged.jsonl")
-    echo(summary_line(stats, str(root / "run")))
+    echo(summary_line(result.stats, str(root / "run")))
     echo(f"{count} memorized spans with their prompts: {root / 'flagged.jsonl'}")
     echo(calibration_line(table))
     echo(f"report: {root / 'report.html'} (a page per passage in {root / 'report-passages'})")

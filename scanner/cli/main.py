@@ -10,6 +10,8 @@ from pathlib import Path
 
 import click
 
+from scanner import api
+from scanner.cli.configfile import config_option
 from scanner.cli.options import (
     all_scan_options,
     b_template_options,
@@ -122,7 +124,15 @@ class SafeFormatter(logging.Formatter):
         return "\n".join(map(terminal_safe, super().formatStack(stack_info).splitlines()))
 
 
-@cli.command("acr", cls=SectionedCommand)
+# The options most runs set, listed first in each command's --help (sections.py MAIN).
+ACR_LEAD = ("model", "file", "as_json", "device", "dtype", "schedule", "tau")
+SCAN_LEAD = ("config", "model", "out", "device", "dtype", "span_tokens", "search_budget", "executor", "ray_address")
+PLAN_LEAD = ("config", "model", "out", "sample", "screen_sample", "workers", "device", "search_budget", "executor",
+             "as_json")
+COMPARE_LEAD = ("config", "model", "out", "device", "spans", "file", "executor")
+
+
+@cli.command("acr", cls=SectionedCommand, lead=ACR_LEAD)
 @model_options
 @search_options
 @engine_options(screen=False)
@@ -139,32 +149,25 @@ def acr_command(texts, file, as_json, natural_prefix, **options) -> None:
       acr-scan acr --model ~/.cache/acr-scanner/tiny "Call me Ishmael."
 
     The ACR of each TEXT (or of each line of --file) against --model. On a terminal, without --json, stderr shows each target's search: the prompt length tried, the GCG
-    step, the target tokens right, the time.
+    step, the target tokens right, the time. In Python: scanner.measure (docs/api.md).
     """
-    from scanner.engine.check import check_model
-
-    # Before the heavy imports (torch, transformers): a bad --file or --model fails in a moment.
     targets = read_targets(texts, file)
-    check_model(model_config(options))
-    search = search_config(options)
-    if search.gcg.draft.enabled:
-        from scanner.engine.draft import check_draft
-
-        check_draft(model_config(options), search.gcg.draft.model)
-    from scanner.cli.progress import TargetsLine, on_terminal
-    from scanner.run.measure import measure_many
-    from scanner.search.progress import QUIET
-
     if natural_prefix is not None:
         for t in targets:
             t.setdefault("natural_prefix", natural_prefix)
-    configs = model_config(options), prompt_config(options), search
-    observer = TargetsLine([t["text"] for t in targets]) if on_terminal() and not as_json else QUIET
-    emit_records(measure_many(*configs, targets, engines=engine_config(options),
-                              calibration=calibration_config(options), observer=observer), as_json)
+    observer = None
+    if not as_json:
+        from scanner.cli.progress import TargetsLine, on_terminal
+
+        observer = TargetsLine([t["text"] for t in targets]) if on_terminal() else None
+    records = api.measure_iter(targets, model_config(options), prompt=prompt_config(options),
+                               search=search_config(options), engines=engine_config(options),
+                               calibration=calibration_config(options), observer=observer)
+    emit_records(records, as_json)
 
 
-@cli.command("scan", cls=SectionedCommand)
+@cli.command("scan", cls=SectionedCommand, lead=SCAN_LEAD)
+@config_option
 @click.argument("corpus")
 @all_scan_options
 def scan_command(corpus, out, **options) -> None:
@@ -176,6 +179,7 @@ def scan_command(corpus, out, **options) -> None:
 
     Scans CORPUS (a Parquet file, directory or glob) span by span into the run directory --out.
     Relaunching the same command resumes; `status`, `report`, `export` and `verify` read the run directory.
+    Options can come from a --config file (docs/config.md); in Python: scanner.scan (docs/api.md).
 
     \b
     Exit codes (a batch system may relaunch on 75, 4 and 5):
@@ -191,7 +195,7 @@ def scan_command(corpus, out, **options) -> None:
 
     executor = executor_config(options)
     with on_signals():
-        stats = run_with_progress(scan_config(options, corpus), out, executor, passage_config(options))
+        stats = run_with_progress(scan_config(options, corpus), out, executor, passage_config(options)).stats
     click.echo(summary_line(stats, out))
     audit = audit_line(out)
     if audit:
@@ -221,7 +225,8 @@ def exit_on_failed_rows(failed: dict[str, int]) -> None:
     sys.exit(FAILED_ROWS)
 
 
-@cli.command("plan", cls=SectionedCommand)
+@cli.command("plan", cls=SectionedCommand, lead=PLAN_LEAD)
+@config_option
 @click.argument("corpus")
 @option(PLAN, "--sample", required=True,
         help="Candidates to search of those the scan would search: a share with a decimal point (0.1) or a "
@@ -250,10 +255,12 @@ def plan_command(corpus, out, sample, screen_sample, workers, efficiency, as_jso
     from scanner.cli.progress import ProgressBar
     from scanner.run.plan import plan_scan
 
+    config = scan_config(options, corpus)
+    api.check_reference(config.calibration)
     bar = ProgressBar(Path(out) / "run")  # the bar of `scan`, on the sample's run
     try:
         with on_signals():  # a stopped plan exits 75 as a scan does; its relaunch goes on
-            plan = plan_scan(scan_config(options, corpus), out, sample, workers=workers, efficiency=efficiency,
+            plan = plan_scan(config, out, sample, workers=workers, efficiency=efficiency,
                              executor=executor_config(options), passages=passage_config(options), progress=bar,
                              screen_sample=screen_sample)
     finally:
@@ -346,6 +353,29 @@ def status_command(run_dir, workers, watch, interval, iterations) -> None:
         watch_run(run_dir, interval=interval, iterations=iterations, workers=workers, show=show)
     except KeyboardInterrupt:
         click.echo("stopped watching; the scan is not affected")
+
+
+@cli.command("config")
+@click.argument("run_dir")
+def config_command(run_dir) -> None:
+    """Print a run's configuration as a --config file.
+
+    \b
+    Example:
+      acr-scan config run/
+
+    The options RUN_DIR's scan was made with (its run_config.json) as TOML on stdout: saved as run.toml,
+    `acr-scan scan --config run.toml --out run2/` scans the same corpus the same way, and options given
+    beside --config change what they name (docs/config.md). The executor's and the passages' options are
+    not part of a run's configuration and are left out.
+    """
+    from scanner.cli.configfile import run_toml
+
+    text, missing = run_toml(run_dir, scan_command)
+    if missing:
+        echo(f"warning: {len(missing)} setting(s) of this run have no option, so a scan with this file sets "
+             f"them otherwise: {', '.join(missing)} (listed at the file's top)", err=True)
+    click.echo(text, nl=False)
 
 
 @cli.command("export")
@@ -514,7 +544,8 @@ def verify_command(run_dir, model, bundle, dtype, verify_engine, fragile_margin,
         sys.exit(code)
 
 
-@cli.command("compare", cls=SectionedCommand)
+@cli.command("compare", cls=SectionedCommand, lead=COMPARE_LEAD)
+@config_option
 @click.argument("run_dir")
 @option(COMPARE, "--out", "out", required=True, help="A new folder for the comparison (or its own, to resume).")
 @option(MODEL, "--model", "model", required=True,

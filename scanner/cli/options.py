@@ -47,7 +47,6 @@ from scanner.config import (
     SearchConfig,
     SpanConfig,
 )
-from scanner.errors import InputError
 
 
 def default_of(config: type, name: str):
@@ -108,7 +107,8 @@ def model_options(f):
 
 
 def search_options(f):
-    # None: the schedule's own value (SearchConfig() for fast, SearchConfig.paper() for paper).
+    # None: the schedule's own value (SearchConfig() for fast, SearchConfig.paper() for paper). Hidden:
+    # probe sampling and the bound of unmemorized spans, off by default (docs/config.md lists them).
     return stack(f, [
         option(SEARCH, "--schedule", default=default_of(SearchConfig, "schedule"), show_default=True,
                type=click.Choice(SCHEDULES),
@@ -128,17 +128,19 @@ def search_options(f):
         option(SEARCH, "--fragile-margin", type=float, default=default_of(SearchConfig, "fragile_margin"),
                show_default=True, help="A verified prompt whose generation margin (logits) is below this is "
                                        "marked fragile (column fragile)."),
-        option(SEARCH, "--draft-model", default=None,
+        option(SEARCH, "--draft-model", default=None, hidden=True,
                help="Probe sampling: a smaller model of the same tokenizer (HF dir, hub id or .gguf) scores "
                     "every GCG candidate, the model only a probe and the draft's best; verdicts stay the model's."),
-        option(SEARCH, "--probe-size", type=int, default=default_of(DraftConfig, "probe_size"), show_default=True,
+        option(SEARCH, "--probe-size", type=int, hidden=True, default=default_of(DraftConfig, "probe_size"),
+               show_default=True,
                help="Probe sampling: candidates the model scores at random each step to measure agreement."),
-        option(SEARCH, "--probe-reduction", type=float, default=default_of(DraftConfig, "reduction"),
+        option(SEARCH, "--probe-reduction", type=float, hidden=True, default=default_of(DraftConfig, "reduction"),
                show_default=True,
                help="Probe sampling: the model also scores (1 - agreement) x candidates / this of the draft's best."),
-        option(SEARCH, "--probe-min-kept", type=int, default=default_of(DraftConfig, "min_kept"), show_default=True,
+        option(SEARCH, "--probe-min-kept", type=int, hidden=True, default=default_of(DraftConfig, "min_kept"),
+               show_default=True,
                help="Probe sampling: the model scores at least this many of the draft's best."),
-        option(SEARCH, "--bound-unmemorized", is_flag=True,
+        option(SEARCH, "--bound-unmemorized", is_flag=True, hidden=True,
                help="fast: after 'not memorized', search longer prompts for a real ACR below tau."),
         option(REJECT, "--early-reject/--no-early-reject", default=None,
                help="Stop a search the model's teacher-forced tokens right say will not succeed "
@@ -191,14 +193,8 @@ def calibration_options(f):
     ])
 
 
-def calibration_config(o: dict):
-    from scanner.engine.check import check_model
-
-    if o["reference_model"]:
-        try:  # a wrong or damaged reference is named now, before anything is loaded or written
-            check_model(ModelConfig(model=o["reference_model"]))
-        except InputError as err:
-            raise InputError(f"--reference-model: {err}") from err
+def calibration_config(o: dict) -> CalibrationConfig:
+    # The reference model's files are checked by the API (scanner/api.py check_reference) before any work.
     return CalibrationConfig(reference_model=o["reference_model"], nll_margin=o["reference_margin"],
                              random_prompts=o["calibration_prompts"], seed=o["seed"])
 

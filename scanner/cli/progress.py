@@ -19,9 +19,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from scanner import api
 from scanner.cli.watch import running_line
 from scanner.config import ExecutorConfig, PassageConfig, ScanConfig
-from scanner.run.driver import run_scan
 from scanner.search.progress import SearchObserver, SearchProgress
 from scanner.storage.progress import running
 
@@ -103,12 +103,13 @@ def _units_text(units: list[dict]) -> str:
 
 
 def run_with_progress(config: ScanConfig, out: str, executor: ExecutorConfig | None = None,
-                      passages: PassageConfig | None = None) -> dict:
+                      passages: PassageConfig | None = None) -> api.ScanResult:
+    """scanner.scan with the bar (and, on a terminal, the running units) on stderr."""
     bar = ProgressBar(out)
     try:
-        stats = run_scan(config, out, progress=bar, executor=executor, passages=passages)
-        bar.finish(stats)
-        return stats
+        result = api.scan(config, out, executor=executor, passages=passages, progress=bar)
+        bar.finish(result.stats)
+        return result
     finally:
         bar.close()
 

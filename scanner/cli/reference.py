@@ -7,6 +7,7 @@ with each option's default. tests/test_cli_reference.py fails when the committed
 
 from __future__ import annotations
 
+import copy
 import inspect
 import logging
 import re
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from scanner.cli.sections import SECTIONS, section_of
+from scanner.cli.sections import sections
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ def default_text(ctx: click.Context, param: click.Parameter) -> str:
 
 
 def option_line(ctx: click.Context, param: click.Option) -> str:
-    term = param.get_help_record(ctx)[0]
+    term = param.get_help_record(ctx)[0] if not param.hidden else _shown(param).get_help_record(ctx)[0]
     about = [markdown_text(param.help or "").rstrip()]
     default = default_text(ctx, param)
     if default:
@@ -81,6 +82,16 @@ def option_line(ctx: click.Context, param: click.Option) -> str:
     return f"- `{term}`: {text}" if text else f"- `{term}`"
 
 
+def _shown(param: click.Option) -> click.Option:
+    shown = copy.copy(param)
+    shown.hidden = False
+    return shown
+
+
+HIDDEN = "Not in --help (knobs of features that are off by default; they work on the command line{file})"
+IN_FILE = " and in a [--config file](config.md)"
+
+
 def command_markdown(group: click.Group, name: str) -> list[str]:
     command = group.commands[name]
     parent = click.Context(group, info_name="acr-scan", **group.context_settings)
@@ -88,14 +99,14 @@ def command_markdown(group: click.Group, name: str) -> list[str]:
     usage = " ".join(command.collect_usage_pieces(ctx))
     lines = [f"## acr-scan {name}", "", "```text", f"acr-scan {name} {usage}", "```", ""]
     lines += help_markdown(command.help)
-    by_section: dict[str, list[str]] = {}
-    for param in command.get_params(ctx):
-        if isinstance(param, click.Option) and param.get_help_record(ctx) is not None:
-            by_section.setdefault(section_of(param), []).append(option_line(ctx, param))
-    for section in SECTIONS:
-        if section in by_section:
-            heading = "Options" if list(by_section) == [section] else section
-            lines += [f"**{heading}**", "", *by_section[section], ""]
+    grouped = sections(command, ctx)
+    for section, params in grouped:
+        heading = "Options" if len(grouped) == 1 else section
+        lines += [f"**{heading}**", "", *(option_line(ctx, p) for p in params), ""]
+    hidden = [p for p in command.get_params(ctx) if isinstance(p, click.Option) and p.hidden]
+    if hidden:
+        heading = HIDDEN.format(file=IN_FILE if any(p.name == "config" for p in command.params) else "")
+        lines += [f"**{heading}**", "", *(option_line(ctx, p) for p in hidden), ""]
     return lines
 
 

@@ -1,12 +1,15 @@
-"""Help in sections: `scan` and `acr` take some 60 options, which read as one wall in a flat list. Each
-option names its section where it is declared (`option(SEARCH, "--tau", ...)`); SectionedCommand lists
-them under those headings, common ones first. Parsing is click's own: only the help layout differs."""
+"""Help in sections: `scan` and `plan` take some 75 options, which read as one wall in a flat list. A
+command names the few that most runs set (`lead`), listed first under "Main options"; every other option
+names its section where it is declared (`option(SEARCH, "--tau", ...)`) and is listed under that heading.
+Knobs of features that are off by default are declared hidden: they work on the command line and in a
+--config file, and docs/cli.md lists them. Parsing is click's own: only the help layout differs."""
 
 from __future__ import annotations
 
 import click
 from click.formatting import measure_table
 
+MAIN = "Main options"
 CORPUS = "Corpus and output"
 TARGETS = "Targets and output"
 PLAN = "Plan"
@@ -24,7 +27,7 @@ PASSAGES = "Passages"
 EXECUTOR = "Executor"
 OTHER = "Other"
 # The order of the headings in --help; a command shows those it has options in.
-SECTIONS = (CORPUS, TARGETS, PLAN, COMPARE, MODEL, PROMPT, SPANS, EXTRACTION, SEARCH, REJECT, BUDGET, ENGINE,
+SECTIONS = (MAIN, CORPUS, TARGETS, PLAN, COMPARE, MODEL, PROMPT, SPANS, EXTRACTION, SEARCH, REJECT, BUDGET, ENGINE,
             CALIBRATION, PASSAGES, EXECUTOR, OTHER)
 
 
@@ -47,20 +50,39 @@ def section_of(param: click.Parameter) -> str:
     return getattr(param, "section", OTHER)
 
 
+def sections(command: click.Command, ctx: click.Context, shown=None) -> list[tuple[str, list[click.Parameter]]]:
+    """(heading, options) in --help's order: the command's `lead` under MAIN in the order it names them,
+    then the rest by their declared section. `shown(param)`: which options to list (default: those
+    --help shows, hidden ones left out)."""
+    shown = shown or (lambda param: param.get_help_record(ctx) is not None)
+    options = [p for p in command.get_params(ctx) if not isinstance(p, click.Argument) and shown(p)]
+    lead = getattr(command, "lead", ())
+    by_name = {p.name: p for p in options}
+    grouped: dict[str, list[click.Parameter]] = {MAIN: [by_name[name] for name in lead if name in by_name]}
+    for param in options:
+        if param.name not in lead:
+            grouped.setdefault(section_of(param), []).append(param)
+    return [(section, grouped[section]) for section in SECTIONS if grouped.get(section)]
+
+
 class SectionedCommand(click.Command):
-    """A click command whose --help lists options under SECTIONS' headings instead of one "Options"."""
+    """A click command whose --help lists options under SECTIONS' headings instead of one "Options",
+    the ones named in `lead` first."""
+
+    def __init__(self, *args, lead: tuple[str, ...] = (), **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        names = {p.name for p in self.params}
+        unknown = [name for name in lead if name not in names]
+        if unknown:  # a typo would drop the option from the lead silently
+            raise ValueError(f"command {self.name}: lead names {unknown}, which are not its options")
+        self.lead = tuple(lead)
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows: dict[str, list[tuple[str, str]]] = {}
-        for param in self.get_params(ctx):
-            record = param.get_help_record(ctx)
-            if record is not None and not isinstance(param, click.Argument):
-                rows.setdefault(section_of(param), []).append(record)
+        rows = [(section, [p.get_help_record(ctx) for p in params]) for section, params in sections(self, ctx)]
         # One first-column width for every section, as one flat list had: write_dl sizes each call alone.
-        widths = measure_table([row for section in rows.values() for row in section])
+        widths = measure_table([row for _, section in rows for row in section])
         width = min(widths[0], 30) if widths else 0
-        for section in SECTIONS:
-            if section in rows:
-                with formatter.section(section):
-                    formatter.write_dl([(first.ljust(width), second) if second else (first, second)
-                                        for first, second in rows[section]])
+        for section, records in rows:
+            with formatter.section(section):
+                formatter.write_dl([(first.ljust(width), second) if second else (first, second)
+                                    for first, second in records])
