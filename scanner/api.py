@@ -187,9 +187,8 @@ def check_reference(calibration: CalibrationConfig | None) -> None:
 def saved_config(run_dir: str | os.PathLike) -> ScanConfig:
     """The ScanConfig a run directory was made with (its run_config.json, checked), e.g. to scan another
     corpus the same way: scan(dataclasses.replace(saved_config('run/'), corpus=...), 'run2/')."""
-    from scanner.run.compare import saved_scan
     from scanner.storage.rundir import RunDir
 
     run = RunDir(run_dir)
     run.require_run()
-    return saved_scan(run)
+    return run.scan_config()
