@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from scanner.config import PassageConfig
 from scanner.errors import require
 from scanner.measures.passages import MEMORIZED, find_passages, passage_rows, with_extension
-from scanner.schema import passages_schema, results_schema
+from scanner.schema import passages_schema
 from scanner.stages.extend import DocumentTokens, extend_passages
 from scanner.stages.spans import tokenize_document
 from scanner.storage.atomic import atomic_write
@@ -33,21 +33,19 @@ log = logging.getLogger(__name__)
 
 SHARED_KEY = b"shared_text_min_docs"  # the passages table's metadata: the threshold its shared_text used
 
-# What the merge and the extension read from the results; acr_kind, the calibration columns and prompt_source
-# where the results schema has them.
+# What the merge and the extension read from the results.
 READ = ("doc_id", "doc_row", "span_id", "char_start", "char_end", "token_start", "token_end", "text",
-        "target_tokens", "status", "acr", "prompt", "prompt_tokens", "certificate_prompt", "shard")
-OPTIONAL = ("acr_kind", "calibrated_memorized", "prompt_source", "copies_in_corpus")
+        "target_tokens", "status", "acr", "prompt", "prompt_tokens", "certificate_prompt", "shard",
+        "acr_kind", "calibrated_memorized", "prompt_source", "copies_in_corpus")
 
 
 def _results(run: RunDir) -> tuple[list[dict], dict]:
     """The rows of the documents holding a memorized span (a passage counts its document's other rows),
     read shard by shard: a library's millions of other rows stay on disk."""
-    names = results_schema().names
     memorized = run.read_results(columns=["doc_id", "doc_row"], where=pc.field("status") == MEMORIZED)
     holding = (pc.field("doc_row").isin(pc.unique(memorized.column("doc_row")).drop_null())
                | pc.field("doc_id").isin(pc.unique(memorized.column("doc_id"))))
-    table = run.read_results(columns=list(READ) + [c for c in OPTIONAL if c in names], where=holding)
+    table = run.read_results(columns=list(READ), where=holding)
     return table.to_pylist(), table.schema.metadata or {}
 
 

@@ -39,7 +39,8 @@ PHASES = ("screen", "certify", "search", "audit", "tighten")
 @dataclass(frozen=True)
 class Layout:
     """Where one store's files live under the run directory: every store commits the same way, only
-    the folders differ (phase 3's results keep the top-level done/ and stats/ of the first releases)."""
+    the folders differ (phase 3's results keep done/ and stats/ at the run directory's top level, where
+    export, report and verify read them)."""
 
     parts: str  # folder of part-XXXXX.parquet
     done: str  # folder of the done markers
