@@ -6,6 +6,7 @@ A file of its own: its cluster is not test_ray's local Ray. Fixtures and helpers
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 
@@ -21,10 +22,15 @@ ray, ray_tmp, reference = test_ray.ray, test_ray.ray_tmp, test_ray.reference
 
 
 @pytest.fixture
-def cluster(ray_tmp):
+def cluster(ray_tmp, monkeypatch):
     """A head with no CPU for an actor (the AWS launcher's CPU head, which holds no GPU): the scan's
     actors can only run on the worker nodes a test adds."""
     from ray.cluster_utils import Cluster
+
+    # Cluster writes its address to RAY_TMPDIR/ray/ray_current_cluster (else /tmp/ray, which a fresh
+    # machine lacks and another Ray on it would share): a private one for this cluster.
+    monkeypatch.setenv("RAY_TMPDIR", ray_tmp)
+    os.makedirs(os.path.join(ray_tmp, "ray"), exist_ok=True)
 
     # No exit hooks: they set a SIGTERM handler, which Python allows only in the main thread, and a test
     # adds a node from another (the fixture shuts the cluster down itself).

@@ -370,8 +370,8 @@ class RayExecutor:
         scheduler = self.scheduler
         if scheduler is None:
             return {"actors": 0, "actor_restarts": 0, "retries": 0, "given_up": 0, "nodes": {}}
-        # vLLM's engine processes stop cleanly before the actors go (a failed close is only logged).
-        # a busy actor (loading, or running a task a stop left in flight) would answer only after it
+        # vLLM's engine processes stop cleanly before the actors go (a failed close is only logged). A busy
+        # actor (loading, or running a task a stop left in flight) would answer only after its task: killed.
         busy = {slot for slot, _ in scheduler.busy.values()}
         closing = [actor.close.remote() for slot, actor in scheduler.slots.items() if slot not in busy]
         for ref in closing:
