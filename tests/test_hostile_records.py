@@ -276,6 +276,11 @@ def audit_plan_of_another_shape(run: Path) -> None:
                                                      "units": 7}))
 
 
+def given_up_of_another_shape(run: Path) -> None:
+    event = {"task": "search-00000", "pid": 7, "silent_s": 9.0, "hung_after_s": 6, "time": 1.0}
+    (run / "given_up.json").write_text(json.dumps({"events": [event, {**event, "pid": "7"}]}))
+
+
 RUN_RECORDS = {  # damage, then what `status --json` shows of it
     "a lock with pid true": (pid_true, lambda s: s["scan_process"]["running"] is False
                              and "names no process" in s["scan_process"]["why"]),
@@ -283,6 +288,8 @@ RUN_RECORDS = {  # damage, then what `status --json` shows of it
     "a recall.json of another shape": (recall_of_another_shape, lambda s: s["recall"] is None),
     "an audit_plan.json of another shape": (audit_plan_of_another_shape,
                                             lambda s: s["progress"]["audit"]["units_total"] is None),
+    "a given_up.json of another shape": (given_up_of_another_shape,
+                                         lambda s: s["progress"]["given_up"] == {"count": 0, "last": None}),
 }
 
 

@@ -158,3 +158,16 @@ def test_the_heartbeat_beats_through_a_long_calibration_and_stops_with_the_unit(
     with task_beat(tmp_path, "screen-00003", every=0.05):
         assert len(beats(tmp_path / "progress" / "screen-00003.json", 0.4)) >= 3
     assert not (tmp_path / "progress" / "screen-00003.json").exists()
+
+
+def test_a_given_up_task_is_added_to_the_record_and_a_damaged_record_is_made_again(tmp_path, caplog):
+    from scanner.storage.progress import given_up, record_given_up
+
+    event = {"task": "search-00003", "pid": 41, "silent_s": 7.2, "hung_after_s": 6, "time": 1.5}
+    record_given_up(tmp_path, event)
+    record_given_up(tmp_path, {**event, "task": "search-00004", "pid": None})
+    assert given_up(tmp_path) == {"count": 2, "last": {**event, "task": "search-00004", "pid": None}}
+    (tmp_path / "given_up.json").write_text('{"events": [{"task": 3}]}')
+    assert given_up(tmp_path) == {"count": 0, "last": None}
+    record_given_up(tmp_path, event)
+    assert "given_up.json is not believed" in caplog.text and given_up(tmp_path) == {"count": 1, "last": event}

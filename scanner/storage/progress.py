@@ -18,6 +18,7 @@ from pathlib import Path
 
 from scanner.storage.atomic import atomic_write_json, remove_file
 from scanner.storage.integrity import read_json_object
+from scanner.storage.records import GIVEN_UP, read_record
 from scanner.storage.store import Store
 
 PROGRESS_DIR = "progress"
@@ -103,12 +104,11 @@ def running(run_path: str | Path, now: float | None = None) -> list[dict]:
 def record_given_up(run_path: str | Path, event: dict) -> None:
     """Add one given-up task to given_up.json (the driver is its only writer, so read-modify-write holds)."""
     path = Path(run_path) / GIVEN_UP_FILE
-    events = (read_json_object(path) or {}).get("events")
-    atomic_write_json(path, {"events": [*(events if isinstance(events, list) else []), event]})
+    events = (read_record(path, GIVEN_UP) or {"events": []})["events"]
+    atomic_write_json(path, {"events": [*events, event]})
 
 
 def given_up(run_path: str | Path) -> dict:
     """`status`'s count of tasks given up as hung, and the last one (task, pid, seconds silent, when)."""
-    events = (read_json_object(Path(run_path) / GIVEN_UP_FILE) or {}).get("events")
-    events = [e for e in events if isinstance(e, dict)] if isinstance(events, list) else []
+    events = (read_record(Path(run_path) / GIVEN_UP_FILE, GIVEN_UP, quiet=True) or {"events": []})["events"]
     return {"count": len(events), "last": events[-1] if events else None}

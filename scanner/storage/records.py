@@ -2,12 +2,13 @@
 
 A relaunch, `status`, a report and an export read JSON records that an earlier process wrote: a cut
 search's resume record (a unit's stats "cut"), the audit's draw (audit_plan.json), the units of a phase
-(*_plan.json), where an auto budget stopped (search_stop.json), the recall estimate (recall.json) and the
-lock. Commits are atomic, so a bad record comes from outside (a hand edit, a copy cut short, another
-release); believed, it crashed a relaunch with a traceback, or was committed as a verdict no search
-reached (a "success" with no prompt became not_memorized with 0 steps). Each record's shape is written
-here once as a SPEC, `problem()` says what in a value departs from it, and `read_record()` is the one
-reader: a record that departs is named in a warning and treated as absent, so its owner makes it again.
+(*_plan.json), where an auto budget stopped (search_stop.json), the recall estimate (recall.json), the
+tasks given up as hung (given_up.json) and the lock. Commits are atomic, so a bad record comes from
+outside (a hand edit, a copy cut short, another release); believed, it crashed a relaunch with a
+traceback, or was committed as a verdict no search reached (a "success" with no prompt became
+not_memorized with 0 steps). Each record's shape is written here once as a SPEC, `problem()` says what
+in a value departs from it, and `read_record()` is the one reader: a record that departs is named in a
+warning and treated as absent, so its owner makes it again.
 
 A SPEC is plain data: a type (int and float never take a bool, float takes only finite numbers), a list
 of one SPEC (every item), a dict (an object with these keys; `Optional(SPEC)` keys may be absent), a
@@ -162,6 +163,12 @@ RESUME_FIELDS = {"tried": [Tuple(COUNT, bool)], "found": Optional(Nullable(str))
                  "prompt_ids": Optional(Nullable([COUNT])), "prompt": Optional(Nullable(str))}
 # A unit's stats "cut" (run/tasks.py): {span_id: what its cut search spent, and where it stood}.
 CUT = Map({"steps": COUNT, "forwards": COUNT, "search_s": AMOUNT, "resume": Optional(RESUME_FIELDS)})
+
+
+# The tasks the Ray driver gave up as hung (storage/progress.py record_given_up); pid: None where the
+# heartbeat never named one.
+GIVEN_UP = {"events": [{"task": str, "pid": Nullable(POSITIVE), "silent_s": AMOUNT, "hung_after_s": AMOUNT,
+                        "time": AMOUNT}]}
 
 
 def resume_problem(record) -> str | None:
