@@ -10,7 +10,7 @@ run_dir/
   lock                         the live writer's host and pid (lock.py)
   logs/shard-00000.log         per-shard log (written by the caller)
   stats/00000.json             per-shard stats, merged into stats.json
-  screen/ certify/ search/     the phases' own committed parts and plans (store.py, phases.py)
+  screen/ certify/ search/     the phases' own committed parts and plans (store.py, run/units.py)
 ```
 
 A shard counts as finished only when its done marker exists; everything else (a results file without a
@@ -49,9 +49,9 @@ CONFIG_FILE = "run_config.json"
 PLAN_FILE = "plan.json"
 STATS_FILE = "stats.json"
 FOLDERS = ("results", "done", "logs", "stats")
-PHASE_PLANS = ("certify_plan.json", "search_plan.json", "tighten_plan.json")  # scanner/run/phases.py
+PHASE_PLANS = ("certify_plan.json", "search_plan.json", "tighten_plan.json")  # scanner/run/units.py
 AUDIT_PLAN, RECALL_FILE = "audit_plan.json", "recall.json"  # the recall audit's draw and its estimate
-STOP_FILE = "search_stop.json"  # where --search-budget auto stopped, and why (run/phases.py record_stop)
+STOP_FILE = "search_stop.json"  # where --search-budget auto stopped, and why (run/spend.py AutoStop.record)
 # Everything a scan writes at the top of its run directory (lock: storage/lock.py; provenance.json:
 # run/driver.py; passages.parquet: storage/passages.py; the phases' folders: store.py; given_up.json:
 # storage/progress.py).
@@ -222,7 +222,7 @@ def _config_problems(saved: dict, config: dict, fingerprint: str, docs_per_shard
 
 # What a relaunch may change: how much search to spend, not what is searched (the plans do not
 # depend on it); a larger budget goes on where the last run's budget stopped, and a changed audit sample
-# is drawn again (run/phases.py).
+# is drawn again (run/audit.py).
 RELAUNCH_MAY_CHANGE = ("search_budget", "audit_sample")
 
 
@@ -410,7 +410,7 @@ class RunDir:
         self.results.reopen(shard)
 
     def recall(self) -> dict | None:
-        """recall.json (run/phases.py write_recall): what the recall audit estimates the unsearched still
+        """recall.json (run/audit.py write_recall): what the recall audit estimates the unsearched still
         hold; None before the audit's results are written, or without an audit."""
         return read_record(self.path / RECALL_FILE, RECALL)
 

@@ -115,7 +115,7 @@ def _certify(run: RunDir, workers: int) -> dict:
 
 
 def stopped(run: RunDir, search_budget: str | None) -> dict | None:
-    """Where --search-budget auto stopped the search (STOP_FILE, run/phases.py record_stop), when the run
+    """Where --search-budget auto stopped the search (STOP_FILE, run/spend.py AutoStop.record), when the run
     still goes on with that budget; None otherwise, or when the record is not one."""
     record = read_record(run.path / STOP_FILE, STOP, quiet=True)  # status runs every few seconds
     if not record or record.get("budget") != search_budget or bm.parse_auto(search_budget) is None:
