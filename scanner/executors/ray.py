@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from scanner import stop
 from scanner.config import ExecutorConfig
 from scanner.errors import InputError
+from scanner.executors import Executor
 from scanner.executors.liveness import POLL_S, Liveness
 from scanner.storage.rundir import Shard
 
@@ -305,7 +306,7 @@ def _init(ray, executor: ExecutorConfig) -> bool:
     return True
 
 
-class RayExecutor:
+class RayExecutor(Executor):
     """`execute(tasks, admit, finished)` on Ray: one Scheduler (and its actors) for all the calls,
     started when the first call has work, so a relaunch of a finished run starts no actor. Connects to
     (or starts) Ray when made; `close()` stops the actors (and a Ray it started) and reports."""
@@ -347,6 +348,10 @@ class RayExecutor:
             return max(1, min(self.executor.num_actors, self.expected_tasks))
         resources = self.ray.cluster_resources()
         return max(1, min(actors_fitting(resources, *actor_shape(resources, self.executor)), self.expected_tasks))
+
+    def set_up(self) -> None:
+        """Nothing ahead: the first call that has tasks starts the actors (as many as it and the cluster
+        allow), and each loads the model in its own setup there."""
 
     def __call__(self, tasks: list, admit, finished) -> dict:
         if not tasks:

@@ -30,6 +30,7 @@ import logging
 
 from scanner import stop
 from scanner.config import PassageConfig, ScanConfig
+from scanner.executors import Executor
 from scanner.measures import budget as bm
 from scanner.run import audit
 from scanner.run import units as plans
@@ -87,21 +88,47 @@ class Phases:
         return audit.population(self, audit.earlier(self, audit.read_plan(self.run)))
 
 
-def run_phases(phases: Phases, execute, progress=None) -> dict:
+def run_phases(phases: Phases, execute: Executor, progress=None) -> dict:
     """Phases 1-4 through `execute`; returns the executor's report of tasks that failed for good.
     Raises stop.Stopped once a phase's tasks returned after a stop request (scanner/stop.py): no phase
     after it runs, so nothing is written from a search the stop left unfinished."""
-    execute = _stoppable(execute)
+    execute = PhaseExecutor(execute)
     failed = _screen_search_write(phases, execute, progress)
     return failed or build_passages(phases, execute)
 
 
-def _screen_search_write(phases: Phases, execute, progress) -> dict:
+class PhaseExecutor(Executor):
+    """The executor as the phases call it: a call during which a stop was requested raises stop.Stopped
+    once it returns, and the tasks that finished are counted (a relaunch with nothing to do rewrites
+    nothing)."""
+
+    def __init__(self, inner: Executor) -> None:
+        if not isinstance(inner, Executor):
+            raise TypeError(f"the phases run on an Executor (scanner/executors: __call__(tasks, admit, finished), "
+                            f"workers, set_up(), close()); {inner!r} is not one")
+        self.inner, self.finished = inner, 0
+        self.workers = inner.workers  # read as the phases start, for every phase's deadline
+
+    def __call__(self, tasks: list, admit, finished) -> dict:
+        def count(stats: dict) -> None:
+            self.finished += 1
+            finished(stats)
+        failed = self.inner(tasks, admit, count)
+        stop.check()
+        return failed
+
+    def set_up(self) -> None:
+        self.inner.set_up()
+
+    def close(self) -> dict:
+        return self.inner.close()
+
+
+def _screen_search_write(phases: Phases, execute: PhaseExecutor, progress) -> dict:
     """Phases 1-3: screen, certify, search under the budget, audit, tighten, write the results. Each step
-    returns None to go on, or what the run returns now: its failed tasks, or {} when it left work pending
-    (a stop, the budget), which a relaunch does."""
+    returns None to go on, or what the run returns now: its failed tasks, or {} when work stays pending
+    (the budget, a stop) for a relaunch."""
     ran = phases.prepare()
-    execute = _counting(execute, counter := [0])
     if (halt := _screen(phases, execute, progress)) is not None:
         return halt
     if (halt := _certify(phases, execute)) is not None:
@@ -116,18 +143,18 @@ def _screen_search_write(phases: Phases, execute, progress) -> dict:
     tighten = plans.tighten_units(phases) if decided else []
     if failed := spend(phases, execute, tighten):
         return failed
-    if ran or counter[0] or len(phases.run.done_shards()) < len(phases.plan):
+    if ran or execute.finished or len(phases.run.done_shards()) < len(phases.plan):
         write_results(phases, search + tighten)  # a relaunch of a finished run writes nothing
     audit.write_recall(phases)  # ... but recall.json, when missing or saying otherwise than the committed audit
     return {}
 
 
-def _screen(phases: Phases, execute, progress) -> dict | None:
+def _screen(phases: Phases, execute: Executor, progress) -> dict | None:
     failed = execute(phases.screen_pending(), None, progress or (lambda stats: None))
     return failed if failed or phases.screen_pending() else None
 
 
-def _certify(phases: Phases, execute) -> dict | None:
+def _certify(phases: Phases, execute: Executor) -> dict | None:
     certify = plans.certify_units(phases)
     failed = execute(plans.pending(phases, certify), None, logged(phases))
     if failed or plans.pending(phases, certify):
@@ -136,7 +163,7 @@ def _certify(phases: Phases, execute) -> dict | None:
     return plans.unchecked(phases) or None
 
 
-def _audit(phases: Phases, execute) -> dict | None:
+def _audit(phases: Phases, execute: Executor) -> dict | None:
     """What the budget left, sampled: the recall the run can state (run/audit.py)."""
     if plans.failed(phases, "search"):
         return None
@@ -147,7 +174,7 @@ def _audit(phases: Phases, execute) -> dict | None:
     return failed if failed or plans.pending(phases, drawn) else None
 
 
-def build_passages(phases: Phases, execute) -> dict:
+def build_passages(phases: Phases, execute: Executor) -> dict:
     """Phase 4: passages.parquet, once every shard is written and only when missing or stale."""
     run, passages = phases.run, phases.passages
     if run.pending(phases.plan) or is_current(run, passages):
@@ -159,26 +186,3 @@ def build_passages(phases: Phases, execute) -> dict:
     if not failed:
         log.info("passages built in one task on the executor's worker")
     return failed
-
-
-def _stoppable(execute):
-    """`execute` that raises stop.Stopped after a call during which a stop was requested."""
-    def call(tasks: list, admit, finished) -> dict:
-        failed = execute(tasks, admit, finished)
-        stop.check()
-        return failed
-    call.workers = getattr(execute, "workers", 1)
-    call.set_up = getattr(execute, "set_up", lambda: None)
-    return call
-
-
-def _counting(execute, counter: list[int]):
-    """`execute` that counts the tasks that finished (a relaunch with nothing to do rewrites nothing)."""
-    def counted(tasks: list, admit, finished) -> dict:
-        def count(stats: dict) -> None:
-            counter[0] += 1
-            finished(stats)
-        return execute(tasks, admit, count)
-    counted.workers = getattr(execute, "workers", 1)  # tasks in flight at once: the budget's deadline
-    counted.set_up = getattr(execute, "set_up", lambda: None)  # the workers set up (the model loaded)
-    return counted

@@ -22,6 +22,7 @@ from dataclasses import replace
 
 import pyarrow.parquet as pq
 
+from scanner.executors import Executor
 from scanner.measures import budget as bm
 from scanner.run import units as plans
 from scanner.run.tasks import Unit
@@ -96,7 +97,7 @@ class AutoStop:
                                  "units_left": len(left), "candidates_left": sum(map(len, left))})
 
 
-def spend(phases, execute, units: list[Unit]) -> dict:
+def spend(phases, execute: Executor, units: list[Unit]) -> dict:
     """The pending units, started in rank order while the budget (shared by search and tighten) lasts.
     A seconds budget is also a deadline every unit carries (a wall-clock instant, plain data that reaches
     Ray actors): the searches still running then are cut within a step, and their unit records them.
@@ -109,7 +110,7 @@ def spend(phases, execute, units: list[Unit]) -> dict:
     return failed
 
 
-def _start(phases, execute, units: list[Unit], stop) -> dict:
+def _start(phases, execute: Executor, units: list[Unit], stop) -> dict:
     used = {"value": spent(phases)}
     pending = plans.pending(phases, units)
     if not pending or not bm.may_start(used["value"], phases.budget) or stop() is not None:
