@@ -54,7 +54,7 @@ def current(saved: dict) -> list[int]:
 def earlier(phases, saved: dict) -> list[int]:
     """Committed audit parts of earlier draws: their rows stand, their spans are decided."""
     mine = set(current(saved))
-    return [i for i in phases.stores["audit"].done_shards() if i not in mine]
+    return [i for i in phases.stores["audit"].done_parts() if i not in mine]
 
 
 def population(phases, kept: list[int]) -> dict[str, pa.Table]:
@@ -123,12 +123,12 @@ def _key(parts: dict, config) -> str:
 def _draw(phases, parts: dict, rule) -> dict:
     """A new draw of `parts`, its size bought by `rule` at what the search's committed units measured."""
     config, store = phases.config, phases.stores["audit"]
-    cost = recall.search_cost([phases.stores["search"].stats(i) for i in phases.stores["search"].done_shards()])
+    cost = recall.search_cost([phases.stores["search"].stats(i) for i in phases.stores["search"].done_parts()])
     size, why = recall.audit_size(rule, cost)
     strata = recall.plan_strata({part: _ids(rows) for part, rows in parts.items()}, size, config.search.seed, SortedIds)
     shard_of = _shards(parts, {span for s in strata for span in s["drawn"]})
     items = [[shard_of[span], span] for s in strata for span in s["drawn"]]
-    first = max(store.done_shards(), default=-1) + 1
+    first = max(store.done_parts(), default=-1) + 1
     saved = {"key": _key(parts, config), "sample": config.audit_sample, "seed": config.search.seed,
              "size": sum(len(s["drawn"]) for s in strata), "why": why, "cost": cost, "first": first,
              "strata": strata, "units": bm.units(items, config.unit_size)}

@@ -169,7 +169,7 @@ def _units(folder: Path, config: CompareConfig) -> list[CompareUnit]:
 
 
 def _pending(store: Store, units: list[CompareUnit]) -> list[CompareUnit]:
-    for index in store.done_shards():  # failed rows are retried, as a scan's failed units are
+    for index in store.done_parts():  # failed rows are retried, as a scan's failed units are
         if store.stats(index).get("failed"):
             store.reopen(index)
     done = store.done()

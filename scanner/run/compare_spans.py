@@ -92,11 +92,11 @@ class CompareWorker(ModelWorker):
 
     def run_task(self, unit: CompareUnit) -> dict:
         from scanner.run.heartbeat import task_beat
-        from scanner.run.shard import shard_log
+        from scanner.run.shard import task_log
 
         self.ready()
         start = time.perf_counter()
-        with task_beat(self.folder, unit.name), shard_log(self.folder / "logs" / f"{unit.name}.log"):
+        with task_beat(self.folder, unit.name), task_log(self.folder / "logs" / f"{unit.name}.log"):
             rows = measure_unit(self.engine, self.compare, unit, self._documents(unit))
         table = pa.Table.from_pylist(rows, schema=compare_schema())
         failed = sum(r["verdict_class"] == "failed" for r in rows)

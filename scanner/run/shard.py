@@ -249,19 +249,10 @@ def screen_shard(engine: HFEngine, shard: Shard, docs: list[Document], config: S
     return table, stats
 
 
-def shard_stats(rows: list[dict], documents: int, seconds: float) -> dict:
-    """A finished shard's stats (phase 3), from its final rows."""
-    counts = Counter(r["status"] for r in rows)
-    return {"documents": documents, "spans": len(rows), "rows": len(rows), "status_counts": dict(counts),
-            "candidates": counts["memorized"] + counts["not_memorized"] + counts["failed"],
-            "memorized": counts["memorized"], "seconds": seconds,
-            "calibrated_memorized": sum(bool(r["calibrated_memorized"]) for r in rows),
-            "screen_s": sum(r["screen_s"] for r in rows), "search_s": sum(r["search_s"] for r in rows)}
-
-
 @contextlib.contextmanager
-def shard_log(path: Path):
-    """Everything logged while a shard runs also goes to logs/shard-NNNNN.log."""
+def task_log(path: Path):
+    """Everything logged while a task runs also goes to its log file in logs/ (a shard's shard-NNNNN.log,
+    a unit's by its name)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path, mode="a", encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

@@ -36,14 +36,14 @@ SEARCHED = ("search", "tighten")  # the stores whose units spend the budget
 
 def spent(phases) -> float:
     """What the committed search and tighten units spent, in the budget's unit."""
-    stats = [store.stats(i) for name in SEARCHED for store in [phases.stores[name]] for i in store.done_shards()]
+    stats = [store.stats(i) for name in SEARCHED for store in [phases.stores[name]] for i in store.done_parts()]
     return bm.spent(stats, phases.budget)
 
 
 def cut(phases) -> dict[str, dict]:
     """{span_id: what its search spent} of every search the budget cut in a done unit."""
     return {span: used for name in SEARCHED for store in [phases.stores[name]]
-            for i in store.done_shards() for span, used in store.stats(i).get("cut", {}).items()}
+            for i in store.done_parts() for span, used in store.stats(i).get("cut", {}).items()}
 
 
 class AutoStop:

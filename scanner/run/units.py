@@ -141,14 +141,14 @@ def pending(phases, units: list[Unit]) -> list[Unit]:
 def failed(phases, kind: str) -> bool:
     """Whether a done unit of `kind` holds failed rows (a relaunch runs it again)."""
     store = phases.stores[kind]
-    return any(store.stats(i).get("failed") for i in store.done_shards())
+    return any(store.stats(i).get("failed") for i in store.done_parts())
 
 
 def unchecked(phases) -> dict[str, str]:
     """Certify units holding failed rows: {unit name: why}."""
     store = phases.stores["certify"]
     return {f"certify-{i:05d}": "a certificate check failed (see logs/); relaunch to check it again"
-            for i in store.done_shards() if store.stats(i).get("failed")}
+            for i in store.done_parts() if store.stats(i).get("failed")}
 
 
 def failing(phases, drawn: set[int]) -> list[tuple[str, int, int]]:
@@ -157,7 +157,7 @@ def failing(phases, drawn: set[int]) -> list[tuple[str, int, int]]:
     out = []
     for name in UNIT_KINDS:
         store = phases.stores[name]
-        for index in store.done_shards():
+        for index in store.done_parts():
             count = store.stats(index).get("failed")
             if count and (name != "audit" or index in drawn):
                 out.append((name, index, count))

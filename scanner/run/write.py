@@ -8,7 +8,7 @@ Every function takes the driver's `Phases` (run/phases.py)."""
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -16,7 +16,6 @@ import pyarrow.parquet as pq
 from scanner.results.rows import copied_row
 from scanner.run import audit, occurrences
 from scanner.run import units as plans
-from scanner.run.shard import shard_stats
 from scanner.run.spend import SEARCHED, cut
 from scanner.run.tasks import UNIT_KINDS, Unit
 from scanner.schema import results_schema
@@ -58,7 +57,17 @@ def write_results(phases, units: list[Unit]) -> None:
         stats = screen.stats(shard.shard)
         seconds = stats.get("seconds", 0.0) + sum(r["search_s"] for r in final)
         out = pa.Table.from_pylist(final, schema=results_schema()).replace_schema_metadata(table.schema.metadata)
-        phases.run.write_shard(shard.shard, out, shard_stats(final, stats.get("documents", 0), seconds))
+        phases.run.write_shard(shard.shard, out, results_stats(final, stats.get("documents", 0), seconds))
+
+
+def results_stats(rows: list[dict], documents: int, seconds: float) -> dict:
+    """A written shard's stats (stats/NNNNN.json, RunDir.shard_stats reads them), from its final rows."""
+    counts = Counter(r["status"] for r in rows)
+    return {"documents": documents, "spans": len(rows), "rows": len(rows), "status_counts": dict(counts),
+            "candidates": counts["memorized"] + counts["not_memorized"] + counts["failed"],
+            "memorized": counts["memorized"], "seconds": seconds,
+            "calibrated_memorized": sum(bool(r["calibrated_memorized"]) for r in rows),
+            "screen_s": sum(r["screen_s"] for r in rows), "search_s": sum(r["search_s"] for r in rows)}
 
 
 def _reasons(phases, units: list[Unit], copies: dict) -> dict[str, str]:

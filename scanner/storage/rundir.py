@@ -38,7 +38,7 @@ from scanner.config import ScanConfig, from_saved
 from scanner.errors import InputError, require
 from scanner.schema import SCHEMA_VERSION, results_schema
 from scanner.storage.atomic import TMP_SUFFIX, atomic_write_json, remove_file
-from scanner.storage.integrity import read_json_object, reopen_damaged, shard_problem
+from scanner.storage.integrity import part_problem, read_json_object, reopen_damaged
 from scanner.storage.progress import GIVEN_UP_FILE
 from scanner.storage.records import RECALL, read_record
 from scanner.storage.store import PHASES, RESULTS, Store, has_work
@@ -343,7 +343,7 @@ class RunDir:
         plan = self._saved_plan(saved, num_docs)
         require(plan.num_docs == num_docs, f"RUN_DIR '{self.path}': {PLAN_FILE} covers {plan.num_docs} "
                 f"documents but the corpus has {num_docs}; the corpus changed, {FIX}")
-        reopen_damaged(self)
+        reopen_damaged(self.results)
         self._reseal(saved, config)
         if saved.get("package_version") != __version__:
             log.warning("run %s was started by acr-scanner %s, resuming with %s", self.path,
@@ -420,7 +420,8 @@ class RunDir:
         return Plan.load(self.path / PLAN_FILE)
 
     def done_shards(self) -> list[int]:
-        return self.results.done_shards()
+        """The shards whose results are written (phase 3)."""
+        return self.results.done_parts()
 
     def pending(self, plan: Plan) -> list[Shard]:
         done = set(self.done_shards())
@@ -472,9 +473,9 @@ class RunDir:
 
     def damaged(self) -> dict[int, str]:
         """{shard: cause} of the finished shards whose results file is missing, cut short or of another
-        row count than their done marker says (integrity.shard_problem without the sha256): what
+        row count than their done marker says (integrity.part_problem without the sha256): what
         export, report and verify refuse and a relaunch computes again."""
-        return {s: why for s in self.done_shards() if (why := shard_problem(self, s, hashed=False))}
+        return {s: why for s in self.done_shards() if (why := part_problem(self.results, s, hashed=False))}
 
     def _merged_stats(self, skip=()) -> dict:
         done = [s for s in self.done_shards() if s not in skip]
