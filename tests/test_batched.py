@@ -16,7 +16,8 @@ from scanner.engine.loading import LoadedModel
 from scanner.engine.template import PromptTemplate
 from scanner.search.driver import run_many
 from scanner.search.gcg import Gradient, Score
-from scanner.search.miniprompt import Target, measure, measure_many
+from scanner.search.miniprompt import measure, measure_many
+from scanner.search.request import SearchRequest
 from scanner.studies.tiny import CANARIES
 
 
@@ -66,7 +67,7 @@ def test_searches_sharing_forwards_find_what_each_finds_alone(engine, fast_confi
     texts = [*CANARIES, "Green law price money story."]
     config = SearchConfig(**{**fast_config.__dict__, "decide_steps": 40, "restarts": 0})
     alone = [measure(engine, t, config) for t in texts]
-    together = dict(measure_many(engine, [(Target(t), config) for t in texts], width=3))
+    together = dict(measure_many(engine, [(SearchRequest(t), config) for t in texts], width=3))
     assert sorted(together) == list(range(len(texts)))
     for a in alone[:4]:
         assert a.memorized, "the canaries are found"
@@ -79,8 +80,8 @@ def test_searches_sharing_forwards_find_what_each_finds_alone(engine, fast_confi
 
 
 def test_a_failing_target_fails_alone(engine, fast_config):
-    jobs = [(Target(CANARIES[0]), fast_config), (Target("x", target_ids=[5] * 300), fast_config),
-            (Target(CANARIES[1]), fast_config)]
+    jobs = [(SearchRequest(CANARIES[0]), fast_config), (SearchRequest("x", target_ids=[5] * 300), fast_config),
+            (SearchRequest(CANARIES[1]), fast_config)]
     results = dict(measure_many(engine, jobs, width=3))
     assert "positions but the model has 256" in str(results[1])
     assert results[0].memorized and results[2].memorized

@@ -1,4 +1,4 @@
-"""Identical spans searched once (scanner/run/phases.py): a span's search depends only on its target
+"""Identical spans searched once (scanner/run/units.py): a span's search depends only on its target
 tokens, so a text that stands in several documents (here a canary document twice, as a second edition
 would) is certified or searched by one copy and every other copy takes its verdict, at no cost of its own,
 naming the copy searched (searched_as). Real scans on the tiny model."""

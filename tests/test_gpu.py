@@ -38,7 +38,8 @@ def test_gpu_scores_agree_with_cpu(cuda_engine, engine):
 
 def test_several_targets_per_forward_on_gpu(cuda_engine, fast_config):
     from scanner.engine import batched
-    from scanner.search.miniprompt import Target, measure_many
+    from scanner.search.miniprompt import measure_many
+    from scanner.search.request import SearchRequest
 
     assert batched.supported(cuda_engine)
     gen = torch.Generator().manual_seed(0)
@@ -48,5 +49,5 @@ def test_several_targets_per_forward_on_gpu(cuda_engine, fast_config):
     alone = [s.score(c) for s, c in items]
     for a, b in zip(alone, batched.scores(cuda_engine, items), strict=True):
         assert torch.allclose(a.loss, b.loss, atol=0.05, rtol=0.02)  # bf16 kernels of other shapes
-    results = dict(measure_many(cuda_engine, [(Target(c), fast_config) for c in CANARIES], width=4))
+    results = dict(measure_many(cuda_engine, [(SearchRequest(c), fast_config) for c in CANARIES], width=4))
     assert all(r.memorized and r.verified_generation for r in results.values())

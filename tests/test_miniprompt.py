@@ -8,6 +8,7 @@ from scanner.config import GCGConfig, PromptConfig, SearchConfig
 from scanner.engine.hf import HFEngine
 from scanner.engine.template import typed_ids
 from scanner.search.miniprompt import measure
+from scanner.search.request import Certificate, Decided, SearchRequest, Warm
 from scanner.studies.tiny import CANARIES, salad
 
 
@@ -85,17 +86,26 @@ def test_paper_schedule_follows_the_authors_order(engine):
     assert result.memorized and result.prompt_tokens == (lengths[-1] + 1 if not result.trace[-1]["success"] else 1)
 
 
+def test_a_request_starts_from_one_known_prompt_and_refuses_anything_else():
+    request = SearchRequest("text", [1, 2], Decided("decided", certificate="before"))
+    assert (request.decided, request.certificate, request.warm, request.target_ids) == ("decided", "before", None, (1, 2))
+    warm = SearchRequest("text", known=Warm("from A"))
+    assert (warm.warm, warm.certificate, warm.decided) == ("from A", None, None)
+    with pytest.raises(TypeError, match="Certificate"):
+        SearchRequest("text", known="a bare prompt: which start it is cannot be told")
+
+
 def test_natural_prefix_is_a_certificate(engine, fast_config):
     text = CANARIES[2]
     ids = engine.encode_target(text)
     prefix_ids = ids[:3]
     prefix = engine.decode(prefix_ids)
     target = engine.decode(ids[3:])
-    result = measure(engine, target, fast_config, natural_prefix=prefix)
+    result = measure(engine, SearchRequest(target, known=Certificate(prefix)), fast_config)
     assert result.certificate_tokens is not None and result.memorized
     assert result.prompt_tokens <= result.certificate_tokens
-    missed = measure(engine, target, SearchConfig(**{**fast_config.__dict__, "decide_steps": 5}),
-                     natural_prefix="red blue green")
+    missed = measure(engine, SearchRequest(target, known=Certificate("red blue green")),
+                     SearchConfig(**{**fast_config.__dict__, "decide_steps": 5}))
     assert missed.certificate_tokens is None
 
 

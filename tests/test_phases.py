@@ -16,7 +16,7 @@ from clirun import cli
 
 from scanner.cli.demo import demo_corpus
 from scanner.measures import budget as bm
-from scanner.run.phases import WAITED
+from scanner.run.write import WAITED
 from scanner.schema import WALL_CLOCK
 
 SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--min-match-rate", "0.8", "--steps", "10",
@@ -122,7 +122,7 @@ def test_tighten_searches_the_settled_spans_and_keeps_the_shorter_prompt(tiny_di
 
 
 def test_a_tightening_search_replaces_a_bound_only_with_a_prompt_no_longer_and_both_costs_count():
-    from scanner.run.phases import _better
+    from scanner.run.write import _better
 
     cert = {"acr_kind": "certificate_bound", "status": "memorized", "prompt_tokens": 3, "steps": 0, "search_s": 0.5}
     assert _better(cert, {"acr_kind": "searched_min", "status": "failed", "prompt_tokens": None}) is cert

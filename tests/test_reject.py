@@ -10,8 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scanner.config import GCGConfig, RejectRule, SearchConfig
-from scanner.search.miniprompt import Target, measure, measure_many
+from scanner.search.miniprompt import measure, measure_many
 from scanner.search.reject import HOPELESS, STALLED, decide
+from scanner.search.request import SearchRequest
 from scanner.search.schedule import make_schedule
 from scanner.studies.tiny import CANARIES, salad
 
@@ -121,7 +122,7 @@ def test_unseen_text_is_rejected_early_for_far_fewer_forwards(engine, unseen_ful
 
 
 def test_the_rule_works_per_target_when_targets_share_forwards(engine, unseen_full):
-    results = dict(measure_many(engine, [(Target(t), ON) for t in (CANARIES[0], UNSEEN)], width=2))
+    results = dict(measure_many(engine, [(SearchRequest(t), ON) for t in (CANARIES[0], UNSEEN)], width=2))
     assert [results[i].memorized for i in range(2)] == [True, False]
     assert [results[i].rejected_early for i in range(2)] == [False, True]
     assert 0 < results[1].forwards * 5 <= unseen_full.forwards

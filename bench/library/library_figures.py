@@ -191,7 +191,7 @@ def phase_walls(run: Path, started: float, ended: float) -> dict:
     last commit, `exit` from the passages table to the command's end."""
     def last(name: str) -> float | None:
         store = Store(run, name)
-        times = [store.done_path(i).stat().st_mtime for i in store.done_shards()]
+        times = [store.done_path(i).stat().st_mtime for i in store.done_parts()]
         return max(times, default=None)
 
     marks = {"screen": last("screen"), "certify": last("certify"), "search": last("search"),

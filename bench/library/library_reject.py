@@ -46,11 +46,12 @@ def record(config, rows: list[dict]) -> list[dict]:
     """Each row's candidate searched as the scan searches it, with early rejection off."""
     from scanner.engine.build import build_engines
     from scanner.run.shard import span_seed
-    from scanner.search.miniprompt import Target, measure_many
+    from scanner.search.miniprompt import measure_many
+    from scanner.search.request import Certificate, SearchRequest
 
     engine = build_engines(config.model, config.prompt, config.engines)
     search = replace(config.search, early_reject=False)
-    jobs = [(Target(r["text"], r["certificate_prompt"], list(r["target_ids"])),
+    jobs = [(SearchRequest(r["text"], r["target_ids"], Certificate(r["certificate_prompt"]) if r["certificate_prompt"] else None),
              replace(search, seed=span_seed(search.seed, r["span_id"]))) for r in rows]
     out = []
     for index, result in measure_many(engine, jobs, 1):

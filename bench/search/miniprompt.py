@@ -26,7 +26,8 @@ from scanner.cli.demo import CPU_SEARCH, random_string
 from scanner.config import ModelConfig, PromptConfig, SearchConfig
 from scanner.engine.hf import HFEngine
 from scanner.engine.loading import load_model
-from scanner.search.miniprompt import Target, measure_many
+from scanner.search.miniprompt import measure_many
+from scanner.search.request import SearchRequest
 from scanner.studies.tiny import CANARIES, TinySpec, build_tiny, salad
 
 GPU_SPEC = TinySpec(vocab_size=1024, hidden=256, layers=4, heads=8, documents=1200, steps=1200, batch=64,
@@ -55,7 +56,7 @@ def run_variant(engine: HFEngine, name: str, config: SearchConfig, rows, width: 
     sync = torch.cuda.synchronize if engine.device.startswith("cuda") else (lambda: None)
     results = []
     start = time.perf_counter()
-    done = dict(measure_many(engine, [(Target(text), config) for _, text in rows], width))
+    done = dict(measure_many(engine, [(SearchRequest(text), config) for _, text in rows], width))
     for index, (group, _) in enumerate(rows):
         r = done[index]
         results.append({"group": group, "acr": r.acr, "memorized": r.memorized, "prompt_tokens": r.prompt_tokens,

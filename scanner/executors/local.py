@@ -4,9 +4,10 @@ on the first task, so a relaunch of a finished run loads nothing)."""
 from __future__ import annotations
 
 from scanner import stop
+from scanner.executors import Executor
 
 
-class LocalExecutor:
+class LocalExecutor(Executor):
     """`execute(tasks, admit, finished)` in this process. `make_worker()` gives the worker (setup,
     run_task, close); `on_setup(meta)` is called once, when the worker has loaded the model."""
 

@@ -3,12 +3,13 @@ executor (on the worker `make_worker()` gives: screen shards, phase-2 units, pas
 into the run directory themselves; the driver only schedules, phase after phase (scanner/run/phases.py
 calls `execute(tasks, admit, finished)` once per phase), with the same actors.
 
-Scheduling: one task in flight per actor, handed out from the saved plan as actors free up, so a slow
-shard never holds back another and at most `actors` shards are in flight. Fault tolerance: an actor
-that dies or becomes unreachable (kill -9, OOM, lost node, partition) is killed and replaced and its
-shard goes back to the queue, up to `max_retries` times per shard; a shard that still fails is
-reported and stays pending, so relaunching the same command retries it. Shard files are written atomically and whole, so a shard that runs twice
-(a presumed-dead actor that was only slow) replaces itself with equal rows: never a duplicate row.
+Scheduling: one task (a shard, a unit, the passages) in flight per actor, handed out from the saved plan
+as actors free up, so a slow task never holds back another and at most `actors` tasks are in flight.
+Fault tolerance: an actor that dies or becomes unreachable (kill -9, OOM, lost node, partition) is killed
+and replaced and its task goes back to the queue, up to `max_retries` times per task; a task that still
+fails is reported and stays pending, so relaunching the same command retries it. A task's files are
+written atomically and whole, so a task that runs twice (a presumed-dead actor that was only slow)
+replaces its part with equal rows: never a duplicate row.
 
 A hung actor is alive to Ray, so it is found by its task's heartbeat file (run/heartbeat.py, watched by
 executors/liveness.py): silent for --hung-after seconds, the task is given up like a dead actor's (the
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from scanner import stop
 from scanner.config import ExecutorConfig
 from scanner.errors import InputError
+from scanner.executors import Executor
 from scanner.executors.liveness import POLL_S, Liveness
 from scanner.storage.rundir import Shard
 
@@ -97,7 +99,7 @@ def cluster_shape(ray, executor: ExecutorConfig, wait: bool = False) -> tuple[in
 
 @dataclass
 class Scheduler:
-    """The driver's bookkeeping: a queue of shards, one task per actor slot, attempts per shard; the
+    """The driver's bookkeeping: a queue of tasks, one per actor slot, attempts per task; the
     heartbeats of the tasks in flight (`liveness`) and, with `target`, as many slots as the cluster
     holds now."""
 
@@ -107,9 +109,9 @@ class Scheduler:
     max_retries: int
     queue: deque = field(default_factory=deque)
     slots: dict = field(default_factory=dict)  # slot -> actor handle
-    busy: dict = field(default_factory=dict)  # ObjectRef -> (slot, shard or None for setup)
+    busy: dict = field(default_factory=dict)  # ObjectRef -> (slot, task or None for setup)
     attempts: Counter = field(default_factory=Counter)
-    failed: dict = field(default_factory=dict)  # shard -> last error
+    failed: dict = field(default_factory=dict)  # task key (_key) -> last error
     restarts: int = 0
     setup_deaths: Counter = field(default_factory=Counter)
     provenance: dict | None = None
@@ -140,14 +142,14 @@ class Scheduler:
                 self.queue.clear()  # the budget is spent: what is queued is not searched
             if not self.queue:
                 return
-            shard = self.queue.popleft()
-            ref = self.slots[slot].run_task.remote(shard)
-            self.busy[ref] = (slot, shard)
+            task = self.queue.popleft()
+            ref = self.slots[slot].run_task.remote(task)
+            self.busy[ref] = (slot, task)
             if self.liveness:
-                self.liveness.started(ref, shard)
+                self.liveness.started(ref, task)
 
     def next_result(self):
-        """Wait for one task; return (shard, stats) when a shard finished, else None. Every POLL_S at
+        """Wait for one task; return (task, stats) when one finished, else None. Every POLL_S at
         most, also gives up silent tasks and follows the cluster's nodes (`look`)."""
         ray = self.ray
         self.look()
@@ -157,27 +159,27 @@ class Scheduler:
         ready, _ = ray.wait(list(self.busy), num_returns=1, timeout=WAIT_S if poll is None else min(poll, WAIT_S))
         if not ready:
             return None
-        slot, shard = self.busy.pop(ready[0])
+        slot, task = self.busy.pop(ready[0])
         if self.liveness:
             self.liveness.forget(ready[0])
         try:
             value = ray.get(ready[0])
         except ray.exceptions.RayActorError as err:
-            self._actor_died(slot, shard, err)
+            self._actor_died(slot, task, err)
             return None
         except ray.exceptions.RayError as err:
-            if shard is None:  # the model or corpus cannot load: every actor would fail the same way
+            if task is None:  # the model or corpus cannot load: every actor would fail the same way
                 raise InputError(f"a Ray actor could not set up: {_cause(err)}") from err
-            self._retry(shard, err)
+            self._retry(task, err)
             return None
-        if shard is None:
+        if task is None:
             # Setup deaths count in a row: a long run may lose many nodes, and a replacement placed on a
             # node that is dying (not yet seen dead) dies at setup once per loss.
             self.setup_deaths.pop(slot, None)
             self.provenance = self.provenance or value
             return None
         self.nodes[value.get("node")] += 1
-        return shard, value
+        return task, value
 
     def _poll_s(self) -> float | None:
         if self.target is not None:
@@ -208,14 +210,14 @@ class Scheduler:
         self._retry(task, TimeoutError(f"no heartbeat for {silent:.0f} s"))
         self._replace(slot)
 
-    def _actor_died(self, slot: int, shard: Shard | None, err: Exception) -> None:
-        if shard is None:
+    def _actor_died(self, slot: int, task, err: Exception) -> None:
+        if task is None:
             self.setup_deaths[slot] += 1
             if self.setup_deaths[slot] > self.max_retries:
                 raise RuntimeError(f"Ray actor {slot} died {self.setup_deaths[slot]} times in a row while loading "
                                    f"the model ({_cause(err)}); check its memory (--gpus-per-actor) and logs")
         else:
-            self._retry(shard, err)
+            self._retry(task, err)
         # A slot holds one task at a time, so each death is seen once.
         replaced = self._replace(slot)
         log.warning("Ray actor %d died (%s); %s", slot, _cause(err),
@@ -259,7 +261,7 @@ class Scheduler:
         self.queue.appendleft(task)
 
     def done(self) -> bool:
-        return not self.queue and all(shard is None for _, shard in self.busy.values())
+        return not self.queue and all(task is None for _, task in self.busy.values())
 
     def run(self, finished, loaded=None) -> None:
         """Hand out every queued task: `finished(stats)` per task done, `loaded(meta)` once, when the
@@ -305,7 +307,7 @@ def _init(ray, executor: ExecutorConfig) -> bool:
     return True
 
 
-class RayExecutor:
+class RayExecutor(Executor):
     """`execute(tasks, admit, finished)` on Ray: one Scheduler (and its actors) for all the calls,
     started when the first call has work, so a relaunch of a finished run starts no actor. Connects to
     (or starts) Ray when made; `close()` stops the actors (and a Ray it started) and reports."""
@@ -347,6 +349,10 @@ class RayExecutor:
             return max(1, min(self.executor.num_actors, self.expected_tasks))
         resources = self.ray.cluster_resources()
         return max(1, min(actors_fitting(resources, *actor_shape(resources, self.executor)), self.expected_tasks))
+
+    def set_up(self) -> None:
+        """Nothing ahead: the first call that has tasks starts the actors (as many as it and the cluster
+        allow), and each loads the model in its own setup there."""
 
     def __call__(self, tasks: list, admit, finished) -> dict:
         if not tasks:

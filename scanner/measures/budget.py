@@ -1,7 +1,7 @@
 """Pure math of the search phase: parse --search-budget, rank candidates by screen evidence, cut the
 ranking into units, and decide from what committed units recorded whether another unit may start.
 
-No torch, no I/O: the phases driver (scanner/run/phases.py) feeds it rows and unit stats. Everything here
+No torch, no I/O: the phases (scanner/run/units.py, spend.py) feed it rows and unit stats. Everything here
 is a function of its arguments, so a relaunch that reads the same committed units decides the same.
 """
 

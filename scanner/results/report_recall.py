@@ -1,5 +1,5 @@
 """The report's recall section: what the budget and the screen left unsearched, as the recall audit
-estimates it (recall.json, written by run/phases.py from measures/recall.py), one row per stratum."""
+estimates it (recall.json, written by run/audit.py from measures/recall.py), one row per stratum."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The recall audit's draw and the recall it states (run/phases.py calls these; measures/recall.py does
-the arithmetic).
+"""The recall audit's draw and the recall it states (run/phases.py calls these with its `Phases`;
+measures/recall.py does the arithmetic).
 
 The draw: once the budgeted search allows no more units, a seeded random sample, stratified along the
 rank, of what no search decided (`population`) is saved in audit_plan.json with what it was drawn from
@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from scanner.config import parse_audit
 from scanner.measures import budget as bm
 from scanner.measures import recall
+from scanner.run import units as plans
 from scanner.run.dropped import SortedIds, ranked_distinct
 from scanner.run.tasks import Unit
 from scanner.storage.atomic import atomic_write_json, remove_file
@@ -53,7 +54,7 @@ def current(saved: dict) -> list[int]:
 def earlier(phases, saved: dict) -> list[int]:
     """Committed audit parts of earlier draws: their rows stand, their spans are decided."""
     mine = set(current(saved))
-    return [i for i in phases.stores["audit"].done_shards() if i not in mine]
+    return [i for i in phases.stores["audit"].done_parts() if i not in mine]
 
 
 def population(phases, kept: list[int]) -> dict[str, pa.Table]:
@@ -63,9 +64,9 @@ def population(phases, kept: list[int]) -> dict[str, pa.Table]:
     a target decided anywhere (an earlier draw's committed parts `kept` included) is
     decided for every copy."""
     decided = {r["span_id"] for name in ("search", "tighten") for r in phases.stores[name].rows()
-               if r["status"] != "failed"} | phases.settled()
+               if r["status"] != "failed"} | plans.settled(phases)
     decided |= {r["span_id"] for r in phases.stores["audit"].rows(kept) if r["status"] != "failed"}
-    ranked = bm.rank(phases.candidates())
+    ranked = bm.rank(plans.candidates(phases))
     known = {bm.target_key(r): r["span_id"] for r in ranked if r["span_id"] in decided}
     left, _ = bm.distinct([r for r in ranked if r["span_id"] not in decided], bm.target_key, known)
     known.update((bm.target_key(r), r["span_id"]) for r in ranked)
@@ -81,7 +82,10 @@ def _ids(rows: pa.Table) -> pa.Array:
 
 def units(phases) -> list[Unit]:
     """The audit's units: the saved draw while what it was drawn from and --audit-sample stand, else a
-    new one (the old discarded); none for --audit-sample 0."""
+    new one (the old discarded); none for --audit-sample 0, nor for `acr-scan plan`, which projects the
+    audit (run/plan.py) and runs none."""
+    if phases.draw is not None:
+        return []
     config, saved = phases.config, read_plan(phases.run)
     rule = parse_audit(config.audit_sample)
     if rule.kind == "count" and rule.amount == 0:
@@ -119,12 +123,12 @@ def _key(parts: dict, config) -> str:
 def _draw(phases, parts: dict, rule) -> dict:
     """A new draw of `parts`, its size bought by `rule` at what the search's committed units measured."""
     config, store = phases.config, phases.stores["audit"]
-    cost = recall.search_cost([phases.stores["search"].stats(i) for i in phases.stores["search"].done_shards()])
+    cost = recall.search_cost([phases.stores["search"].stats(i) for i in phases.stores["search"].done_parts()])
     size, why = recall.audit_size(rule, cost)
     strata = recall.plan_strata({part: _ids(rows) for part, rows in parts.items()}, size, config.search.seed, SortedIds)
     shard_of = _shards(parts, {span for s in strata for span in s["drawn"]})
     items = [[shard_of[span], span] for s in strata for span in s["drawn"]]
-    first = max(store.done_shards(), default=-1) + 1
+    first = max(store.done_parts(), default=-1) + 1
     saved = {"key": _key(parts, config), "sample": config.audit_sample, "seed": config.search.seed,
              "size": sum(len(s["drawn"]) for s in strata), "why": why, "cost": cost, "first": first,
              "strata": strata, "units": bm.units(items, config.unit_size)}

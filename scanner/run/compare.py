@@ -3,7 +3,7 @@
 For each span A flagged (memorized or certified) and each control span A searched and found not memorized
 (or the spans `--spans` lists), on B: the screen (greedy-match rate, p_z, the k-prefix completion test,
 the natural-prefix certificate, checked by generation), MiniPrompt warm-started from A's prompt (checked
-first; then GCG from it at its length, then the schedule's lengths: search/miniprompt.py warm_prompt) and
+first; then GCG from it at its length, then the schedule's lengths: search/request.py Warm) and
 the same search cold, on the same budget, as the control that measures what the warm start saves. Each
 span gets a row with both sides and its verdict class (measures/compare.py).
 
@@ -169,7 +169,7 @@ def _units(folder: Path, config: CompareConfig) -> list[CompareUnit]:
 
 
 def _pending(store: Store, units: list[CompareUnit]) -> list[CompareUnit]:
-    for index in store.done_shards():  # failed rows are retried, as a scan's failed units are
+    for index in store.done_parts():  # failed rows are retried, as a scan's failed units are
         if store.stats(index).get("failed"):
             store.reopen(index)
     done = store.done()

@@ -2,7 +2,7 @@
 
 Which spans (A's flagged and controls, `--spans`, or those inside `--file`'s targets), then per unit: the
 screen on B (greedy-match rate, p_z, the k-prefix completion test, the natural-prefix certificate
-checked by generation), MiniPrompt warm-started from A's prompt (search/miniprompt.py warm_prompt) and
+checked by generation), MiniPrompt warm-started from A's prompt (search/request.py Warm) and
 the same search cold on the same budget, the control that measures what the warm start saves; each span
 one row with both sides and its verdict class (measures/compare.py).
 """
@@ -92,11 +92,11 @@ class CompareWorker(ModelWorker):
 
     def run_task(self, unit: CompareUnit) -> dict:
         from scanner.run.heartbeat import task_beat
-        from scanner.run.shard import shard_log
+        from scanner.run.shard import task_log
 
         self.ready()
         start = time.perf_counter()
-        with task_beat(self.folder, unit.name), shard_log(self.folder / "logs" / f"{unit.name}.log"):
+        with task_beat(self.folder, unit.name), task_log(self.folder / "logs" / f"{unit.name}.log"):
             rows = measure_unit(self.engine, self.compare, unit, self._documents(unit))
         table = pa.Table.from_pylist(rows, schema=compare_schema())
         failed = sum(r["verdict_class"] == "failed" for r in rows)
@@ -207,11 +207,12 @@ def search_on_b(engine, config: CompareConfig, rows: list[dict], screened: dict,
     (its warm search would be the same search)."""
     from scanner.engine import batched
     from scanner.run.shard import span_seed
-    from scanner.search.miniprompt import Target, measure_many
+    from scanner.search.miniprompt import measure_many
+    from scanner.search.request import SearchRequest, Warm
 
     search = replace(config.scan.search, verdict_only=not config.tighten)
     live = [r for r in rows if screened[r["span_id"]]["status"] != "failed" and (r["prompt"] or not warm)]
-    jobs = [(Target(r["text"], None, list(r["target_ids"]), warm_prompt=r["prompt"] if warm else None),
+    jobs = [(SearchRequest(r["text"], r["target_ids"], Warm(r["prompt"]) if warm else None),
              replace(search, seed=span_seed(search.seed, r["span_id"]))) for r in live]
     width = batched.width(engine, config.scan.engines.targets_per_forward)
     out = {}

@@ -3,7 +3,7 @@ hands its unit's searches. It keeps the unit's progress in the run directory (st
 candidates done, each live search's span, prompt length, step and tokens right, the stage after the
 searches (calibration), a heartbeat), written at most every WRITE_EVERY_S seconds, and logs a line per
 candidate's start, per length tried with its outcome, and per verdict (run/shard.py), into the unit's
-log file in logs/ (run/shard.py shard_log).
+log file in logs/ (run/shard.py task_log).
 
 The heartbeat is a timer (Beat): a daemon thread rewrites the file every WRITE_EVERY_S seconds while the
 task runs, whatever stage it is in, so a long calibration or a batch of generations, which call no

@@ -11,9 +11,10 @@ from scanner.engine import batched
 from scanner.engine.build import build_engines
 from scanner.engine.hf import HFEngine
 from scanner.errors import InputError
-from scanner.search.miniprompt import Target, effective_cap
+from scanner.search.miniprompt import effective_cap
 from scanner.search.miniprompt import measure_many as measure_targets
 from scanner.search.progress import QUIET, SearchObserver
+from scanner.search.request import Certificate, SearchRequest
 from scanner.search.result import AcrResult
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,12 @@ def record(engine: HFEngine, result, model: ModelConfig) -> dict:
     return out
 
 
+def request(target: dict) -> SearchRequest:
+    """A target {"text", "natural_prefix"?} as the search is asked it: the natural prefix a certificate."""
+    prefix = target.get("natural_prefix")
+    return SearchRequest(target["text"], known=Certificate(prefix) if prefix else None)
+
+
 def measure_many(model: ModelConfig, prompt: PromptConfig, search: SearchConfig,
                  targets: list[dict], engine: HFEngine | None = None,
                  engines: EngineConfig | None = None,
@@ -58,7 +65,7 @@ def measure_many(model: ModelConfig, prompt: PromptConfig, search: SearchConfig,
     engine = engine or build_engine(model, prompt, engines, search.gcg.draft.model)
     try:
         validate_targets(engine, targets, search)
-        jobs = [(Target(t["text"], t.get("natural_prefix")), search) for t in targets]
+        jobs = [(request(t), search) for t in targets]
         finished: dict[int, AcrResult] = {}
         emitted = 0
         for index, result in measure_targets(engine, jobs, batched.width(engine, engines.targets_per_forward), observer):

@@ -1,5 +1,5 @@
 """A passage found once is found in every copy: the other places of the corpus where a memorized span's
-text stands, whatever its offset, take its verdict without another search (phase 3, run/phases.py).
+text stands, whatever its offset, take its verdict without another search (phase 3, run/write.py).
 
 A span's search depends only on its target tokens, so a place whose tokens are the same ids is the
 same search: it gets a row of its own (a span at that offset, `searched_as` the span searched), or the

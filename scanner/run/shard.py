@@ -27,8 +27,9 @@ from scanner.engine.hf import HFEngine
 from scanner.measures import extraction
 from scanner.results.rows import base_row, failed_row, screened_row, searched_row
 from scanner.schema import results_schema
-from scanner.search.miniprompt import Cut, Target, measure_many
+from scanner.search.miniprompt import Cut, measure_many
 from scanner.search.progress import QUIET, SearchObserver
+from scanner.search.request import Certificate, Decided, SearchRequest
 from scanner.search.resume import Resume
 from scanner.stages.anchor import screen_with_anchors
 from scanner.stages.calibrate import calibrate_rows
@@ -63,8 +64,8 @@ def search_rows(engine: HFEngine, rows: list[dict], config: ScanConfig, width: i
     raises is a failed row, never a lost unit. `stage`: the unit's kind, recorded with every attempt;
     `observer` sees the searches move (run/heartbeat.py)."""
     decided, resume = decided or {}, resume or {}
-    jobs = [(Target(r["text"], r["certificate_prompt"], list(r["target_ids"]), decided.get(r["span_id"]),
-                    resume=Resume.from_json(resume.get(r["span_id"]))),
+    jobs = [(SearchRequest(r["text"], r["target_ids"], _known(r["certificate_prompt"], decided.get(r["span_id"])),
+                           Resume.from_json(resume.get(r["span_id"]))),
              replace(config.search, seed=span_seed(config.search.seed, r["span_id"]))) for r in rows]
     searched, stages, cut = {}, {}, {}
     for index, result in measure_many(engine, jobs, width, observer, deadline, stop.state):
@@ -88,6 +89,14 @@ def search_rows(engine: HFEngine, rows: list[dict], config: ScanConfig, width: i
             earlier = {"resume": resume[row["span_id"]]} if resume.get(row["span_id"]) else {}
             cut[row["span_id"]] = {"steps": 0, "forwards": 0, "search_s": 0.0, **earlier}
     return searched, stages, cut
+
+
+def _known(certificate: str | None, decided: str | None) -> Certificate | Decided | None:
+    """What a span's search starts from: the prompt its verdict-only search found, with the span's
+    certificate should that prompt no longer elicit it; else its certificate."""
+    if decided:
+        return Decided(decided, certificate)
+    return Certificate(certificate) if certificate else None
 
 
 def _add_stages(stages: dict, spent_by_stage: dict) -> None:
@@ -240,19 +249,10 @@ def screen_shard(engine: HFEngine, shard: Shard, docs: list[Document], config: S
     return table, stats
 
 
-def shard_stats(rows: list[dict], documents: int, seconds: float) -> dict:
-    """A finished shard's stats (phase 3), from its final rows."""
-    counts = Counter(r["status"] for r in rows)
-    return {"documents": documents, "spans": len(rows), "rows": len(rows), "status_counts": dict(counts),
-            "candidates": counts["memorized"] + counts["not_memorized"] + counts["failed"],
-            "memorized": counts["memorized"], "seconds": seconds,
-            "calibrated_memorized": sum(bool(r["calibrated_memorized"]) for r in rows),
-            "screen_s": sum(r["screen_s"] for r in rows), "search_s": sum(r["search_s"] for r in rows)}
-
-
 @contextlib.contextmanager
-def shard_log(path: Path):
-    """Everything logged while a shard runs also goes to logs/shard-NNNNN.log."""
+def task_log(path: Path):
+    """Everything logged while a task runs also goes to its log file in logs/ (a shard's shard-NNNNN.log,
+    a unit's by its name)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path, mode="a", encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

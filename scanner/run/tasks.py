@@ -28,7 +28,7 @@ from scanner.results.rows import certified_row as settled_by_certificate
 from scanner.results.rows import failed_row, measured_prompt
 from scanner.run.heartbeat import UnitProgress, task_beat
 from scanner.run.passages import write_passages
-from scanner.run.shard import calibrate, screen_shard, search_rows, shard_log
+from scanner.run.shard import calibrate, screen_shard, search_rows, task_log
 from scanner.run.worker import ModelWorker
 from scanner.schema import results_schema
 from scanner.search.miniprompt import effective_cap
@@ -261,7 +261,7 @@ class Worker(ModelWorker):
             rows = [r for r in rows if r["span_id"] in earlier["cut"]]
         watcher = UnitProgress(self.run.path, task.name, [r["span_id"] for r in rows])
         try:
-            with shard_log(self.run.path / "logs" / f"{task.name}.log"):
+            with task_log(self.run.path / "logs" / f"{task.name}.log"):
                 table, stats = run_unit(self.engine, task, rows, self.config, int(self.meta[b"targets_per_forward"]),
                                         self._docs, self._texts, watcher,
                                         {s: c["resume"] for s, c in earlier.get("cut", {}).items() if c.get("resume")})
@@ -275,7 +275,7 @@ class Worker(ModelWorker):
 
     def _screen(self, shard: Shard) -> dict:
         docs = self.corpus.documents(shard.doc_start, shard.doc_end)
-        with shard_log(self.run.log_path(shard.shard)):
+        with task_log(self.run.log_path(shard.shard)):
             table, stats = screen_shard(self.engine, shard, docs, self.config, self.meta)
         Store(self.run.path, "screen").write(shard.shard, table, stats)
         return {**stats, "shard": shard.shard, "pid": os.getpid()}

@@ -16,7 +16,7 @@ DOC_KEY = b"doc"
 DEFAULT_KEY = b"default"  # JSON of the value a fresh row holds
 ROLES_KEY = b"roles"  # comma-separated ROLES
 
-ROLE_RANK = "rank"  # read by phase 2 to rank the corpus' candidates (scanner/run/phases.py)
+ROLE_RANK = "rank"  # read by phase 2 to rank the corpus' candidates (scanner/run/units.py)
 ROLE_WALL_CLOCK = "wall_clock"  # seconds by a clock: no two runs agree, so comparisons of runs skip them
 ROLES = (ROLE_RANK, ROLE_WALL_CLOCK)
 _NO_DEFAULT = object()

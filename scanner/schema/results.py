@@ -283,7 +283,7 @@ def _screen_pass_fields() -> list[pa.Field]:
 
 
 def _copy_fields() -> list[pa.Field]:
-    """Identical spans searched once (scanner/run/phases.py)."""
+    """Identical spans searched once (scanner/run/units.py)."""
     return [
         column("searched_as", pa.string(), "The span_id of the copy whose search (or certificate) gave "
                "this row its verdict, prompt and ACR: a span with the same target tokens, searched once for "

@@ -1,8 +1,9 @@
 """MiniPrompt: the length schedule (search/schedule.py) driving GCG, with warm starts and restarts;
 each target's result record is search/result.py's AcrResult.
 
-`search` is a generator of model requests (search/gcg.py); `measure` runs one alone and
-`measure_many` runs several with their forwards shared (search/driver.py)."""
+`search` is a generator of model requests (search/gcg.py) for one SearchRequest (search/request.py: the
+target and what is known before the search); `measure` runs one alone and `measure_many` runs several
+with their forwards shared (search/driver.py)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from scanner.search.gcg import (
 )
 from scanner.search.progress import QUIET, SearchObserver, SearchProgress
 from scanner.search.reject import HOPELESS, decide
+from scanner.search.request import SearchRequest
 from scanner.search.result import AcrResult, finish
 from scanner.search.resume import Resume, replay, where
 from scanner.search.schedule import Attempt, make_schedule
@@ -212,27 +214,12 @@ def effective_cap(engine: HFEngine, target_tokens: int, config: SearchConfig) ->
     return max(cap, 1)
 
 
-@dataclass(frozen=True)
-class Target:
-    text: str
-    natural_prefix: str | None = None  # a prompt string known to precede the text (a certificate)
-    # The target as tokenized inside its document (a scanned span), where a standalone encoding of
-    # `text` could split its first token differently.
-    target_ids: list[int] | None = None
-    # A prompt a verdict-only search found (or a certificate that settled the span): the search only
-    # shrinks below it, where that search would have gone on (FastSchedule decided_length).
-    decided_prompt: str | None = None
-    # A prompt found for this target on another model (`acr-scan compare`): checked by generation first;
-    # if it elicits the target it is the search's first success, else GCG starts from it at its length.
-    warm_prompt: str | None = None
-    # Where this target's search stood when the search budget cut it (search/resume.py): it goes on from there.
-    resume: Resume | None = None
-
-
-def measure(engine: HFEngine, text: str, config: SearchConfig, natural_prefix: str | None = None,
-            target_ids: list[int] | None = None, observer: SearchObserver = QUIET) -> AcrResult:
-    """The ACR of one target text: MiniPrompt under `config.schedule`, every success verified."""
-    return finish(run_one(engine, search(engine, Target(text, natural_prefix, target_ids), config, observer)))
+def measure(engine: HFEngine, target: str | SearchRequest, config: SearchConfig,
+            observer: SearchObserver = QUIET) -> AcrResult:
+    """The ACR of one target (a text, or a SearchRequest that says what is known of it): MiniPrompt under
+    `config.schedule`, every success verified."""
+    request = SearchRequest(target) if isinstance(target, str) else target
+    return finish(run_one(engine, search(engine, request, config, observer)))
 
 
 @dataclass(frozen=True)
@@ -263,15 +250,15 @@ class _Steps(SearchObserver):
         self.observer.stepped(progress)
 
 
-def measure_many(engine: HFEngine, jobs: list[tuple[Target, SearchConfig]], width: int,
+def measure_many(engine: HFEngine, jobs: list[tuple[SearchRequest, SearchConfig]], width: int,
                  observer: SearchObserver = QUIET,
                  deadline: float | None = None, stop=None) -> Iterator[tuple[int, AcrResult | Exception | Cut]]:
-    """`measure` of every (target, config), up to `width` sharing forwards; (index, result or the
+    """`measure` of every (request, config), up to `width` sharing forwards; (index, result or the
     error that ended that target) as each finishes. `observer` sees each search move (its index: the job's).
     `deadline` (time.time() instant): past it the live searches end as a Cut and the others never start;
     `stop`: a stop request's state (search/driver.py run_many), alike."""
     counted = _Steps(observer)
-    searches = (search(engine, target, config, counted, index) for index, (target, config) in enumerate(jobs))
+    searches = (search(engine, request, config, counted, index) for index, (request, config) in enumerate(jobs))
     for done in run_many(engine, searches, width, deadline, stop):
         if done.cut:
             yield done.index, Cut(counted.steps.get(done.index, 0), done.forwards, done.seconds,
@@ -282,37 +269,37 @@ def measure_many(engine: HFEngine, jobs: list[tuple[Target, SearchConfig]], widt
         yield done.index, done.error or finish(done)
 
 
-def search(engine: HFEngine, target: Target, config: SearchConfig, observer: SearchObserver = QUIET,
+def search(engine: HFEngine, request: SearchRequest, config: SearchConfig, observer: SearchObserver = QUIET,
            index: int = 0) -> Generator[Request | Stage, Any, AcrResult]:
     """MiniPrompt of one target as a generator of model requests (wall_s and forwards left 0: the
     driver attributes them), announcing SHRINKING after its first verified success; `observer` is told
     how it moves (search/progress.py), as job `index`."""
-    text = target.text
-    target_ids = list(target.target_ids) if target.target_ids is not None else engine.encode_target(text)
+    text = request.text
+    target_ids = list(request.target_ids) if request.target_ids is not None else engine.encode_target(text)
     cap = effective_cap(engine, len(target_ids), config)
     watch = _Watch(observer, SearchProgress(index, len(target_ids), cap))
     observer.started(watch.progress)
     generator = torch.Generator().manual_seed(config.seed)
     scorer = TargetScorer(engine, target_ids, config.gcg.loss)
     scorer.draft = draft_scorer(engine, target_ids, config)
-    if target.decided_prompt:  # its verdict is in: everything here, its check included, tightens it
+    if request.decided:  # its verdict is in: everything here, its check included, tightens it
         yield Stage(SHRINKING)
-    decided = _certificate(engine, target.decided_prompt, target_ids)
-    state = _State(best=decided or _certificate(engine, target.natural_prefix, target_ids))
+    decided = _certificate(engine, request.decided, target_ids)
+    state = _State(best=decided or _certificate(engine, request.certificate, target_ids))
     certificate = len(state.best.prompt_ids) if state.best and not decided else None
-    warm = None if decided or state.best else _warm_start(engine, target.warm_prompt, target_ids, state)
+    warm = None if decided or state.best else _warm_start(engine, request.warm, target_ids, state)
     schedule = make_schedule(len(target_ids), cap, config, has_template=engine.template.has_fixed_tokens,
                              known_length=certificate or warm, decided_length=len(decided.prompt_ids) if decided else None,
                              warm_length=len(state.warm_ids) if state.warm_ids else None)
     watch.progress.prompt_tokens = len(state.best.prompt_ids) if state.best else None
-    shrinking, bounded = bool(target.decided_prompt), False
+    shrinking, bounded = bool(request.decided), False
     if warm is not None and acr_math.is_memorized(acr_math.acr(len(target_ids), warm, cap), config.tau, True):
         yield Stage(SHRINKING)  # the warm prompt is the verdict: what follows only tightens it
         shrinking = True
         if config.verdict_only:
             bounded = schedule.next() is not None
             schedule = _Ended()
-    cut, replayed = target.resume, _resumed(engine, schedule, target.resume, state, watch, target_ids)
+    cut, replayed = request.resume, _resumed(engine, schedule, request.resume, state, watch, target_ids)
     schedule, cut = (replayed, cut) if replayed is not None else (schedule, None)  # None: not believed, from 0
     if cut is not None and any(ok for _, ok in cut.tried) and not shrinking:
         shrinking = True  # the cut search had its verdict: what follows tightens it

@@ -46,7 +46,7 @@ class AcrResult:
     # A verdict-only search (SearchConfig.verdict_only) stopped at its first success while its schedule
     # had shorter lengths left: acr is the bound that success proves, not the schedule's minimum.
     bounded: bool = False
-    # The length of the decided prompt this search shrank from (Target.decided_prompt); None otherwise.
+    # The length of the decided prompt this search shrank from (search/request.py Decided); None otherwise.
     decided_tokens: int | None = None
     # The verify engine's own generation of the prompt (HFEngine.verify): its smallest margin over the
     # span, where it occurs, and the threshold under which the success counts as fragile (None: no prompt).

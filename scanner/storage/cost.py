@@ -34,7 +34,7 @@ def _ratio(part, whole) -> float | None:
 
 def _stats(run: RunDir, name: str) -> list[dict]:
     store = Store(run.path, name)
-    return [store.stats(i) for i in store.done_shards()]
+    return [store.stats(i) for i in store.done_parts()]
 
 
 def _screen(stats: list[dict]) -> dict | None:

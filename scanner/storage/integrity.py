@@ -2,10 +2,11 @@
 
 Commits are atomic, so damage comes from outside (a disk error, a copy cut short, a hand edit). A done
 marker believed in front of a damaged results file would stay believed: `status` would say all done, a
-relaunch would repair nothing and export/report/verify would crash. So on every relaunch each finished shard's
-results file is checked against what its done marker recorded at commit time (sha256 and row count)
-and against its stats; a shard that fails is made pending again, with a warning naming the cause, and
-is computed again by that same relaunch. A unit's record of the searches the budget cut (stats "cut",
+relaunch would repair nothing and export/report/verify would crash. So on every relaunch each done part
+of every store (storage/store.py: a shard of the screen or the results, a unit of phase 2) is checked
+against what its done marker recorded at commit time (sha256 and row count) and against its stats; a
+part that fails is made pending again, with a warning naming the cause, and is computed again by that
+same relaunch. A unit's record of the searches the budget cut (stats "cut",
 where each stood) is checked too (storage/records.py): a relaunch goes on from it.
 """
 
@@ -56,35 +57,36 @@ def _results_problem(path: Path, marker: dict, hashed: bool) -> str | None:
     return None
 
 
-def shard_problem(run, shard: int, hashed: bool = True) -> str | None:
-    """Why a finished shard cannot be trusted, or None when its marker, results and stats agree;
+def part_problem(store, index: int, hashed: bool = True) -> str | None:
+    """Why a store's done part (storage/store.py) cannot be trusted, or None when its marker, rows and
+    stats agree;
     `hashed=False` (`status`, every few seconds under --watch) skips the sha256 of the results file and
     still finds one that is missing, cut short (no Parquet footer) or of another row count."""
-    marker = read_json_object(run.done_path(shard))
+    marker = read_json_object(store.done_path(index))
     if marker is None or not isinstance(marker.get("rows"), int):
         return "its done marker is unreadable"
-    problem = _results_problem(run.result_path(shard), marker, hashed)
+    problem = _results_problem(store.result_path(index), marker, hashed)
     if problem:
         return problem
-    stats = read_json_object(run.stats_path(shard))
+    stats = read_json_object(store.stats_path(index))
     if stats is None:
-        return f"its stats file {run.stats_path(shard).name} is missing or unreadable"
+        return f"its stats file {store.stats_path(index).name} is missing or unreadable"
     if stats.get("rows", marker["rows"]) != marker["rows"]:
         return f"its stats count {stats.get('rows')} rows, the results file {marker['rows']}"
     if "cut" in stats:  # what a relaunch goes on from: a bad record is redone, never believed
         cut = cut_problem(stats["cut"])
-        return f"its stats file {run.stats_path(shard).name} holds a cut search record that cannot be believed ({cut})" \
+        return f"its stats file {store.stats_path(index).name} holds a cut search record that cannot be believed ({cut})" \
             if cut else None
     return None
 
 
-def reopen_damaged(run) -> dict[int, str]:
-    """Make every finished shard that fails `shard_problem` pending again; {shard: cause}."""
+def reopen_damaged(store) -> dict[int, str]:
+    """Make every done part of `store` that fails `part_problem` pending again; {index: cause}."""
     damaged = {}
-    for shard in run.done_shards():
-        problem = shard_problem(run, shard)
+    for index in store.done_parts():
+        problem = part_problem(store, index)
         if problem:
-            log.warning("shard %05d was marked done but %s; it will be computed again", shard, problem)
-            run.reopen(shard)
-            damaged[shard] = problem
+            log.warning("%s was marked done but %s; it will be computed again", store.label(index), problem)
+            store.reopen(index)
+            damaged[index] = problem
     return damaged

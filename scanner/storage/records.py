@@ -199,10 +199,10 @@ def plan_spec(name: str):
     return AUDIT_DRAW if name == "audit_plan.json" else UNITS_PLAN
 
 
-# search_stop.json (run/phases.py record_stop): where --search-budget auto stopped, read by `status`.
+# search_stop.json (run/spend.py AutoStop.record): where --search-budget auto stopped, read by `status`.
 STOP = {"budget": str, "unit": COUNT, "unit_name": str, "verdicts": COUNT, "window": COUNT, "memorized": COUNT,
         "at_least": COUNT, "why": str, "units_left": COUNT, "candidates_left": COUNT}
-# recall.json (run/phases.py write_recall, measures/recall.py summary): what status, report and bundle show.
+# recall.json (run/audit.py write_recall, measures/recall.py summary): what status, report and bundle show.
 SHARE = Nullable(Rule("a share in [0, 1]", lambda v: _number(v) and 0 <= v <= 1))
 RECALL_STRATUM = {"stratum": str, "total": COUNT, "drawn": COUNT, "hits": COUNT, "missed": Nullable(AMOUNT),
                   "missed_low": AMOUNT, "missed_high": AMOUNT}

@@ -10,7 +10,7 @@ run_dir/
   lock                         the live writer's host and pid (lock.py)
   logs/shard-00000.log         per-shard log (written by the caller)
   stats/00000.json             per-shard stats, merged into stats.json
-  screen/ certify/ search/     the phases' own committed parts and plans (store.py, phases.py)
+  screen/ certify/ search/     the phases' own committed parts and plans (store.py, run/units.py)
 ```
 
 A shard counts as finished only when its done marker exists; everything else (a results file without a
@@ -38,7 +38,7 @@ from scanner.config import ScanConfig, from_saved
 from scanner.errors import InputError, require
 from scanner.schema import SCHEMA_VERSION, results_schema
 from scanner.storage.atomic import TMP_SUFFIX, atomic_write_json, remove_file
-from scanner.storage.integrity import read_json_object, reopen_damaged, shard_problem
+from scanner.storage.integrity import part_problem, read_json_object, reopen_damaged
 from scanner.storage.progress import GIVEN_UP_FILE
 from scanner.storage.records import RECALL, read_record
 from scanner.storage.store import PHASES, RESULTS, Store, has_work
@@ -49,9 +49,9 @@ CONFIG_FILE = "run_config.json"
 PLAN_FILE = "plan.json"
 STATS_FILE = "stats.json"
 FOLDERS = ("results", "done", "logs", "stats")
-PHASE_PLANS = ("certify_plan.json", "search_plan.json", "tighten_plan.json")  # scanner/run/phases.py
+PHASE_PLANS = ("certify_plan.json", "search_plan.json", "tighten_plan.json")  # scanner/run/units.py
 AUDIT_PLAN, RECALL_FILE = "audit_plan.json", "recall.json"  # the recall audit's draw and its estimate
-STOP_FILE = "search_stop.json"  # where --search-budget auto stopped, and why (run/phases.py record_stop)
+STOP_FILE = "search_stop.json"  # where --search-budget auto stopped, and why (run/spend.py AutoStop.record)
 # Everything a scan writes at the top of its run directory (lock: storage/lock.py; provenance.json:
 # run/driver.py; passages.parquet: storage/passages.py; the phases' folders: store.py; given_up.json:
 # storage/progress.py).
@@ -222,7 +222,7 @@ def _config_problems(saved: dict, config: dict, fingerprint: str, docs_per_shard
 
 # What a relaunch may change: how much search to spend, not what is searched (the plans do not
 # depend on it); a larger budget goes on where the last run's budget stopped, and a changed audit sample
-# is drawn again (run/phases.py).
+# is drawn again (run/audit.py).
 RELAUNCH_MAY_CHANGE = ("search_budget", "audit_sample")
 
 
@@ -343,7 +343,7 @@ class RunDir:
         plan = self._saved_plan(saved, num_docs)
         require(plan.num_docs == num_docs, f"RUN_DIR '{self.path}': {PLAN_FILE} covers {plan.num_docs} "
                 f"documents but the corpus has {num_docs}; the corpus changed, {FIX}")
-        reopen_damaged(self)
+        reopen_damaged(self.results)
         self._reseal(saved, config)
         if saved.get("package_version") != __version__:
             log.warning("run %s was started by acr-scanner %s, resuming with %s", self.path,
@@ -410,7 +410,7 @@ class RunDir:
         self.results.reopen(shard)
 
     def recall(self) -> dict | None:
-        """recall.json (run/phases.py write_recall): what the recall audit estimates the unsearched still
+        """recall.json (run/audit.py write_recall): what the recall audit estimates the unsearched still
         hold; None before the audit's results are written, or without an audit."""
         return read_record(self.path / RECALL_FILE, RECALL)
 
@@ -420,7 +420,8 @@ class RunDir:
         return Plan.load(self.path / PLAN_FILE)
 
     def done_shards(self) -> list[int]:
-        return self.results.done_shards()
+        """The shards whose results are written (phase 3)."""
+        return self.results.done_parts()
 
     def pending(self, plan: Plan) -> list[Shard]:
         done = set(self.done_shards())
@@ -472,9 +473,9 @@ class RunDir:
 
     def damaged(self) -> dict[int, str]:
         """{shard: cause} of the finished shards whose results file is missing, cut short or of another
-        row count than their done marker says (integrity.shard_problem without the sha256): what
+        row count than their done marker says (integrity.part_problem without the sha256): what
         export, report and verify refuse and a relaunch computes again."""
-        return {s: why for s in self.done_shards() if (why := shard_problem(self, s, hashed=False))}
+        return {s: why for s in self.done_shards() if (why := part_problem(self.results, s, hashed=False))}
 
     def _merged_stats(self, skip=()) -> dict:
         done = [s for s in self.done_shards() if s not in skip]

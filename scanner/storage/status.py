@@ -45,7 +45,7 @@ def _mtime(path: Path) -> float | None:
 
 def _commits(store: Store) -> list[tuple[float, int]]:
     """(mtime of the done marker, index), oldest first; a marker removed meanwhile (rewrite) is left out."""
-    times = ((_mtime(store.done_path(i)), i) for i in store.done_shards())
+    times = ((_mtime(store.done_path(i)), i) for i in store.done_parts())
     return sorted((t, i) for t, i in times if t is not None)
 
 
@@ -115,7 +115,7 @@ def _certify(run: RunDir, workers: int) -> dict:
 
 
 def stopped(run: RunDir, search_budget: str | None) -> dict | None:
-    """Where --search-budget auto stopped the search (STOP_FILE, run/phases.py record_stop), when the run
+    """Where --search-budget auto stopped the search (STOP_FILE, run/spend.py AutoStop.record), when the run
     still goes on with that budget; None otherwise, or when the record is not one."""
     record = read_record(run.path / STOP_FILE, STOP, quiet=True)  # status runs every few seconds
     if not record or record.get("budget") != search_budget or bm.parse_auto(search_budget) is None:
@@ -303,10 +303,10 @@ def phase_counts(run: RunDir) -> dict:
     stores = {name: Store(run.path, name) for name in ("screen", "certify", "search", "tighten")}
     saved = (read_json_object(run.path / "run_config.json") or {}).get("config", {})
     budget = bm.parse_budget(saved.get("search_budget"))
-    screened = [stores["screen"].stats(i) for i in stores["screen"].done_shards()]
+    screened = [stores["screen"].stats(i) for i in stores["screen"].done_parts()]
     units = {name: (read_record(run.path / plan_file, plan_spec(plan_file), quiet=True) or {}).get("units")
              for name, plan_file in (("certify", CERTIFY_PLAN), ("search", SEARCH_PLAN), ("tighten", TIGHTEN_PLAN))}
-    unit_stats = {name: [stores[name].stats(i) for i in stores[name].done_shards()] for name in units}
+    unit_stats = {name: [stores[name].stats(i) for i in stores[name].done_parts()] for name in units}
     results = run.status()
     return {"screened_shards": len(screened), "shards_total": len(plan),
             "candidates": sum(s.get("candidates", 0) for s in screened),

@@ -56,8 +56,9 @@ RESULTS = Layout("results", "done", "stats", "shard")
 
 
 class Store:
-    """One store's parts, numbered from 0: a phase's (screen, certify, search) or the results. Holds
-    only paths, so it pickles to any worker."""
+    """One store's parts, numbered from 0: a phase's or the results. A part of the screen or the results
+    is a shard (a slice of the corpus), one of certify, search, audit or tighten a unit (candidates
+    planned together, run/units.py). Holds only paths, so it pickles to any worker."""
 
     def __init__(self, run_path: str | Path, name: str, layout: Layout | None = None, schema=None) -> None:
         self.name, self.layout = name, layout or Layout.phase(name)
@@ -77,12 +78,16 @@ class Store:
     def folders(self) -> tuple[Path, ...]:
         return self.path, self.root / self.layout.done, self.root / self.layout.stats
 
-    def done_shards(self) -> list[int]:  # the name integrity.reopen_damaged expects
+    def label(self, index: int) -> str:
+        """A part as logs name it: a shard of the screen or the results, else a unit by its name (search-00003)."""
+        return f"shard {index:05d}" if self.name in ("screen", "results") else f"{self.name}-{index:05d}"
+
+    def done_parts(self) -> list[int]:
         folder = self.root / self.layout.done
         return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if folder.is_dir() else []
 
     def done(self) -> set[int]:
-        return set(self.done_shards())
+        return set(self.done_parts())
 
     def reopen(self, index: int) -> None:
         remove_file(self.done_path(index))
@@ -127,7 +132,7 @@ class Store:
 
     def rows(self, indices=None) -> list[dict]:
         """Rows of the done parts (all, or those in `indices`), in part order."""
-        wanted = self.done_shards() if indices is None else sorted(set(indices) & self.done())
+        wanted = self.done_parts() if indices is None else sorted(set(indices) & self.done())
         return [row for i in wanted for row in self.read(i).to_pylist()]
 
 
@@ -144,4 +149,4 @@ def checked_table(what: str, table: pa.Table, schema: pa.Schema | None = None) -
 
 def has_work(run_path: Path) -> bool:
     """Any phase part done: a run with such work is not started afresh on a changed configuration."""
-    return any(Store(run_path, name).done_shards() for name in PHASES)
+    return any(Store(run_path, name).done_parts() for name in PHASES)
