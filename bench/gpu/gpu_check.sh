@@ -18,6 +18,10 @@
 #   miniprompt   bench/search/miniprompt.py --size gpu: fast (margin) at 1 and 4 targets per forward vs paper;
 #   screen_8b    bench/screen/screen_tokens.py: screening seconds per 20k-token book slice on the 8B shape, exact
 #                and streamed windows (two-phase) and the bare screen, against one teacher-forced pass.
+#   smollm2      gcg_step.py and screen_tokens.py as the two steps above run them, on a random-weight model of
+#                SmolLM2-135M's shape (the real model users try offline): one GCG step, ours vs plain HF vs
+#                the matmul floor, and the screen's tokens/s against one teacher-forced pass; the end of the
+#                output sets its figures beside the 1B and 8B ones (bench/gpu/side_by_side.py).
 #   probe        bench/gpu/probe_gpu.py: one GCG step's candidate scoring on the 8B shape alone against a 1B
 #                draft scoring all candidates and the 8B a probe and the draft's best (probe sampling).
 #   replay       bench/screen/screen_replay.py: the default screen's forwards on memorized text (a planted corpus
@@ -25,9 +29,13 @@
 #                teacher-forced pass; last, as the step that may be cut.
 # The limits sum to 545 s (+5 s grace to kill a step that overruns), inside GPU_CHECK_BUDGET_S (560), which
 # caps the total anyway (a step gets at most what is left), so every step gets its turn and the call ends
-# within 9.5 minutes, as one device command must (10 min). The 8B figures (gcg_step, screen_8b) keep their
-# limits; miniprompt (100 s: its 2026-11-30 H200 run took 33 s to train, 39 s fast, 32 s paper), library,
-# gpu_tests and the families (90 s: 42 s for all eight on the CPU in float32) were cut to fit.
+# within 9.5 minutes, as one device command must (10 min). miniprompt (100 s: its 2026-11-30 H200 run took
+# 33 s to train, 39 s fast, 32 s paper), library, gpu_tests and the families (90 s: 42 s for all eight on
+# the CPU in float32) were cut to fit. smollm2's 35 s (a 135M model: two processes' start, 16 GCG steps of
+# each path, five passes over 20k tokens; seconds each, an estimate until a GPU times it) came from steps
+# with slack: gcg_step 120 -> 100 (its 1B and 8B rows, 16 steps of each path at the 2026-11-30 H200
+# speeds, are ~30 s of it), screen_8b 55 -> 45 (~140k tokens forwarded on random weights, a few seconds
+# at the 8B step's speed) and machine 20 -> 15.
 # GPU_CHECK_REHEARSAL=1: the same steps on the CPU with tiny shapes and short limits, to check the script's
 # plumbing in a bare environment (the gpu tests then fail for want of CUDA, and the summary says so).
 # Usage (device tool): bash bench/gpu_check.sh (which runs this file) -> $OUT (or ./bench_out). PYTHON picks
@@ -42,19 +50,29 @@ grace=5
 mkdir -p "$out"
 
 if [[ "${GPU_CHECK_REHEARSAL:-0}" == 1 ]]; then
-  mode=rehearsal device=cpu dtype=float32 small=tiny large=tiny both=tiny wide=tiny size=cpu book=2000 cands=64
+  mode=rehearsal device=cpu dtype=float32 small=tiny large=tiny both=tiny wide=tiny smol=tiny size=cpu book=2000
+  cands=64
   declare -A limit=([machine]=20 [families]=400 [library]=60 [gpu_tests]=120 [gcg_step]=90 [miniprompt]=30
-                    [screen_8b]=30 [probe]=30 [replay]=60)
+                    [screen_8b]=30 [smollm2]=90 [probe]=30 [replay]=60)
   fam_vllm=none
   tiny_args=(${ACR_TINY_DIR:+--workdir "$ACR_TINY_DIR"})  # a tiny model built before: no retraining
 else
-  mode=gpu device=cuda dtype=bfloat16 small=1b large=8b both=1b,8b wide=135m,360m size=gpu book=30000 cands=512
-  declare -A limit=([machine]=20 [families]=90 [library]=50 [gpu_tests]=50 [gcg_step]=120 [miniprompt]=100
-                    [screen_8b]=55 [probe]=30 [replay]=30)
+  mode=gpu device=cuda dtype=bfloat16 small=1b large=8b both=1b,8b wide=135m,360m smol=135m size=gpu book=30000
+  cands=512
+  declare -A limit=([machine]=15 [families]=90 [library]=50 [gpu_tests]=50 [gcg_step]=100 [miniprompt]=100
+                    [screen_8b]=45 [smollm2]=35 [probe]=30 [replay]=30)
   fam_vllm=llama,qwen2
   tiny_args=()
 fi
 names=() statuses=() rcs=() took=() limits=() notes=()
+# Random weights memorize nothing: these figures come only from the CPU benches on SmolLM2's real weights.
+needs_weights=(
+  "recall of planted passages, false positives: bench/validity/plants.py"
+  "the screen's candidate share on real text: bench/screen/screen_share.py"
+  "the paper's categories (famous quotes, Wikipedia, unseen, random): bench/validity/paper_categories.py"
+  "calibration verdicts: bench/validity/calibration.py"
+  "the screen's speed where a model has read the text (certificate rows run): bench/validity/smollm2.py"
+)
 
 # Which of the modules named cannot be imported (find_spec: nothing is imported, so it is quick).
 missing_modules() {
@@ -129,12 +147,17 @@ step library "torch transformers" "$py" bench/gpu/library_gpu.py --shapes "$smal
   --book-tokens "$book"
 step gpu_tests "pytest torch transformers filelock tokenizers" "$py" -m pytest -o addopts="" -m gpu \
   -p no:cacheprovider -W ignore::pytest.PytestConfigWarning -q -rfE tests/test_gpu.py
-step gcg_step "torch transformers" "$py" bench/search/gcg_step.py --shapes "$both" --device "$device" \
-  --dtype "$dtype" --candidates "$cands" --free 20 --target 64 --steps 5 --widths 1,2,4,8 --width-shapes "$wide"
+gcg_args=(--device "$device" --dtype "$dtype" --candidates "$cands" --free 20 --target 64 --steps 5)
+screen_args=(--device "$device" --dtype "$dtype" --book-tokens "$((book * 2 / 3))" --settings exact-0.5,default,bare
+             --repeats 1)
+step gcg_step "torch transformers" "$py" bench/search/gcg_step.py --shapes "$both" "${gcg_args[@]}" \
+  --widths 1,2,4,8 --width-shapes "$wide"
 step miniprompt "torch transformers tokenizers" "$py" bench/search/miniprompt.py --size "$size" --device "$device" \
   --variants fast/margin,paper --widths 1,4 --no-controls "${tiny_args[@]}"
-step screen_8b "torch transformers" "$py" bench/screen/screen_tokens.py --shapes "$large" --device "$device" \
-  --dtype "$dtype" --book-tokens "$((book * 2 / 3))" --settings exact-0.5,default,bare --repeats 1
+step screen_8b "torch transformers" "$py" bench/screen/screen_tokens.py --shapes "$large" "${screen_args[@]}"
+# shellcheck disable=SC2016  # $0..$3 are bash -c's own arguments; the args hold no spaces
+step smollm2 "torch transformers" bash -c '"$0" bench/search/gcg_step.py --shapes "$1" $2; rc=$?
+  "$0" bench/screen/screen_tokens.py --shapes "$1" $3 && exit $rc' "$py" "$smol" "${gcg_args[*]}" "${screen_args[*]}"
 step probe "torch transformers" "$py" bench/gpu/probe_gpu.py --target "$large" --draft "$small" --device "$device" \
   --dtype "$dtype" --candidates "$cands" --steps 3
 step replay "torch transformers tokenizers" "$py" bench/screen/screen_replay.py --model-dir "${TMPDIR:-/tmp}/acr-planted" \
@@ -150,7 +173,15 @@ for i in "${!names[@]}"; do
     "$(json "${names[i]}")" "$(json "${statuses[i]}")" "${rcs[i]:-null}" "${took[i]}" "${limits[i]}" \
     "$(json "${notes[i]}")" "$(json "${names[i]}.log")")"
 done
-printf '{"mode": %s, "date": %s, "total_s": %s, "budget_s": %s, "steps": [%s]}\n' "$(json "$mode")" \
-  "$(json "$(date -u +%FT%TZ)")" "$SECONDS" "$budget" "$rows" >"$out/summary.json"
+side=$("$py" bench/gpu/side_by_side.py --json "$out" smollm2 gcg_step,screen_8b 2>/dev/null) || side=null
+weights=""
+for w in "${needs_weights[@]}"; do weights+="${weights:+, }$(json "$w")"; done
+printf '{"mode": %s, "date": %s, "total_s": %s, "budget_s": %s, "steps": [%s], "side_by_side": %s, %s: [%s]}\n' \
+  "$(json "$mode")" "$(json "$(date -u +%FT%TZ)")" "$SECONDS" "$budget" "$rows" "${side:-null}" '"needs_real_weights"' \
+  "$weights" >"$out/summary.json"
+printf '\nthe GCG step and the screen by shape (random weights):\n'
+"$py" bench/gpu/side_by_side.py "$out" smollm2 gcg_step,screen_8b || echo "(no figures: $py cannot read them)"
+printf '\nneeds real weights, so not measured here (the CPU benches on SmolLM2 measure them):\n'
+printf '  %s\n' "${needs_weights[@]}"
 echo "total ${SECONDS}s of ${budget}s; ${failed} of ${#names[@]} steps not ok; logs and summary.json in $out"
 ((failed == 0))

@@ -31,6 +31,9 @@ from scanner.engine.loading import LoadedModel
 from scanner.engine.template import PromptTemplate
 from scanner.search.gcg import sample_candidates
 
+# SmolLM2's config beyond the body (a tied head, its rope base, 8k positions): no FLOPs change, but the
+# model built is the real one's shape
+SMOLLM2 = dict(vocab_size=49152, max_position_embeddings=8192, rope_theta=100000.0, tie_word_embeddings=True)
 SHAPES = {
     "tiny": dict(hidden_size=64, num_hidden_layers=2, intermediate_size=256, num_attention_heads=4,
                  num_key_value_heads=4, vocab_size=512),
@@ -38,9 +41,9 @@ SHAPES = {
     "28m": dict(hidden_size=256, num_hidden_layers=6, intermediate_size=1024, num_attention_heads=4,
                 num_key_value_heads=4, vocab_size=49152),
     "135m": dict(hidden_size=576, num_hidden_layers=30, intermediate_size=1536, num_attention_heads=9,
-                 num_key_value_heads=3, vocab_size=49152),  # SmolLM2-135M
+                 num_key_value_heads=3, **SMOLLM2),  # SmolLM2-135M
     "360m": dict(hidden_size=960, num_hidden_layers=32, intermediate_size=2560, num_attention_heads=15,
-                 num_key_value_heads=5, vocab_size=49152),  # SmolLM2-360M
+                 num_key_value_heads=5, **SMOLLM2),  # SmolLM2-360M
     "1b": dict(hidden_size=2048, num_hidden_layers=16, intermediate_size=8192, num_attention_heads=32,
                num_key_value_heads=8, vocab_size=128256),
     "8b": dict(hidden_size=4096, num_hidden_layers=32, intermediate_size=14336, num_attention_heads=32,
@@ -51,7 +54,7 @@ SHAPES = {
 def build(shape: str, device: str, dtype: torch.dtype):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(**SHAPES[shape], max_position_embeddings=4096, tie_word_embeddings=False)
+    config = LlamaConfig(**{"max_position_embeddings": 4096, "tie_word_embeddings": False, **SHAPES[shape]})
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
