@@ -48,6 +48,7 @@ py="${PYTHON:-python3}"
 budget="${GPU_CHECK_BUDGET_S:-560}"
 grace=5
 mkdir -p "$out"
+rm -f "$out"/*.jsonl  # the side-by-side table reads this call's figures only, never a step an earlier call ran
 
 if [[ "${GPU_CHECK_REHEARSAL:-0}" == 1 ]]; then
   mode=rehearsal device=cpu dtype=float32 small=tiny large=tiny both=tiny wide=tiny smol=tiny size=cpu book=2000
