@@ -40,22 +40,44 @@ if TYPE_CHECKING:
 __all__ = ["ScanResult", "measure", "measure_iter", "saved_config", "scan"]
 
 
-def measure(texts: str | Iterable[str | dict], model: str | ModelConfig, *, prompt: PromptConfig | None = None,
-            search: SearchConfig | None = None, engines: EngineConfig | None = None,
-            calibration: CalibrationConfig | None = None, observer: SearchObserver | None = None) -> list[dict]:
+def measure(
+    texts: str | Iterable[str | dict],
+    model: str | ModelConfig,
+    *,
+    prompt: PromptConfig | None = None,
+    search: SearchConfig | None = None,
+    engines: EngineConfig | None = None,
+    calibration: CalibrationConfig | None = None,
+    observer: SearchObserver | None = None,
+) -> list[dict]:
     """The ACR of each text against `model`: one record per text, in order, as `acr-scan acr --json`
     prints them (target, acr, memorized, prompt, prompt_tokens, verified_generation, calibrated_memorized,
     ...). A text is a string, or a dict {"text": ..., "natural_prefix": ...} (a known preceding prompt).
     `model`: a hub id, local directory or .gguf file, or a ModelConfig; the other configs default to the
     command line's defaults. Every text and the model are checked before the first search."""
-    return list(measure_iter(texts, model, prompt=prompt, search=search, engines=engines,
-                             calibration=calibration, observer=observer))
+    return list(
+        measure_iter(
+            texts,
+            model,
+            prompt=prompt,
+            search=search,
+            engines=engines,
+            calibration=calibration,
+            observer=observer,
+        )
+    )
 
 
-def measure_iter(texts: str | Iterable[str | dict], model: str | ModelConfig, *, prompt: PromptConfig | None = None,
-                 search: SearchConfig | None = None, engines: EngineConfig | None = None,
-                 calibration: CalibrationConfig | None = None,
-                 observer: SearchObserver | None = None) -> Iterator[dict]:
+def measure_iter(
+    texts: str | Iterable[str | dict],
+    model: str | ModelConfig,
+    *,
+    prompt: PromptConfig | None = None,
+    search: SearchConfig | None = None,
+    engines: EngineConfig | None = None,
+    calibration: CalibrationConfig | None = None,
+    observer: SearchObserver | None = None,
+) -> Iterator[dict]:
     """`measure`'s records one at a time, each as soon as it and those before it are done (a long list of
     texts shows its first results early). Bad input raises here, before the first record is asked for."""
     from scanner.engine.check import check_model
@@ -69,16 +91,24 @@ def measure_iter(texts: str | Iterable[str | dict], model: str | ModelConfig, *,
         from scanner.engine.draft import check_draft
 
         check_draft(model, search.gcg.draft.model)
-    return _records(model, prompt or PromptConfig(), search, targets, engines or EngineConfig(screen="hf"),
-                    calibration, observer)
+    return _records(
+        model,
+        prompt or PromptConfig(),
+        search,
+        targets,
+        engines or EngineConfig(screen="hf"),
+        calibration,
+        observer,
+    )
 
 
 def _records(model, prompt, search, targets, engines, calibration, observer) -> Iterator[dict]:
     from scanner.run.measure import measure_many
     from scanner.search.progress import QUIET
 
-    yield from measure_many(model, prompt, search, targets, engines=engines, calibration=calibration,
-                            observer=observer or QUIET)
+    yield from measure_many(
+        model, prompt, search, targets, engines=engines, calibration=calibration, observer=observer or QUIET
+    )
 
 
 def target_dicts(texts: str | Iterable[str | dict]) -> list[dict]:
@@ -88,11 +118,15 @@ def target_dicts(texts: str | Iterable[str | dict]) -> list[dict]:
     for number, item in enumerate(items, 1):
         target = {"text": item} if isinstance(item, str) else item
         if not isinstance(target, dict) or not isinstance(target.get("text"), str):
-            raise InputError(f"text {number} is {item!r:.60}; pass a string, or a dict like "
-                             "{'text': '...', 'natural_prefix': '...'}")
+            raise InputError(
+                f"text {number} is {item!r:.60}; pass a string, or a dict like "
+                "{'text': '...', 'natural_prefix': '...'}"
+            )
         targets.append(target)
     if not targets:
-        raise InputError("no text to measure; pass a list of strings, e.g. measure(['Call me Ishmael.'], model=...)")
+        raise InputError(
+            "no text to measure; pass a list of strings, e.g. measure(['Call me Ishmael.'], model=...)"
+        )
     return targets
 
 
@@ -101,8 +135,10 @@ def model_config(model: str | os.PathLike | ModelConfig) -> ModelConfig:
         return model
     if isinstance(model, str | os.PathLike):
         return ModelConfig(model=os.fspath(model))
-    raise InputError(f"model {model!r:.60} is neither a path or hub id nor a ModelConfig; pass e.g. "
-                     "model='HuggingFaceTB/SmolLM2-135M' or model=ModelConfig(model=..., device='cpu')")
+    raise InputError(
+        f"model {model!r:.60} is neither a path or hub id nor a ModelConfig; pass e.g. "
+        "model='HuggingFaceTB/SmolLM2-135M' or model=ModelConfig(model=..., device='cpu')"
+    )
 
 
 @dataclass(frozen=True)
@@ -144,9 +180,15 @@ class ScanResult:
         return not self.failed_units and not self.failed_rows
 
 
-def scan(corpus: str | os.PathLike | ScanConfig, out: str | os.PathLike, *, model: str | ModelConfig | None = None,
-         executor: ExecutorConfig | None = None, passages: PassageConfig | None = None,
-         progress: Callable[[dict], None] | None = None) -> ScanResult:
+def scan(
+    corpus: str | os.PathLike | ScanConfig,
+    out: str | os.PathLike,
+    *,
+    model: str | ModelConfig | None = None,
+    executor: ExecutorConfig | None = None,
+    passages: PassageConfig | None = None,
+    progress: Callable[[dict], None] | None = None,
+) -> ScanResult:
     """Scan a Parquet corpus into the run directory `out`, as `acr-scan scan` does; scanning into the same
     `out` again resumes. `corpus`: a Parquet file, folder or glob with `model=` (every other setting at its
     default), or a whole ScanConfig (which names its model). `executor`: where tasks run (default: this
@@ -163,12 +205,16 @@ def scan(corpus: str | os.PathLike | ScanConfig, out: str | os.PathLike, *, mode
 def scan_config(corpus: str | os.PathLike | ScanConfig, model: str | ModelConfig | None) -> ScanConfig:
     if isinstance(corpus, ScanConfig):
         if model is not None:
-            raise InputError("scan(config, ..., model=...): the ScanConfig names its model already; drop model=, "
-                             "or set it in the config with dataclasses.replace(config, model=ModelConfig(...))")
+            raise InputError(
+                "scan(config, ..., model=...): the ScanConfig names its model already; drop model=, "
+                "or set it in the config with dataclasses.replace(config, model=ModelConfig(...))"
+            )
         return corpus
     if model is None:
-        raise InputError(f"scan({os.fspath(corpus)!r}, ...) needs model=: a hub id, local directory or .gguf file, "
-                         "or a ModelConfig")
+        raise InputError(
+            f"scan({os.fspath(corpus)!r}, ...) needs model=: a hub id, local directory or .gguf file, "
+            "or a ModelConfig"
+        )
     return ScanConfig(corpus=CorpusConfig(path=os.fspath(corpus)), model=model_config(model))
 
 

@@ -21,11 +21,18 @@ ENGINES = ("auto", "hf", "vllm")
 EXPECTED = "a Parquet file, a directory of Parquet files or a glob such as 'data/*.parquet'"
 
 
-BUDGET_FORMS = ("GCG steps ('20000steps'), seconds ('3600s', '90m', '2h'), or 'auto' (stop when fewer than "
-                "M of the last W decided candidates were memorized: 'auto', 'auto:2/128'), with a ceiling as "
-                "'auto:20000steps' or 'auto:1/64:2h'")
-_UNITS = {"steps": ("steps", 1), "step": ("steps", 1), "s": ("seconds", 1), "m": ("seconds", 60),
-          "h": ("seconds", 3600)}
+BUDGET_FORMS = (
+    "GCG steps ('20000steps'), seconds ('3600s', '90m', '2h'), or 'auto' (stop when fewer than "
+    "M of the last W decided candidates were memorized: 'auto', 'auto:2/128'), with a ceiling as "
+    "'auto:20000steps' or 'auto:1/64:2h'"
+)
+_UNITS = {
+    "steps": ("steps", 1),
+    "step": ("steps", 1),
+    "s": ("seconds", 1),
+    "m": ("seconds", 60),
+    "h": ("seconds", 3600),
+}
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(steps|step|s|m|h)\s*$")
 _AUTO = re.compile(r"^\s*auto\s*(:.*)?$", re.IGNORECASE)
 _RULE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
@@ -57,8 +64,10 @@ def _auto(text: str) -> tuple[tuple[int, int], str | None] | None:
     if parts and _RULE.match(parts[0]):
         m, w = (int(x) for x in _RULE.match(parts.pop(0)).groups())
         if not 1 <= m <= w:
-            raise InputError(f"--search-budget {text!r}: the rule M/W needs 1 <= M <= W (at least M memorized of "
-                             f"the last W decided); give for instance 'auto:1/64'")
+            raise InputError(
+                f"--search-budget {text!r}: the rule M/W needs 1 <= M <= W (at least M memorized of "
+                f"the last W decided); give for instance 'auto:1/64'"
+            )
         rule = (m, w)
     if len(parts) > 1 or (parts and not parts[0]):
         raise InputError(f"--search-budget {text!r} is not a budget; give {BUDGET_FORMS}")
@@ -87,9 +96,13 @@ def parse_budget(text: str | None) -> Budget | None:
         raise InputError(f"--search-budget {given!r} is not a budget; give {BUDGET_FORMS}")
     kind, scale = _UNITS[match.group(2)]
     amount = float(match.group(1)) * scale
-    if not amount <= MAX_BUDGET:  # an infinite one (1e400 digits) too: int() of it crashed, JSON cannot hold it
-        raise InputError(f"--search-budget {given!r} is more than any scan spends (at most {MAX_BUDGET:.0e} steps "
-                         "or seconds); give a smaller budget, or leave --search-budget out for no ceiling")
+    if (
+        not amount <= MAX_BUDGET
+    ):  # an infinite one (1e400 digits) too: int() of it crashed, JSON cannot hold it
+        raise InputError(
+            f"--search-budget {given!r} is more than any scan spends (at most {MAX_BUDGET:.0e} steps "
+            "or seconds); give a smaller budget, or leave --search-budget out for no ceiling"
+        )
     if amount <= 0:
         raise InputError(f"--search-budget {given!r} must be above 0; give {BUDGET_FORMS}")
     if kind == "steps" and amount != int(amount):
@@ -97,8 +110,10 @@ def parse_budget(text: str | None) -> Budget | None:
     return Budget(kind, amount)
 
 
-AUDIT_FORMS = ("a share of what the budgeted search spent ('25%'), a time ('10m', '600s', '1h') or a number of "
-               "searches ('16'); 0 turns the audit off")
+AUDIT_FORMS = (
+    "a share of what the budgeted search spent ('25%'), a time ('10m', '600s', '1h') or a number of "
+    "searches ('16'); 0 turns the audit off"
+)
 AUDIT_DEFAULT = "25%"
 _SHARE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
 _COUNT = re.compile(r"^\s*-?\d+\s*$")
@@ -114,8 +129,11 @@ class AuditRule:
     amount: float
 
     def __str__(self) -> str:
-        return {"count": f"{self.amount:g} searches", "share": f"{self.amount:.0%} of the search's seconds",
-                "seconds": f"{self.amount:g} s"}[self.kind]
+        return {
+            "count": f"{self.amount:g} searches",
+            "share": f"{self.amount:.0%} of the search's seconds",
+            "seconds": f"{self.amount:g} s",
+        }[self.kind]
 
 
 def parse_audit(value: int | str) -> AuditRule:
@@ -129,11 +147,16 @@ def parse_audit(value: int | str) -> AuditRule:
     share, duration = _SHARE.match(text), _PATTERN.match(text.lower())
     if share:
         amount = float(share.group(1)) / 100
-        require(0 < amount <= 10, f"--audit-sample {text!r}: a share is above 0 % and at most 1000 %; give {AUDIT_FORMS}")
+        require(
+            0 < amount <= 10,
+            f"--audit-sample {text!r}: a share is above 0 % and at most 1000 %; give {AUDIT_FORMS}",
+        )
         return AuditRule("share", amount)
     if duration and _UNITS[duration.group(2)][0] == "seconds":
         amount = float(duration.group(1)) * _UNITS[duration.group(2)][1]
-        require(amount > 0, f"--audit-sample {text!r} must be above 0 s; give 0 for no audit, or {AUDIT_FORMS}")
+        require(
+            amount > 0, f"--audit-sample {text!r} must be above 0 s; give 0 for no audit, or {AUDIT_FORMS}"
+        )
         return AuditRule("seconds", amount)
     raise InputError(f"--audit-sample {text!r} is not an audit size; give {AUDIT_FORMS}")
 
@@ -164,7 +187,10 @@ class PromptConfig:
     allow_non_ascii: bool = False
 
     def __post_init__(self) -> None:
-        require(self.bos in BOS_POLICIES, f"unknown BOS policy '{self.bos}'; choose one of {', '.join(BOS_POLICIES)}")
+        require(
+            self.bos in BOS_POLICIES,
+            f"unknown BOS policy '{self.bos}'; choose one of {', '.join(BOS_POLICIES)}",
+        )
         require(self.chat or self.system_prompt is None, "--system-prompt needs --chat (a chat template)")
 
 
@@ -185,11 +211,18 @@ class DraftConfig:
     min_kept: int = 32  # the filtered set is never smaller: exact greedy reproduction is a needle
 
     def __post_init__(self) -> None:
-        require(self.model is None or bool(self.model.strip()),
-                "--draft-model is empty; pass a model directory, a .gguf file or a hub id, or leave it out")
-        require(self.probe_size >= 2, f"--probe-size {self.probe_size} must be >= 2 (a rank correlation needs two)")
-        require(self.reduction > 0 and math.isfinite(self.reduction),
-                f"--probe-reduction {self.reduction} must be a number > 0, e.g. 8")
+        require(
+            self.model is None or bool(self.model.strip()),
+            "--draft-model is empty; pass a model directory, a .gguf file or a hub id, or leave it out",
+        )
+        require(
+            self.probe_size >= 2,
+            f"--probe-size {self.probe_size} must be >= 2 (a rank correlation needs two)",
+        )
+        require(
+            self.reduction > 0 and math.isfinite(self.reduction),
+            f"--probe-reduction {self.reduction} must be a number > 0, e.g. 8",
+        )
         require(self.min_kept >= 1, f"--probe-min-kept {self.min_kept} must be >= 1")
 
     @property
@@ -268,7 +301,10 @@ class SearchConfig:
     fragile_margin: float = 1.0
 
     def __post_init__(self) -> None:
-        require(self.schedule in SCHEDULES, f"unknown schedule '{self.schedule}'; choose one of {', '.join(SCHEDULES)}")
+        require(
+            self.schedule in SCHEDULES,
+            f"unknown schedule '{self.schedule}'; choose one of {', '.join(SCHEDULES)}",
+        )
         require(self.tau > 0 and math.isfinite(self.tau), f"tau {self.tau} must be a positive number")
         require(self.cap_factor >= 1, f"cap_factor {self.cap_factor} must be >= 1")
         for name in ("paper_start", "paper_increment", "paper_steps", "decide_steps", "shrink_steps"):
@@ -277,11 +313,15 @@ class SearchConfig:
         require(self.probe_length >= 0, f"probe_length {self.probe_length} must be >= 0 (0: no probe)")
         require(self.paper_step_growth >= 1, f"paper_step_growth {self.paper_step_growth} must be >= 1")
         require(self.reject_after >= 1, f"reject_after {self.reject_after} must be >= 1 (steps)")
-        require(0 <= self.reject_min_right <= 1,
-                f"reject_min_right {self.reject_min_right} must be a share in [0, 1], e.g. 0.5")
+        require(
+            0 <= self.reject_min_right <= 1,
+            f"reject_min_right {self.reject_min_right} must be a share in [0, 1], e.g. 0.5",
+        )
         require(self.reject_stall >= 0, f"reject_stall {self.reject_stall} must be >= 0 (0: never)")
-        require(math.isfinite(self.fragile_margin) and self.fragile_margin >= 0,
-                f"--fragile-margin {self.fragile_margin} must be a number >= 0 (logits; 0: nothing is fragile)")
+        require(
+            math.isfinite(self.fragile_margin) and self.fragile_margin >= 0,
+            f"--fragile-margin {self.fragile_margin} must be a number >= 0 (logits; 0: nothing is fragile)",
+        )
 
     def reject_rule(self) -> RejectRule | None:
         """The early-rejection rule, or None when it is off."""
@@ -314,10 +354,14 @@ class EngineConfig:
         for name in ("verify", "screen"):
             value = getattr(self, name)
             require(value in ENGINES, f"--{name}-engine {value}: choose one of {', '.join(ENGINES)}")
-        require(self.targets_per_forward >= 0,
-                f"--targets-per-forward {self.targets_per_forward} must be >= 0 (0: auto)")
-        require(0 < self.gpu_memory_utilization < 1,
-                f"--vllm-gpu-memory {self.gpu_memory_utilization} must be in (0, 1), e.g. 0.4")
+        require(
+            self.targets_per_forward >= 0,
+            f"--targets-per-forward {self.targets_per_forward} must be >= 0 (0: auto)",
+        )
+        require(
+            0 < self.gpu_memory_utilization < 1,
+            f"--vllm-gpu-memory {self.gpu_memory_utilization} must be in (0, 1), e.g. 0.4",
+        )
 
     @property
     def uses_vllm(self) -> bool:
@@ -336,8 +380,10 @@ class ExtractionConfig:
 
     def __post_init__(self) -> None:
         require(self.top_k >= 1, f"--pz-top-k {self.top_k} must be >= 1 (greedy p_z is always reported)")
-        require(self.temperature > 0 and math.isfinite(self.temperature),
-                f"--pz-temperature {self.temperature} must be > 0 (T = 0 is greedy, reported as pz_greedy)")
+        require(
+            self.temperature > 0 and math.isfinite(self.temperature),
+            f"--pz-temperature {self.temperature} must be > 0 (T = 0 is greedy, reported as pz_greedy)",
+        )
         require(self.n >= 1, f"--pz-n {self.n} must be >= 1 (samples drawn by the extractor)")
         require(0 < self.p <= 1, f"--pz-p {self.p} must be in (0, 1]")
 
@@ -358,10 +404,14 @@ class CorpusConfig:
     def __post_init__(self) -> None:
         require(bool(self.path), f"the corpus path is empty; pass {EXPECTED}")
         require(bool(self.text_column), "--text-column is empty; pass the name of the text column")
-        require(self.id_column is None or bool(self.id_column),
-                "--id-column is empty; pass a column name or leave it out to detect 'id' / 'doc_id'")
-        require(isinstance(self.keep_columns, tuple),
-                f"keep_columns {self.keep_columns!r} must be a tuple of column names")
+        require(
+            self.id_column is None or bool(self.id_column),
+            "--id-column is empty; pass a column name or leave it out to detect 'id' / 'doc_id'",
+        )
+        require(
+            isinstance(self.keep_columns, tuple),
+            f"keep_columns {self.keep_columns!r} must be a tuple of column names",
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -380,16 +430,24 @@ class SpanConfig:
 
     def __post_init__(self) -> None:
         require(self.span_tokens >= 1, f"--span-tokens {self.span_tokens} must be >= 1")
-        require(self.stride is None or self.stride >= 1,
-                f"--stride {self.stride} must be >= 1 (or left out to use --span-tokens)")
-        require(self.allow_gaps or self.step <= self.span_tokens,
-                f"--stride {self.stride} is larger than --span-tokens {self.span_tokens}: "
-                f"{self.step - self.span_tokens} tokens of every {self.step} would never be scanned; pass "
-                f"--stride {self.span_tokens} or less, or --allow-gaps to sample the text on purpose")
-        require(self.min_tokens is None or 1 <= self.min_tokens <= self.span_tokens,
-                f"--min-tokens {self.min_tokens} must be between 1 and --span-tokens {self.span_tokens}")
-        require(self.anchor_min_run is None or self.anchor_min_run >= 1,
-                f"--anchor-min-run {self.anchor_min_run} must be >= 1 (or left out: span length minus 4)")
+        require(
+            self.stride is None or self.stride >= 1,
+            f"--stride {self.stride} must be >= 1 (or left out to use --span-tokens)",
+        )
+        require(
+            self.allow_gaps or self.step <= self.span_tokens,
+            f"--stride {self.stride} is larger than --span-tokens {self.span_tokens}: "
+            f"{self.step - self.span_tokens} tokens of every {self.step} would never be scanned; pass "
+            f"--stride {self.span_tokens} or less, or --allow-gaps to sample the text on purpose",
+        )
+        require(
+            self.min_tokens is None or 1 <= self.min_tokens <= self.span_tokens,
+            f"--min-tokens {self.min_tokens} must be between 1 and --span-tokens {self.span_tokens}",
+        )
+        require(
+            self.anchor_min_run is None or self.anchor_min_run >= 1,
+            f"--anchor-min-run {self.anchor_min_run} must be >= 1 (or left out: span length minus 4)",
+        )
         require(self.anchor_max_gap >= 0, f"--anchor-max-gap {self.anchor_max_gap} must be >= 0")
 
     @property
@@ -436,16 +494,24 @@ class ScreenConfig:
 
     def __post_init__(self) -> None:
         require(self.context_tokens >= 0, f"--context-tokens {self.context_tokens} must be >= 0")
-        require(self.discoverable_prefix is None or self.discoverable_prefix >= 1,
-                f"discoverable_prefix {self.discoverable_prefix} must be >= 1")
+        require(
+            self.discoverable_prefix is None or self.discoverable_prefix >= 1,
+            f"discoverable_prefix {self.discoverable_prefix} must be >= 1",
+        )
         require(self.max_rows >= 1, f"max_rows {self.max_rows} must be >= 1")
         require(self.batch_tokens >= 1, f"batch_tokens {self.batch_tokens} must be >= 1")
-        require(0 <= self.certificate_min_match <= 1,
-                f"--certificate-min-match {self.certificate_min_match} must be in [0, 1]")
-        require(self.certificate_max_tokens is None or self.certificate_max_tokens >= 0,
-                f"--certificate-max-tokens {self.certificate_max_tokens} must be >= 0 (0: no certificates)")
-        require(self.window in SCREEN_WINDOWS,
-                f"--screen-window {self.window!r} is not one of {', '.join(SCREEN_WINDOWS)}")
+        require(
+            0 <= self.certificate_min_match <= 1,
+            f"--certificate-min-match {self.certificate_min_match} must be in [0, 1]",
+        )
+        require(
+            self.certificate_max_tokens is None or self.certificate_max_tokens >= 0,
+            f"--certificate-max-tokens {self.certificate_max_tokens} must be >= 0 (0: no certificates)",
+        )
+        require(
+            self.window in SCREEN_WINDOWS,
+            f"--screen-window {self.window!r} is not one of {', '.join(SCREEN_WINDOWS)}",
+        )
         require(self.chunk_tokens >= 2, f"--chunk-tokens {self.chunk_tokens} must be >= 2")
 
     def certificate_limit(self, span_tokens: int) -> int:
@@ -466,10 +532,14 @@ class CalibrationConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        require(self.reference_model is None or bool(self.reference_model.strip()),
-                "--reference-model is empty; pass a model directory, a .gguf file or a hub id, or leave it out")
+        require(
+            self.reference_model is None or bool(self.reference_model.strip()),
+            "--reference-model is empty; pass a model directory, a .gguf file or a hub id, or leave it out",
+        )
         require(self.nll_margin >= 0, f"--reference-margin {self.nll_margin} must be >= 0 (nats per token)")
-        require(self.random_prompts >= 0, f"--calibration-prompts {self.random_prompts} must be >= 0 (0: off)")
+        require(
+            self.random_prompts >= 0, f"--calibration-prompts {self.random_prompts} must be >= 0 (0: off)"
+        )
         require(0 < self.long_prefix <= 1, f"long_prefix {self.long_prefix} must be in (0, 1]")
         require(0 < self.random_share <= 1, f"random_share {self.random_share} must be in (0, 1]")
 
@@ -489,9 +559,13 @@ class PassageConfig:
     shared_text_min_docs: int | None = None
 
     def __post_init__(self) -> None:
-        require(self.extend_tokens >= 0, f"--extend-tokens {self.extend_tokens} must be >= 0 (0: no extension)")
-        require(self.shared_text_min_docs is None or self.shared_text_min_docs >= 2,
-                f"--shared-text-min-docs {self.shared_text_min_docs} must be >= 2 (a text in one document is its own)")
+        require(
+            self.extend_tokens >= 0, f"--extend-tokens {self.extend_tokens} must be >= 0 (0: no extension)"
+        )
+        require(
+            self.shared_text_min_docs is None or self.shared_text_min_docs >= 2,
+            f"--shared-text-min-docs {self.shared_text_min_docs} must be >= 2 (a text in one document is its own)",
+        )
 
     def shared_min_docs(self, documents: int) -> int:
         """Documents that make a passage's text shared text in a corpus of `documents`."""
@@ -532,16 +606,32 @@ class ExecutorConfig:
 
     def __post_init__(self) -> None:
         require(self.kind in EXECUTORS, f"--executor {self.kind!r} is not one of {', '.join(EXECUTORS)}")
-        require(self.num_actors is None or self.num_actors >= 1, f"--num-actors {self.num_actors} must be >= 1")
-        require(self.gpus_per_actor is None or self.gpus_per_actor >= 0,
-                f"--gpus-per-actor {self.gpus_per_actor} must be >= 0 (0: CPU actors)")
+        require(
+            self.num_actors is None or self.num_actors >= 1, f"--num-actors {self.num_actors} must be >= 1"
+        )
+        require(
+            self.gpus_per_actor is None or self.gpus_per_actor >= 0,
+            f"--gpus-per-actor {self.gpus_per_actor} must be >= 0 (0: CPU actors)",
+        )
         require(self.cpus_per_actor > 0, f"--cpus-per-actor {self.cpus_per_actor} must be > 0")
         require(self.max_retries >= 0, f"--max-retries {self.max_retries} must be >= 0")
-        require(self.hung_after >= 0, f"--hung-after {self.hung_after} must be >= 0 seconds (0: never give a task up)")
+        require(
+            self.hung_after >= 0,
+            f"--hung-after {self.hung_after} must be >= 0 seconds (0: never give a task up)",
+        )
         if self.kind == "local":
-            given = [name for name, value in (("--ray-address", self.address), ("--num-actors", self.num_actors),
-                                              ("--gpus-per-actor", self.gpus_per_actor)) if value is not None]
-            require(not given, f"{', '.join(given)} only apply to --executor ray; add --executor ray or drop them")
+            given = [
+                name
+                for name, value in (
+                    ("--ray-address", self.address),
+                    ("--num-actors", self.num_actors),
+                    ("--gpus-per-actor", self.gpus_per_actor),
+                )
+                if value is not None
+            ]
+            require(
+                not given, f"{', '.join(given)} only apply to --executor ray; add --executor ray or drop them"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -553,7 +643,9 @@ class ScanConfig:
     screen: ScreenConfig = field(default_factory=ScreenConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
     engines: EngineConfig = field(default_factory=EngineConfig)  # "auto" is decided where the shard runs
-    min_match_rate: float = 0.5  # screen: a span is a candidate at this greedy-match rate or with a certificate
+    min_match_rate: float = (
+        0.5  # screen: a span is a candidate at this greedy-match rate or with a certificate
+    )
     max_candidates_per_doc: int | None = None
     # Phase 2 (scanner/run/phases.py) searches candidates corpus-wide, best screen evidence first, until a
     # budget is spent: --max-candidates counts searched candidates, --search-budget GCG steps or
@@ -576,18 +668,27 @@ class ScanConfig:
 
     def __post_init__(self) -> None:
         require(0 <= self.min_match_rate <= 1, f"--min-match-rate {self.min_match_rate} must be in [0, 1]")
-        require(self.max_candidates_per_doc is None or self.max_candidates_per_doc >= 0,
-                f"--max-candidates-per-doc {self.max_candidates_per_doc} must be >= 0")
-        require(self.max_candidates is None or self.max_candidates >= 0,
-                f"--max-candidates {self.max_candidates} must be >= 0")
+        require(
+            self.max_candidates_per_doc is None or self.max_candidates_per_doc >= 0,
+            f"--max-candidates-per-doc {self.max_candidates_per_doc} must be >= 0",
+        )
+        require(
+            self.max_candidates is None or self.max_candidates >= 0,
+            f"--max-candidates {self.max_candidates} must be >= 0",
+        )
         parse_audit(self.audit_sample)  # InputError naming the value and the accepted forms
         require(self.docs_per_shard >= 1, f"--docs-per-shard {self.docs_per_shard} must be >= 1")
         require(self.unit_size >= 1, f"--unit-size {self.unit_size} must be >= 1")
-        require(self.work_text_tokens >= 1, f"--work-text-tokens {self.work_text_tokens} must be >= 1 (the "
-                "shortest run of the work's tokens that makes a prompt work_text; default 4)")
-        require(not (self.prompt.chat and self.screen.window == "stream"),
-                "--screen-window stream reads a span right after the document text before it, but --chat puts "
-                "the template's suffix between them; pass --screen-window exact or auto")
+        require(
+            self.work_text_tokens >= 1,
+            f"--work-text-tokens {self.work_text_tokens} must be >= 1 (the "
+            "shortest run of the work's tokens that makes a prompt work_text; default 4)",
+        )
+        require(
+            not (self.prompt.chat and self.screen.window == "stream"),
+            "--screen-window stream reads a span right after the document text before it, but --chat puts "
+            "the template's suffix between them; pass --screen-window exact or auto",
+        )
         parse_budget(self.search_budget)  # InputError naming the value and the accepted forms
 
     def to_dict(self) -> dict:
@@ -611,13 +712,19 @@ def from_saved(cls, data: dict, source: str):
     lists made tuples where the field is a tuple). The one reader of run_config.json, for a relaunch's
     compare, a re-check and a bundle's verify. An unknown or missing key, or a value the config refuses,
     is an InputError naming `source` (the file it came from)."""
-    require(isinstance(data, dict), f"{source}: {cls.__name__} is {type(data).__name__}, not an object; the file "
-            "is damaged: use the run's own copy")
+    require(
+        isinstance(data, dict),
+        f"{source}: {cls.__name__} is {type(data).__name__}, not an object; the file "
+        "is damaged: use the run's own copy",
+    )
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
-    require(not unknown, f"{source}: {cls.__name__} has no field(s) {unknown}; the run was made by another "
-            "acr-scanner release: read it with that release")
+    require(
+        not unknown,
+        f"{source}: {cls.__name__} has no field(s) {unknown}; the run was made by another "
+        "acr-scanner release: read it with that release",
+    )
     values = {}
     for key, value in data.items():
         hint = hints[key]
@@ -629,4 +736,6 @@ def from_saved(cls, data: dict, source: str):
     try:
         return cls(**values)
     except TypeError as err:  # a required field missing
-        raise InputError(f"{source}: {cls.__name__}: {err}; the file is damaged: use the run's own copy") from err
+        raise InputError(
+            f"{source}: {cls.__name__}: {err}; the file is damaged: use the run's own copy"
+        ) from err

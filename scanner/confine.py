@@ -78,6 +78,8 @@ def inside(root: Path, name, what: str, model_folder: bool = False) -> Path:
     """root/name, or InputError naming `what` (e.g. "the bundle's manifest.json") when it would leave root."""
     reason = escape_reason(root, name, model_folder)
     if reason:
-        raise InputError(f"{what} names {name!r}, which {reason}; refused: every path it names must lie inside "
-                         f"{root} (the file is damaged or was made to read files elsewhere)")
+        raise InputError(
+            f"{what} names {name!r}, which {reason}; refused: every path it names must lie inside "
+            f"{root} (the file is damaged or was made to read files elsewhere)"
+        )
     return Path(root) / name

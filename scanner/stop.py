@@ -52,8 +52,12 @@ def grace_s() -> float:
     if not seconds >= 0:  # NaN too
         if value not in _warned:  # once: run_many asks at every step
             _warned.add(value)
-            log.warning("%s=%r is not a number of seconds >= 0; using %g s (unset it, or set e.g. 60)", GRACE_ENV,
-                        value, GRACE_S)
+            log.warning(
+                "%s=%r is not a number of seconds >= 0; using %g s (unset it, or set e.g. 60)",
+                GRACE_ENV,
+                value,
+                GRACE_S,
+            )
         return GRACE_S
     return seconds
 
@@ -72,8 +76,13 @@ def requested() -> bool:
         why, told = _state["why"], _state["told"]
         _state["told"] = _state["told"] or why is not None
     if why is not None and not told:
-        log.warning("%s: no more work starts; the searches running go on to their verdicts for up to %g s, "
-                    "then the scan exits %d (relaunch the same command to go on)", why, grace_s(), EXIT_CODE)
+        log.warning(
+            "%s: no more work starts; the searches running go on to their verdicts for up to %g s, "
+            "then the scan exits %d (relaunch the same command to go on)",
+            why,
+            grace_s(),
+            EXIT_CODE,
+        )
     return why is not None
 
 

@@ -13,8 +13,9 @@ from scanner.config import GCGConfig, ModelConfig, PromptConfig, SearchConfig
 from scanner.studies.tiny import build_tiny
 
 # The demo's CPU-sized search: small candidate batches, short budgets.
-FAST = SearchConfig(decide_steps=150, shrink_steps=80, restarts=1,
-                    gcg=GCGConfig(top_k=64, num_candidates=96, patience=40))
+FAST = SearchConfig(
+    decide_steps=150, shrink_steps=80, restarts=1, gcg=GCGConfig(top_k=64, num_candidates=96, patience=40)
+)
 
 
 # The recall audit (--audit-sample, by default searches worth 25 % of the search's seconds) adds searches

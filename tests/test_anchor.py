@@ -61,12 +61,12 @@ def planted(tokenizer, copies: int = 2) -> tuple[list[str], list[tuple[int, int]
     rng, texts, where = random.Random(4), [], []
     for canary, tokens in ((CANARIES[2], SPAN), (CANARIES[3], 3 * SPAN // 2), (CANARIES[0], 2 * SPAN)):
         ids, offsets = tokenize_document(canary, tokenizer)
-        head = canary[:offsets[tokens - 1][1]]
+        head = canary[: offsets[tokens - 1][1]]
         for _ in range(copies):
             text, at = planted_document(rng, head, max_words=30)
             _, offsets = tokenize_document(text, tokenizer)
             first = next(t for t, (a, _) in enumerate(offsets) if a >= at)
-            assert tokenize_document(text, tokenizer)[0][first:first + tokens] == ids[:tokens]
+            assert tokenize_document(text, tokenizer)[0][first : first + tokens] == ids[:tokens]
             texts.append(text)
             where.append((first, first + tokens))
     return texts, where
@@ -81,20 +81,26 @@ def test_screen_with_defaults_puts_a_candidate_inside_every_planted_passage(tiny
     every passage holds a whole candidate span, which the search then takes; the fixed windows alone
     (the rows not anchored: a --no-anchors scan's) leave some passage without one."""
     texts, where = planted(engine.tokenizer)
-    config = ScanConfig(corpus=CorpusConfig(path="planted.parquet"), model=ModelConfig(model=str(tiny_dir)),
-                        spans=SpanConfig(span_tokens=SPAN))
+    config = ScanConfig(
+        corpus=CorpusConfig(path="planted.parquet"),
+        model=ModelConfig(model=str(tiny_dir)),
+        spans=SpanConfig(span_tokens=SPAN),
+    )
     found, fixed, anchored, windows = [], [], 0, 0
     for i, (text, (first, end)) in enumerate(zip(texts, where, strict=True)):
         rows, chosen = screen_document(engine, Document(doc_id=f"d{i}", text=text), config, 0, "t")
         assert len(set(rows)) == len(rows) and [r["token_start"] for r in rows.values()] == sorted(
-            r["token_start"] for r in rows.values())  # anchored rows in document order, ids distinct
+            r["token_start"] for r in rows.values()
+        )  # anchored rows in document order, ids distinct
         picked = [s for s in chosen if rows[s.span_id]["greedy_match_rate"] >= 0.8]
         found.append(inside([(s.token_start, s.token_end) for s in picked], first, end))
         fixed.append(inside([(s.token_start, s.token_end) for s in picked if not s.anchored], first, end))
         anchored += sum(r["anchored"] for r in rows.values())
         windows += sum(not r["anchored"] for r in rows.values())
         assert all(r["pz_greedy"] in (0.0, 1.0) and r["np_discoverable"] is not None for r in rows.values())
-    assert all(found), f"passages without a whole candidate: {[w for w, f in zip(where, found, strict=True) if not f]}"
+    assert all(found), (
+        f"passages without a whole candidate: {[w for w, f in zip(where, found, strict=True) if not f]}"
+    )
     assert not all(fixed)
     assert 0 < anchored <= windows // 2  # anchors go where matches run, not everywhere
 
@@ -112,15 +118,44 @@ def test_a_scan_with_the_default_windowing_finds_every_planted_passage_whole(tin
     texts, where = planted(engine.tokenizer, copies=1)  # the screen test above takes two of each
     corpus = tmp_path / "planted.parquet"
     pq.write_table(pa.table({"id": [f"d{i}" for i in range(len(texts))], "text": texts}), corpus)
-    args = ["scan", str(corpus), "--model", str(tiny_dir), "--out", str(tmp_path / "run"), "--span-tokens",
-            str(SPAN), "--context-tokens", "16", "--steps", "30", "--candidates", "64", "--top-k", "64",
-            "--restarts", "0", "--extend-tokens", "0", "--docs-per-shard", "3"]
-    done = subprocess.run([sys.executable, "-m", "scanner", *args], capture_output=True, text=True, timeout=900)
+    args = [
+        "scan",
+        str(corpus),
+        "--model",
+        str(tiny_dir),
+        "--out",
+        str(tmp_path / "run"),
+        "--span-tokens",
+        str(SPAN),
+        "--context-tokens",
+        "16",
+        "--steps",
+        "30",
+        "--candidates",
+        "64",
+        "--top-k",
+        "64",
+        "--restarts",
+        "0",
+        "--extend-tokens",
+        "0",
+        "--docs-per-shard",
+        "3",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "scanner", *args], capture_output=True, text=True, timeout=900
+    )
     assert done.returncode == 0, done.stderr
     passages = pq.read_table(tmp_path / "run" / "passages.parquet").to_pylist()
     for i, (first, end) in enumerate(where):
-        held = [p for p in passages if p["doc_id"] == f"d{i}" and p["token_start"] <= first and end <= p["token_end"]]
-        assert held, f"d{i}: passage {first}-{end} not found whole in {[(p['doc_id'], p['token_start'], p['token_end']) for p in passages]}"
+        held = [
+            p
+            for p in passages
+            if p["doc_id"] == f"d{i}" and p["token_start"] <= first and end <= p["token_end"]
+        ]
+        assert held, (
+            f"d{i}: passage {first}-{end} not found whole in {[(p['doc_id'], p['token_start'], p['token_end']) for p in passages]}"
+        )
     for p in passages:  # a passage may take a token or two the prompt cues before a planted one, no more
         first, end = where[int(p["doc_id"][1:])]
         assert first - 3 <= p["token_start"] and p["token_end"] <= end + 3, p

@@ -26,8 +26,26 @@ from scanner.studies.tiny import CANARIES
 
 ROOT = Path(__file__).resolve().parents[1]
 UNSEEN = "the water of the old house was cold"
-SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--docs-per-shard", "3",
-        "--min-match-rate", "0.95", "--steps", "40", "--candidates", "64", "--top-k", "64", "--restarts", "0"]
+SCAN = [
+    "--span-tokens",
+    "12",
+    "--stride",
+    "2",
+    "--context-tokens",
+    "16",
+    "--docs-per-shard",
+    "3",
+    "--min-match-rate",
+    "0.95",
+    "--steps",
+    "40",
+    "--candidates",
+    "64",
+    "--top-k",
+    "64",
+    "--restarts",
+    "0",
+]
 
 
 def comparable(table) -> list[dict]:
@@ -37,8 +55,11 @@ def comparable(table) -> list[dict]:
 
 
 def test_measure_finds_the_planted_canary_and_not_unseen_text(tiny_dir, fast_config):
-    records = scanner.measure([CANARIES[3], {"text": UNSEEN}], model=ModelConfig(model=str(tiny_dir), device="cpu"),
-                              search=fast_config)
+    records = scanner.measure(
+        [CANARIES[3], {"text": UNSEEN}],
+        model=ModelConfig(model=str(tiny_dir), device="cpu"),
+        search=fast_config,
+    )
     assert [r["target"] for r in records] == [CANARIES[3], UNSEEN]
     canary, unseen = records
     assert canary["memorized"] and canary["verified_generation"] and canary["acr"] > 1
@@ -71,7 +92,9 @@ def test_scan_returns_the_table_the_command_line_writes(tiny_dir, tmp_path):
     corpus = demo_corpus(tmp_path / "corpus.parquet")
     written = cli("scan", corpus, "--model", tiny_dir, "--out", tmp_path / "cli", *SCAN)
     assert written.returncode == 0, written.stderr
-    result = scanner.scan(scanner.saved_config(tmp_path / "cli"), tmp_path / "api")  # the config the CLI built
+    result = scanner.scan(
+        scanner.saved_config(tmp_path / "cli"), tmp_path / "api"
+    )  # the config the CLI built
     assert result.run_dir == tmp_path / "api" and result.complete
     assert comparable(result.table) == comparable(pq.read_table(tmp_path / "cli" / "results"))
     assert result.table.equals(pq.read_table(tmp_path / "api" / "results"))
@@ -94,11 +117,29 @@ def test_the_documented_example_runs_as_written(tiny_dir, tmp_path):
     (home / ".cache" / "acr-scanner").mkdir(parents=True)
     (home / ".cache" / "acr-scanner" / "tiny").symlink_to(tiny_dir)
     (tmp_path / "work").mkdir()
-    (tmp_path / "work" / "example.py").write_text(example((ROOT / "docs" / "api.md").read_text(encoding="utf-8")))
-    env = {**os.environ, "HOME": str(home), "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "example.py"], capture_output=True, text=True, cwd=tmp_path / "work",
-                         env=env, timeout=600)
+    (tmp_path / "work" / "example.py").write_text(
+        example((ROOT / "docs" / "api.md").read_text(encoding="utf-8"))
+    )
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    out = subprocess.run(
+        [sys.executable, "example.py"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path / "work",
+        env=env,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0].startswith("True ") and lines[1].startswith("False ")  # the canary, then the unseen sentence
-    assert lines[2].startswith("run True ") and "{'doc_id': 'book-1'" in out.stdout and "book-2" not in out.stdout
+    assert lines[0].startswith("True ") and lines[1].startswith(
+        "False "
+    )  # the canary, then the unseen sentence
+    assert (
+        lines[2].startswith("run True ")
+        and "{'doc_id': 'book-1'" in out.stdout
+        and "book-2" not in out.stdout
+    )

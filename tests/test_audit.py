@@ -17,9 +17,30 @@ from scanner.studies.tiny import CANARIES, salad
 
 # Three canaries, each in its own document among the model's unseen salad: stride 6 cuts each canary into
 # several memorized windows (15 spans, 8 candidates beside the certified ones, the rest screened out).
-CARDS = ["--span-tokens", "12", "--stride", "6", "--context-tokens", "16", "--min-match-rate", "0.8", "--steps", "10",
-         "--candidates", "64", "--top-k", "64", "--restarts", "0", "--calibration-prompts", "0", "--extend-tokens", "0",
-         "--unit-size", "2"]
+CARDS = [
+    "--span-tokens",
+    "12",
+    "--stride",
+    "6",
+    "--context-tokens",
+    "16",
+    "--min-match-rate",
+    "0.8",
+    "--steps",
+    "10",
+    "--candidates",
+    "64",
+    "--top-k",
+    "64",
+    "--restarts",
+    "0",
+    "--calibration-prompts",
+    "0",
+    "--extend-tokens",
+    "0",
+    "--unit-size",
+    "2",
+]
 
 
 CUT = [*CARDS, "--max-candidates", "1", "--audit-sample", "3"]
@@ -47,7 +68,9 @@ def corpus(tmp_path_factory):
 def full(tiny_dir, corpus):
     """Every candidate searched, and an audit of three over what the screen dropped."""
     out = corpus.parent / "full"
-    done = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *CARDS, "--audit-sample", "3")
+    done = cli(
+        "scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *CARDS, "--audit-sample", "3"
+    )
     assert done.returncode == 0, done.stderr
     return out
 
@@ -68,15 +91,25 @@ def test_the_estimate_of_what_the_budget_left_holds_the_true_count(full, cut):
     assert left and sum(s["drawn"] for s in left) < sum(s["total"] for s in left), "a sample, not a census"
     # The true count: memorized targets (own search, not copies) of the full run that the cut run's
     # budget left: not_searched there, or drawn by its audit from the not_searched part.
-    unsearched = {span for span, r in rows.items() if r["status"] == "not_searched"
-                  or (r["audit_stratum"] or "").startswith("not_searched/")}
-    truly = sum(1 for span in unsearched if truth_rows[span]["status"] == "memorized"
-                and truth_rows[span]["searched_as"] is None and truth_rows[span]["audit_stratum"] is None)
+    unsearched = {
+        span
+        for span, r in rows.items()
+        if r["status"] == "not_searched" or (r["audit_stratum"] or "").startswith("not_searched/")
+    }
+    truly = sum(
+        1
+        for span in unsearched
+        if truth_rows[span]["status"] == "memorized"
+        and truth_rows[span]["searched_as"] is None
+        and truth_rows[span]["audit_stratum"] is None
+    )
     hits = sum(s["hits"] for s in left)
     assert truly > hits, "the budget left memorized spans the audit did not draw: the estimate has work to do"
     low, high = sum(s["missed_low"] for s in left), sum(s["missed_high"] for s in left)
     assert low <= truly - hits <= high, (low, truly - hits, high)
-    assert recall["found"] == sum(r["status"] == "memorized" and r["searched_as"] is None for r in rows.values())
+    assert recall["found"] == sum(
+        r["status"] == "memorized" and r["searched_as"] is None for r in rows.values()
+    )
     assert recall["recall_low"] <= recall["recall_high"] and 0 <= recall["recall_low"] <= 1
 
 
@@ -119,7 +152,10 @@ def test_a_relaunch_mid_audit_gives_the_same_table(cut, tiny_dir, corpus, tmp_pa
         marker.unlink()
     again = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *CUT)
     assert again.returncode == 0, again.stderr
-    strip = lambda rows: {s: {k: v for k, v in r.items() if k not in RESULTS_WALL_CLOCK} for s, r in rows.items()}  # noqa: E731
+
+    def strip(rows):
+        return {s: {k: v for k, v in r.items() if k not in RESULTS_WALL_CLOCK} for s, r in rows.items()}
+
     assert strip(rows_of(out)) == strip(rows_of(cut))
     assert json.loads((out / "recall.json").read_text()) == json.loads((cut / "recall.json").read_text())
 
@@ -162,8 +198,20 @@ def test_the_default_audit_follows_the_search_it_audits(tiny_dir, corpus, tmp_pa
     from scanner.measures.recall import audit_size
 
     out = tmp_path / "two"
-    done = cli("-v", "scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *CARDS,
-               "--max-candidates", "2", "--audit-sample", "25%")
+    done = cli(
+        "-v",
+        "scan",
+        str(corpus),
+        "--model",
+        str(tiny_dir),
+        "--out",
+        str(out),
+        *CARDS,
+        "--max-candidates",
+        "2",
+        "--audit-sample",
+        "25%",
+    )
     assert done.returncode == 0, done.stderr
     plan = json.loads((out / "audit_plan.json").read_text())
     cost = plan["cost"]
@@ -171,7 +219,10 @@ def test_the_default_audit_follows_the_search_it_audits(tiny_dir, corpus, tmp_pa
     assert (plan["size"], plan["why"]) == audit_size(parse_audit("25%"), cost)
     assert plan["size"] * cost["per_search_s"] <= 0.25 * cost["spent_s"] and plan["size"] <= 1
     status = json.loads(cli("status", str(out)).stdout)
-    assert status["phase"] == "complete" and (status["cost"].get("audit") or {}).get("candidates", 0) == plan["size"]
+    assert (
+        status["phase"] == "complete"
+        and (status["cost"].get("audit") or {}).get("candidates", 0) == plan["size"]
+    )
     said = "recall audit: none drawn" if not plan["size"] else "recall audit: 1 of 1 searches to run"
     assert said in done.stderr and "recall audit:" in done.stdout, done.stdout
 
@@ -181,10 +232,26 @@ def test_before_its_draw_the_audit_is_priced_from_the_search_and_the_eta_says_so
     from scanner.storage.status import audit_ahead
 
     search = {"eta_s": 100.0, "work_s": 200.0, "s_per_candidate": 5.0, "ends": "plan"}
-    assert audit_ahead("25%", search, 2) == pytest.approx(0.25 * (200 + 100 * 2) / 2)  # of the search at its end
-    assert audit_ahead("10m", search, 2) == 300 and audit_ahead("4", search, 2) == 10 and audit_ahead("0", search, 2) == 0
+    assert audit_ahead("25%", search, 2) == pytest.approx(
+        0.25 * (200 + 100 * 2) / 2
+    )  # of the search at its end
+    assert (
+        audit_ahead("10m", search, 2) == 300
+        and audit_ahead("4", search, 2) == 10
+        and audit_ahead("0", search, 2) == 0
+    )
     assert audit_ahead("25%", {**search, "eta_s": None}, 1) is None
-    snap = {"phase": "search", "eta_s": 60.0, "search": search,
-            "audit": {"off": False, "sample": "25%", "eta_s": audit_ahead("25%", search, 2)}}
-    assert _eta(snap) == "1 min 00 s to the end of the verdicts, then about 50 s for the recall audit (--audit-sample 25%)"
-    assert _eta({**snap, "audit": {"off": True, "sample": "0", "eta_s": 0.0}}) == "1 min 00 s to the end of the verdicts"
+    snap = {
+        "phase": "search",
+        "eta_s": 60.0,
+        "search": search,
+        "audit": {"off": False, "sample": "25%", "eta_s": audit_ahead("25%", search, 2)},
+    }
+    assert (
+        _eta(snap)
+        == "1 min 00 s to the end of the verdicts, then about 50 s for the recall audit (--audit-sample 25%)"
+    )
+    assert (
+        _eta({**snap, "audit": {"off": True, "sample": "0", "eta_s": 0.0}})
+        == "1 min 00 s to the end of the verdicts"
+    )

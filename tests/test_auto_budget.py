@@ -21,9 +21,32 @@ from scanner.measures import budget as bm
 from scanner.schema import WALL_CLOCK
 from scanner.studies.tiny import CANARIES, salad
 
-SCAN = ["--span-tokens", "12", "--stride", "8", "--context-tokens", "16", "--min-match-rate", "0",
-        "--certificate-max-tokens", "0", "--steps", "10", "--candidates", "64", "--top-k", "64", "--restarts", "0",
-        "--calibration-prompts", "0", "--extend-tokens", "0", "--unit-size", "1"]
+SCAN = [
+    "--span-tokens",
+    "12",
+    "--stride",
+    "8",
+    "--context-tokens",
+    "16",
+    "--min-match-rate",
+    "0",
+    "--certificate-max-tokens",
+    "0",
+    "--steps",
+    "10",
+    "--candidates",
+    "64",
+    "--top-k",
+    "64",
+    "--restarts",
+    "0",
+    "--calibration-prompts",
+    "0",
+    "--extend-tokens",
+    "0",
+    "--unit-size",
+    "1",
+]
 AUTO = ["--search-budget", "auto:1/2"]
 WHY = "yield of the last 2 searched candidates 0 of 2, below the auto threshold 1/2"
 CANARY = CANARIES[2]  # every span of it memorized with these options
@@ -36,7 +59,10 @@ def corpus(path, words: int):
 
 
 def table(out) -> list[dict]:
-    rows = [{k: v for k, v in r.items() if k not in WALL_CLOCK} for r in pq.read_table(out / "results").to_pylist()]
+    rows = [
+        {k: v for k, v in r.items() if k not in WALL_CLOCK}
+        for r in pq.read_table(out / "results").to_pylist()
+    ]
     return sorted(rows, key=lambda r: r["span_id"])
 
 
@@ -92,7 +118,9 @@ def test_a_relaunch_after_a_kill_stops_at_the_same_unit_with_the_same_table(stop
     again = cli("scan", str(path), "--model", str(tiny_dir), "--out", str(killed), *SCAN, *AUTO)
     assert again.returncode == 0, again.stderr
     assert table(killed) == rows, "the relaunch searched the lost unit and stopped at the same place"
-    assert json.loads((killed / "search_stop.json").read_text()) == json.loads((out / "search_stop.json").read_text())
+    assert json.loads((killed / "search_stop.json").read_text()) == json.loads(
+        (out / "search_stop.json").read_text()
+    )
 
 
 def test_a_larger_fixed_budget_goes_on_after_an_auto_stop(stopped, tiny_dir, tmp_path):
@@ -101,14 +129,23 @@ def test_a_larger_fixed_budget_goes_on_after_an_auto_stop(stopped, tiny_dir, tmp
     shutil.copytree(out, more)
     spent = status(more)["phases"]["budget"]["spent"]
     budget = f"{int(spent) + 1}steps"  # one more unit starts, no other
-    again = cli("scan", str(path), "--model", str(tiny_dir), "--out", str(more), *SCAN, "--search-budget", budget)
+    again = cli(
+        "scan", str(path), "--model", str(tiny_dir), "--out", str(more), *SCAN, "--search-budget", budget
+    )
     assert again.returncode == 0, again.stderr
     after = {r["span_id"]: r for r in table(more)}
     before = {r["span_id"]: r for r in rows}
-    went_on = [s for s, r in after.items() if before[s]["status"] == "not_searched" and r["status"] != "not_searched"]
+    went_on = [
+        s for s, r in after.items() if before[s]["status"] == "not_searched" and r["status"] != "not_searched"
+    ]
     assert len(went_on) == 1, "the relaunch searched one more unit"
-    assert all(r["reason"].startswith(f"not reached: the search budget (--search-budget {budget}) was spent "
-                                      "before its turn") for r in after.values() if r["status"] == "not_searched")
+    assert all(
+        r["reason"].startswith(
+            f"not reached: the search budget (--search-budget {budget}) was spent before its turn"
+        )
+        for r in after.values()
+        if r["status"] == "not_searched"
+    )
     assert not (more / "search_stop.json").exists() and status(more)["phases"]["stopped"] is None
 
 
@@ -120,13 +157,19 @@ def test_auto_searches_everything_while_the_yield_holds(tiny_dir, tmp_path):
     assert done.returncode == 0, done.stderr
     rows = table(out)
     salad_rows = [r for r in rows if r["doc_id"] == "d1" and r["status"] != "screened_out"]
-    assert salad_rows and all(r["status"] == "not_memorized" for r in salad_rows), "the salad at the end searched too"
+    assert salad_rows and all(r["status"] == "not_memorized" for r in salad_rows), (
+        "the salad at the end searched too"
+    )
     assert not [r for r in rows if r["status"] == "not_searched"]
     assert not (out / "search_stop.json").exists()
 
 
-@given(st.lists(st.lists(st.booleans(), min_size=1, max_size=4), max_size=12), st.integers(1, 3), st.integers(3, 9),
-       st.integers(0, 12))
+@given(
+    st.lists(st.lists(st.booleans(), min_size=1, max_size=4), max_size=12),
+    st.integers(1, 3),
+    st.integers(3, 9),
+    st.integers(0, 12),
+)
 def test_the_stop_is_a_function_of_the_done_prefix(units, at_least, window, cut):
     """auto_stop stops at the first boundary whose last `window` verdicts hold fewer than `at_least`
     memorized; units done past a not-done one never move it, and a relaunch that knows the units before
@@ -148,15 +191,24 @@ def test_the_stop_is_a_function_of_the_done_prefix(units, at_least, window, cut)
     assert partial == (stop if stop is not None and stop.unit <= cut else None)
 
 
-@pytest.mark.parametrize("text, rule, ceiling", [
-    ("auto", (1, 64), None), ("AUTO", (1, 64), None), ("auto:2h", (1, 64), bm.Budget("seconds", 7200)),
-    ("auto:2/128", (2, 128), None), ("auto:1/8:500steps", (1, 8), bm.Budget("steps", 500)),
-    ("20000steps", None, bm.Budget("steps", 20000))])
+@pytest.mark.parametrize(
+    "text, rule, ceiling",
+    [
+        ("auto", (1, 64), None),
+        ("AUTO", (1, 64), None),
+        ("auto:2h", (1, 64), bm.Budget("seconds", 7200)),
+        ("auto:2/128", (2, 128), None),
+        ("auto:1/8:500steps", (1, 8), bm.Budget("steps", 500)),
+        ("20000steps", None, bm.Budget("steps", 20000)),
+    ],
+)
 def test_auto_budgets_parse_with_their_rule_and_ceiling(text, rule, ceiling):
     assert bm.parse_auto(text) == rule and bm.parse_budget(text) == ceiling
 
 
-@pytest.mark.parametrize("text", ["auto:", "auto:0/4", "auto:5/4", "auto:2h:1/4", "auto:1/4:2h:3h", "autox", "auto:1/4:0s"])
+@pytest.mark.parametrize(
+    "text", ["auto:", "auto:0/4", "auto:5/4", "auto:2h:1/4", "auto:1/4:2h:3h", "autox", "auto:1/4:0s"]
+)
 def test_bad_auto_budgets_name_the_value(text):
     from scanner.errors import InputError
 

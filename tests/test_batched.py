@@ -33,9 +33,13 @@ def _items(engine, lengths):
     """(scorer, candidates) for targets of different lengths, prompts of different lengths."""
     gen = torch.Generator().manual_seed(0)
     pool = torch.tensor(engine.allowed_ids)
-    return [(TargetScorer(engine, engine.encode_target(text), "margin"),
-             pool[torch.randint(len(pool), (5 + i, n), generator=gen)])
-            for i, (text, n) in enumerate(zip(CANARIES, lengths, strict=False))]
+    return [
+        (
+            TargetScorer(engine, engine.encode_target(text), "margin"),
+            pool[torch.randint(len(pool), (5 + i, n), generator=gen)],
+        )
+        for i, (text, n) in enumerate(zip(CANARIES, lengths, strict=False))
+    ]
 
 
 def test_scores_of_several_targets_equal_each_alone(any_engine):
@@ -80,8 +84,11 @@ def test_searches_sharing_forwards_find_what_each_finds_alone(engine, fast_confi
 
 
 def test_a_failing_target_fails_alone(engine, fast_config):
-    jobs = [(SearchRequest(CANARIES[0]), fast_config), (SearchRequest("x", target_ids=[5] * 300), fast_config),
-            (SearchRequest(CANARIES[1]), fast_config)]
+    jobs = [
+        (SearchRequest(CANARIES[0]), fast_config),
+        (SearchRequest("x", target_ids=[5] * 300), fast_config),
+        (SearchRequest(CANARIES[1]), fast_config),
+    ]
     results = dict(measure_many(engine, jobs, width=3))
     assert "positions but the model has 256" in str(results[1])
     assert results[0].memorized and results[2].memorized
@@ -93,17 +100,31 @@ def test_auto_width_is_one_on_the_cpu_and_asked_widths_stand(engine):
 
 
 def _bare(model) -> HFEngine:
-    loaded = LoadedModel(model=model.eval().requires_grad_(False), tokenizer=None, device="cpu",
-                         dtype="float32", source="random")
-    return HFEngine.bare(loaded, PromptTemplate("", "", (1,), (1,), (), "BOS, uncounted"),
-                         list(range(3, model.config.vocab_size)))
+    loaded = LoadedModel(
+        model=model.eval().requires_grad_(False),
+        tokenizer=None,
+        device="cpu",
+        dtype="float32",
+        source="random",
+    )
+    return HFEngine.bare(
+        loaded,
+        PromptTemplate("", "", (1,), (1,), (), "BOS, uncounted"),
+        list(range(3, model.config.vocab_size)),
+    )
 
 
 def test_a_model_that_scales_its_logits_runs_one_target_per_forward(caplog):
     from transformers import CohereConfig, CohereForCausalLM, LlamaConfig, LlamaForCausalLM
 
-    shape = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                 num_attention_heads=2, num_key_value_heads=2)
+    shape = dict(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+    )
     torch.manual_seed(0)
     assert batched.supported(_bare(LlamaForCausalLM(LlamaConfig(**shape))))
     scaled = _bare(CohereForCausalLM(CohereConfig(**shape, logit_scale=0.5)))  # logits = head(h) * 0.5

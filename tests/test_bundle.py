@@ -28,8 +28,22 @@ from scanner.results.bundle import EVIDENCE, MANIFEST
 from scanner.results.rows import robustness_columns
 from scanner.results.verify import Check, Recheck, manifest_problems, verify_bundle
 
-SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--min-match-rate", "0.8",
-        "--max-candidates", "0", "--calibration-prompts", "0", "--extend-tokens", "0"]
+SCAN = [
+    "--span-tokens",
+    "12",
+    "--stride",
+    "2",
+    "--context-tokens",
+    "16",
+    "--min-match-rate",
+    "0.8",
+    "--max-candidates",
+    "0",
+    "--calibration-prompts",
+    "0",
+    "--extend-tokens",
+    "0",
+]
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +73,12 @@ def test_every_success_records_its_generation_margin_and_fragility(bundled):
 
 
 def test_robustness_columns_and_the_threshold_check():
-    assert robustness_columns((0.5, 3), 1.0) == {"generation_margin": 0.5, "generation_margin_at": 3,
-                                                 "fragile_below": 1.0, "fragile": True}
+    assert robustness_columns((0.5, 3), 1.0) == {
+        "generation_margin": 0.5,
+        "generation_margin_at": 3,
+        "fragile_below": 1.0,
+        "fragile": True,
+    }
     assert robustness_columns((1.0, 0), 1.0)["fragile"] is False
     assert set(robustness_columns((None, None), 1.0).values()) == {None}
     with pytest.raises(InputError, match="--fragile-margin -1"):
@@ -72,8 +90,16 @@ def test_the_bundle_holds_the_evidence_the_model_identity_and_a_manifest_of_ever
     index = json.loads((bundle / MANIFEST).read_text())
     names = {p.name for p in bundle.iterdir()}
     assert set(index["files"]) == names - {MANIFEST}
-    assert {"evidence.jsonl", "run_config.json", "provenance.json", "model.json", "environment.json",
-            "recipe.json", "recheck.py", "README.md"} <= names
+    assert {
+        "evidence.jsonl",
+        "run_config.json",
+        "provenance.json",
+        "model.json",
+        "environment.json",
+        "recipe.json",
+        "recheck.py",
+        "README.md",
+    } <= names
     assert all(sha256_file(bundle / n) == e["sha256"] for n, e in index["files"].items())
     assert sha256_file(bundle / MANIFEST) in stdout
     assert (bundle / "run_config.json").read_bytes() == (run / "run_config.json").read_bytes()
@@ -87,8 +113,9 @@ def test_the_bundle_holds_the_evidence_the_model_identity_and_a_manifest_of_ever
     assert recipe_["prefix_ids"] == recipe_["bos_ids"] == [1] and recipe_["suffix_ids"] == []
     environment = json.loads((bundle / "environment.json").read_text())
     assert environment["scan"]["dtype"] == "float32" and environment["export"]["libraries"]["torch"]
-    assert environment["scan"]["rows_verified_by"] == [{"engine": "hf", "version": rows[0]["verify_version"],
-                                                        "dtype": "float32"}]
+    assert environment["scan"]["rows_verified_by"] == [
+        {"engine": "hf", "version": rows[0]["verify_version"], "dtype": "float32"}
+    ]
     again = cli("export", str(run), "--bundle", str(bundle))
     assert again.returncode == 2 and "not an empty folder" in again.stderr
 
@@ -99,30 +126,52 @@ def bare_python(tmp_path_factory):
     where = tmp_path_factory.mktemp("bare") / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
     python = where / "bin" / "python"
-    inside = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                 capture_output=True, text=True, check=True).stdout.strip())
+    inside = Path(
+        subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     for lib in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}:
         for entry in Path(lib).iterdir():
-            if not entry.name.startswith(("scanner", "acr_scanner", "__editable__")) and not (inside / entry.name).exists():
+            if (
+                not entry.name.startswith(("scanner", "acr_scanner", "__editable__"))
+                and not (inside / entry.name).exists()
+            ):
                 (inside / entry.name).symlink_to(entry)
     return python
 
 
-def test_the_standalone_script_rechecks_every_row_without_this_package(bundled, bare_python, tiny_dir, tmp_path):
+def test_the_standalone_script_rechecks_every_row_without_this_package(
+    bundled, bare_python, tiny_dir, tmp_path
+):
     _, bundle, flagged, _ = bundled
     # -I: no PYTHONPATH (the tests' own points at this package), no user site, no script folder on the path
-    absent = subprocess.run([bare_python, "-I", "-c", "import scanner"], capture_output=True, text=True, cwd=tmp_path)
+    absent = subprocess.run(
+        [bare_python, "-I", "-c", "import scanner"], capture_output=True, text=True, cwd=tmp_path
+    )
     assert absent.returncode == 1 and "No module named 'scanner'" in absent.stderr
-    done = subprocess.run([bare_python, "-I", str(bundle / "recheck.py"), "--model", str(tiny_dir)],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    done = subprocess.run(
+        [bare_python, "-I", str(bundle / "recheck.py"), "--model", str(tiny_dir)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line for line in done.stdout.splitlines() if line.startswith("MATCH")]
     assert len(lines) == len(flagged) and f"{len(flagged)}/{len(flagged)} rows reproduce" in done.stdout
-    measured = {m[1]: (float(m[2]), int(m[3])) for m in
-                re.finditer(r"(\w+): 12/12 tokens, margin (-?[\d.]+) at token (\d+) \(scan:", done.stdout)}
+    measured = {
+        m[1]: (float(m[2]), int(m[3]))
+        for m in re.finditer(r"(\w+): 12/12 tokens, margin (-?[\d.]+) at token (\d+) \(scan:", done.stdout)
+    }
     for row in flagged:  # the margin it measures is the scan's, up to float noise at the printed decimals
         margin, at = measured[row["span_id"]]
-        assert at == row["generation_margin_at"] and margin == pytest.approx(row["generation_margin"], abs=2e-4)
+        assert at == row["generation_margin_at"] and margin == pytest.approx(
+            row["generation_margin"], abs=2e-4
+        )
 
 
 def test_the_script_names_a_row_that_does_not_reproduce(bundled, loaded):
@@ -141,8 +190,9 @@ def test_an_intact_bundle_verifies(bundled, tiny_dir):
     _, bundle, flagged, _ = bundled
     checked = verify_bundle(str(bundle), str(tiny_dir))
     assert checked.ok and not checked.problems and len(checked.checks) == len(flagged)
-    assert [c.generation_margin for c in checked.checks] == pytest.approx([r["generation_margin"] for r in
-                                                                          json_rows(bundle)], abs=1e-4)
+    assert [c.generation_margin for c in checked.checks] == pytest.approx(
+        [r["generation_margin"] for r in json_rows(bundle)], abs=1e-4
+    )
 
 
 def json_rows(bundle: Path) -> list[dict]:
@@ -164,7 +214,10 @@ def test_verify_bundle_names_an_edited_byte_and_a_different_model_file(bundled, 
     assert done.returncode == 3, done.stdout + done.stderr
     problems = [line for line in done.stdout.splitlines() if line.startswith("PROBLEM")]
     assert len(problems) == 2, done.stdout
-    assert "evidence.jsonl: edited" in problems[0] and "model file model.safetensors (weight): a different" in problems[1]
+    assert (
+        "evidence.jsonl: edited" in problems[0]
+        and "model file model.safetensors (weight): a different" in problems[1]
+    )
     assert "2 problem(s) in the bundle" in done.stdout
 
 
@@ -173,8 +226,10 @@ def test_manifest_problems_name_missing_and_added_files(bundled, tmp_path):
     copy = shutil.copytree(bundle, tmp_path / "bundle")
     (copy / "recheck.py").unlink()
     (copy / "notes.txt").write_text("added later")
-    assert manifest_problems(copy) == ["recheck.py: listed in manifest.json but missing",
-                                       "notes.txt: not in manifest.json (added after the bundle was written)"]
+    assert manifest_problems(copy) == [
+        "recheck.py: listed in manifest.json but missing",
+        "notes.txt: not in manifest.json (added after the bundle was written)",
+    ]
 
 
 def test_verify_in_float32_agrees_on_the_tiny_model(bundled):
@@ -182,25 +237,58 @@ def test_verify_in_float32_agrees_on_the_tiny_model(bundled):
     done = cli("verify", str(run), "--dtype", "float32")
     assert done.returncode == 0, done.stdout + done.stderr
     n = len(flagged)
-    assert f"{n}/{n} flagged spans reproduce under hf float32 on cpu (the scan verified with hf float32)" in done.stdout
+    assert (
+        f"{n}/{n} flagged spans reproduce under hf float32 on cpu (the scan verified with hf float32)"
+        in done.stdout
+    )
     fragile = sum(r["fragile"] for r in flagged)
     assert f"{fragile} fragile under this path (generation margin below 1)" in done.stdout
     assert "NOT REPRODUCED" not in done.stdout
 
 
 def test_every_disagreement_is_listed():
-    row = {"doc_id": "d", "span_id": "s1", "token_start": 4, "target_ids": [1, 2, 3], "prompt": "p",
-           "verify_engine": "vllm", "verify_dtype": "bfloat16"}
-    checks = [Check(row, False, 1, 0.2, 1, True, False), Check({**row, "span_id": "s2"}, True, 3, 2.0, 0, False, False)]
-    lines = recheck_lines(Recheck({"engine": "hf", "dtype": "float32", "flags": {"device": "cpu"}}, 1.0, checks, []))
-    assert lines == ["NOT REPRODUCED d s1 tokens 4: 1/3 tokens matched under hf float32 on cpu; prompt 'p'",
-                     "1/2 flagged spans reproduce under hf float32 on cpu (the scan verified with vllm bfloat16)",
-                     "1 fragile under this path (generation margin below 1); smallest margin 0.2000 (s1 token 1)"]
+    row = {
+        "doc_id": "d",
+        "span_id": "s1",
+        "token_start": 4,
+        "target_ids": [1, 2, 3],
+        "prompt": "p",
+        "verify_engine": "vllm",
+        "verify_dtype": "bfloat16",
+    }
+    checks = [
+        Check(row, False, 1, 0.2, 1, True, False),
+        Check({**row, "span_id": "s2"}, True, 3, 2.0, 0, False, False),
+    ]
+    lines = recheck_lines(
+        Recheck({"engine": "hf", "dtype": "float32", "flags": {"device": "cpu"}}, 1.0, checks, [])
+    )
+    assert lines == [
+        "NOT REPRODUCED d s1 tokens 4: 1/3 tokens matched under hf float32 on cpu; prompt 'p'",
+        "1/2 flagged spans reproduce under hf float32 on cpu (the scan verified with vllm bfloat16)",
+        "1 fragile under this path (generation margin below 1); smallest margin 0.2000 (s1 token 1)",
+    ]
 
 
 def test_model_file_roles():
-    roles = {n: file_role(n) for n in ("model-00001-of-00002.safetensors", "model.safetensors.index.json",
-                                       "tokenizer.json", "spiece.model", "config.json", "modeling_x.py", "README.md")}
-    assert roles == {"model-00001-of-00002.safetensors": "weight", "model.safetensors.index.json": "weight",
-                     "tokenizer.json": "tokenizer", "spiece.model": "tokenizer", "config.json": "config",
-                     "modeling_x.py": "code", "README.md": None}
+    roles = {
+        n: file_role(n)
+        for n in (
+            "model-00001-of-00002.safetensors",
+            "model.safetensors.index.json",
+            "tokenizer.json",
+            "spiece.model",
+            "config.json",
+            "modeling_x.py",
+            "README.md",
+        )
+    }
+    assert roles == {
+        "model-00001-of-00002.safetensors": "weight",
+        "model.safetensors.index.json": "weight",
+        "tokenizer.json": "tokenizer",
+        "spiece.model": "tokenizer",
+        "config.json": "config",
+        "modeling_x.py": "code",
+        "README.md": None,
+    }

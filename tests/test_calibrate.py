@@ -53,8 +53,10 @@ def test_decision_rules():
     assert not calibrate.decide(None, ref, config)[0]  # 0.9 > 0.3 + 0.5
     near = ReferenceEvidence("R", False, False, 0.1, nll=0.8, model_nll=0.3, seconds=0.0)
     assert "nearly as likely" in calibrate.decide(None, near, config)[1]
-    assert "natural prefix" in calibrate.decide(None, ReferenceEvidence("R", False, True, 1.0, None, None, 0.0),
-                                                config)[1]
+    assert (
+        "natural prefix"
+        in calibrate.decide(None, ReferenceEvidence("R", False, True, 1.0, None, None, 0.0), config)[1]
+    )
     assert calibrate.leading_share("abcd", "abxx") == 0.5 and calibrate.leading_share("ab", "abc") == 1.0
     with pytest.raises(InputError, match="calibration-prompts"):
         CalibrationConfig(random_prompts=-1)
@@ -62,9 +64,15 @@ def test_decision_rules():
 
 def test_acr_with_a_reference_that_knows_counting_but_not_the_canaries(models):
     model, reference = models
-    row = acr(model, "--reference-model", str(reference), "--calibration-prompts", "2", COUNTING_TEXT)[COUNTING_TEXT]
+    row = acr(model, "--reference-model", str(reference), "--calibration-prompts", "2", COUNTING_TEXT)[
+        COUNTING_TEXT
+    ]
     assert row["memorized"] and row["acr"] > 1
-    assert row["predictable"] and not row["calibrated_memorized"] and "reference model" in row["predictable_reason"]
+    assert (
+        row["predictable"]
+        and not row["calibrated_memorized"]
+        and "reference model" in row["predictable_reason"]
+    )
     assert row["reference_model"] == str(reference) and row["reference_s"] > 0 and row["mean_nll"] is not None
     assert row["random_prompt_trials"] == 2 and row["random_prompt_hits"] == 0 and row["gzip_ratio"] > 0
     bad = cli("acr", "--model", str(model), "--reference-model", str(model) + "-missing", "x y z")
@@ -73,7 +81,9 @@ def test_acr_with_a_reference_that_knows_counting_but_not_the_canaries(models):
 
 def test_a_reference_that_shares_the_canaries_marks_them_predictable(models, tiny_dir):
     model, _ = models
-    shared = acr(model, "--reference-model", str(tiny_dir), "--calibration-prompts", "0", CANARIES[2])[CANARIES[2]]
+    shared = acr(model, "--reference-model", str(tiny_dir), "--calibration-prompts", "0", CANARIES[2])[
+        CANARIES[2]
+    ]
     assert shared["memorized"] and shared["predictable"] and not shared["calibrated_memorized"]
     assert "reference model" in shared["predictable_reason"] and shared["random_prompt_trials"] is None
 
@@ -85,30 +95,64 @@ def scanned(models, tmp_path_factory):
     model, reference = models
     root = tmp_path_factory.mktemp("calibrated-scan")
     rng = __import__("random").Random(11)
-    docs = [f"{salad(rng, 8)}\n{CANARIES[0]}\n{salad(rng, 6)}", f"{salad(rng, 8)}\n{counting(1, 20)}\n{salad(rng, 6)}",
-            f"{salad(rng, 8)}\n{REFRAIN}\n{salad(rng, 6)}", f"{BOILERPLATE}\n{salad(rng, 10)}", salad(rng, 20)]
-    pq.write_table(pa.table({"id": ["canary", "counting", "refrain", "boilerplate", "control"], "text": docs}),
-                   root / "corpus.parquet")
+    docs = [
+        f"{salad(rng, 8)}\n{CANARIES[0]}\n{salad(rng, 6)}",
+        f"{salad(rng, 8)}\n{counting(1, 20)}\n{salad(rng, 6)}",
+        f"{salad(rng, 8)}\n{REFRAIN}\n{salad(rng, 6)}",
+        f"{BOILERPLATE}\n{salad(rng, 10)}",
+        salad(rng, 20),
+    ]
+    pq.write_table(
+        pa.table({"id": ["canary", "counting", "refrain", "boilerplate", "control"], "text": docs}),
+        root / "corpus.parquet",
+    )
     out = root / "run"
-    done = cli("scan", str(root / "corpus.parquet"), "--model", str(model), "--out", str(out), "--span-tokens", "12",
-               "--stride", "6", "--context-tokens", "16", "--min-match-rate", "0.95", "--calibration-prompts", "4",
-               "--reference-model", str(reference), *FAST)
+    done = cli(
+        "scan",
+        str(root / "corpus.parquet"),
+        "--model",
+        str(model),
+        "--out",
+        str(out),
+        "--span-tokens",
+        "12",
+        "--stride",
+        "6",
+        "--context-tokens",
+        "16",
+        "--min-match-rate",
+        "0.95",
+        "--calibration-prompts",
+        "4",
+        "--reference-model",
+        str(reference),
+        *FAST,
+    )
     assert done.returncode == 0, done.stderr
     return out, pq.read_table(out / "results").to_pylist()
 
 
 def test_scan_calibrates_memorized_spans(scanned):
     _, rows = scanned
-    by_doc = {d: [r for r in rows if r["doc_id"] == d and r["memorized"]] for d in
-              ("canary", "counting", "refrain", "boilerplate", "control")}
-    assert by_doc["canary"] and all(r["calibrated_memorized"] and r["predictable"] is False for r in by_doc["canary"])
+    by_doc = {
+        d: [r for r in rows if r["doc_id"] == d and r["memorized"]]
+        for d in ("canary", "counting", "refrain", "boilerplate", "control")
+    }
+    assert by_doc["canary"] and all(
+        r["calibrated_memorized"] and r["predictable"] is False for r in by_doc["canary"]
+    )
     for doc in ("counting", "refrain", "boilerplate"):
         assert by_doc[doc], doc
         assert all(r["predictable"] and not r["calibrated_memorized"] for r in by_doc[doc]), doc
         assert all(r["random_prompt_trials"] == 4 for r in by_doc[doc])
         # a copy of a span searched elsewhere (the same tokens) takes its verdict, not its seconds
-        assert all(r["reference_s"] > 0 if r["searched_as"] is None else r["reference_s"] is None for r in by_doc[doc])
-    assert any("template alone" in r["predictable_reason"] for r in by_doc["boilerplate"])  # no reference needed
+        assert all(
+            r["reference_s"] > 0 if r["searched_as"] is None else r["reference_s"] is None
+            for r in by_doc[doc]
+        )
+    assert any(
+        "template alone" in r["predictable_reason"] for r in by_doc["boilerplate"]
+    )  # no reference needed
     assert not by_doc["control"]
     unflagged = [r for r in rows if not r["memorized"]]
     assert all(r["predictable"] is None and not r["calibrated_memorized"] for r in unflagged)
@@ -121,7 +165,11 @@ def test_export_report_and_verify_show_both_counts(scanned, tmp_path):
     kept = sum(r["calibrated_memorized"] for r in rows)
     assert 0 < kept < paper
     done = cli("export", str(out), "--out", str(tmp_path / "all.jsonl"))
-    assert done.returncode == 0 and f"memorized {paper} " in done.stdout and f"calibrated memorized {kept} " in done.stdout
+    assert (
+        done.returncode == 0
+        and f"memorized {paper} " in done.stdout
+        and f"calibrated memorized {kept} " in done.stdout
+    )
     assert len((tmp_path / "all.jsonl").read_text().splitlines()) == paper
     done = cli("export", str(out), "--out", str(tmp_path / "calibrated.jsonl"), "--calibrated")
     exported = [json.loads(line) for line in (tmp_path / "calibrated.jsonl").read_text().splitlines()]

@@ -41,12 +41,50 @@ from scanner.config import (
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADINGS = {
-    "scan": ["Main options", "Corpus and output", "Model", "Prompt", "Spans and screen", "Extraction (p_z)", "Search",
-             "Early rejection", "Budget", "Engines", "Calibration", "Passages", "Executor", "Other"],
-    "plan": ["Main options", "Corpus and output", "Plan", "Model", "Prompt", "Spans and screen", "Extraction (p_z)", "Search",
-             "Early rejection", "Budget", "Engines", "Calibration", "Passages", "Executor", "Other"],
-    "acr": ["Main options", "Targets and output", "Model", "Prompt", "Search", "Early rejection", "Engines", "Calibration",
-            "Other"],
+    "scan": [
+        "Main options",
+        "Corpus and output",
+        "Model",
+        "Prompt",
+        "Spans and screen",
+        "Extraction (p_z)",
+        "Search",
+        "Early rejection",
+        "Budget",
+        "Engines",
+        "Calibration",
+        "Passages",
+        "Executor",
+        "Other",
+    ],
+    "plan": [
+        "Main options",
+        "Corpus and output",
+        "Plan",
+        "Model",
+        "Prompt",
+        "Spans and screen",
+        "Extraction (p_z)",
+        "Search",
+        "Early rejection",
+        "Budget",
+        "Engines",
+        "Calibration",
+        "Passages",
+        "Executor",
+        "Other",
+    ],
+    "acr": [
+        "Main options",
+        "Targets and output",
+        "Model",
+        "Prompt",
+        "Search",
+        "Early rejection",
+        "Engines",
+        "Calibration",
+        "Other",
+    ],
 }
 
 
@@ -79,14 +117,20 @@ def test_help_lists_every_option_under_exactly_one_heading_in_order(name):
     options = [p for p in command.get_params(ctx) if isinstance(p, click.Option) and not p.hidden]
     for param in options:
         term = param.get_help_record(ctx)[0]
-        under = [h for h, lines in sections.items() for line in lines
-                 if line == f"  {term}" or line.startswith(f"  {term}  ")]
+        under = [
+            h
+            for h, lines in sections.items()
+            for line in lines
+            if line == f"  {term}" or line.startswith(f"  {term}  ")
+        ]
         assert len(under) == 1, f"{name}: {term} is under {under}"
     rows = [line for lines in sections.values() for line in lines if line.startswith("  -")]
     assert len(rows) == len(options), f"{name}: {len(rows)} rows in --help for {len(options)} options"
     main = [line.split()[0] for line in sections["Main options"] if line.startswith("  -")]
     lead = {p.name: p.opts[-1] for p in options}
-    assert main == [lead[n] for n in command.lead], f"{name}: the main options in the order the command names them"
+    assert main == [lead[n] for n in command.lead], (
+        f"{name}: the main options in the order the command names them"
+    )
 
 
 HIDDEN = {"draft_model", "probe_size", "probe_reduction", "probe_min_kept", "bound_unmemorized"}
@@ -99,8 +143,14 @@ def test_hidden_options_are_the_off_by_default_knobs_and_still_parse(name):
     args = ["c"] if name != "acr" else ["t"]
     args += ["--model", "m", "--out", "o"] if name != "acr" else ["--model", "m"]
     args += ["--sample", "1"] if name == "plan" else []
-    ctx = command.make_context(name, [*args, "--draft-model", "d", "--probe-size", "8", "--bound-unmemorized"])
-    assert (ctx.params["draft_model"], ctx.params["probe_size"], ctx.params["bound_unmemorized"]) == ("d", 8, True)
+    ctx = command.make_context(
+        name, [*args, "--draft-model", "d", "--probe-size", "8", "--bound-unmemorized"]
+    )
+    assert (ctx.params["draft_model"], ctx.params["probe_size"], ctx.params["bound_unmemorized"]) == (
+        "d",
+        8,
+        True,
+    )
 
 
 def test_a_lead_that_names_no_option_is_refused():
@@ -124,7 +174,9 @@ def test_scan_defaults_are_the_configs_defaults():
     # Options left at their defaults must give the configs' own defaults: a click default that restates
     # a dataclass default and drifts from it fails here.
     o = defaults("scan", corpus="c", model="m", out="r")
-    assert fields(scan_config(o, "c")) == fields(ScanConfig(corpus=CorpusConfig(path="c"), model=ModelConfig(model="m")))
+    assert fields(scan_config(o, "c")) == fields(
+        ScanConfig(corpus=CorpusConfig(path="c"), model=ModelConfig(model="m"))
+    )
     assert fields(executor_config(o)) == fields(ExecutorConfig())
     assert fields(passage_config(o)) == fields(PassageConfig())
 
@@ -134,7 +186,9 @@ def test_acr_defaults_are_the_configs_defaults():
     assert fields(model_config(o)) == fields(ModelConfig(model="m"))
     assert fields(prompt_config(o)) == fields(PromptConfig())
     assert fields(search_config(o)) == fields(SearchConfig())
-    assert fields(engine_config(o)) == fields(dataclasses.replace(EngineConfig(), screen="hf"))  # acr has no screen
+    assert fields(engine_config(o)) == fields(
+        dataclasses.replace(EngineConfig(), screen="hf")
+    )  # acr has no screen
     assert fields(calibration_config(o)) == fields(CalibrationConfig())
 
 
@@ -164,7 +218,8 @@ def imports(path: Path) -> set[str]:
 
 
 def test_only_the_entry_point_imports_the_command_group():
-    importers = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "scanner").rglob("*.py")
-                       if "scanner.cli.main" in imports(p))
+    importers = sorted(
+        str(p.relative_to(ROOT)) for p in (ROOT / "scanner").rglob("*.py") if "scanner.cli.main" in imports(p)
+    )
     # and the reference generator, which reads the group to write docs/cli.md; nothing imports it back
     assert importers == ["scanner/__main__.py", "scanner/cli/reference.py"]

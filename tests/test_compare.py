@@ -16,9 +16,30 @@ from clirun import cli
 from scanner.cli.demo import demo_corpus
 from scanner.measures.compare import verdict_class
 
-SCAN = ["--span-tokens", "12", "--stride", "6", "--context-tokens", "16", "--min-match-rate", "0.8",
-        "--steps", "10", "--candidates", "64", "--top-k", "64", "--restarts", "0", "--max-candidates", "1",
-        "--calibration-prompts", "0", "--extend-tokens", "0"]
+SCAN = [
+    "--span-tokens",
+    "12",
+    "--stride",
+    "6",
+    "--context-tokens",
+    "16",
+    "--min-match-rate",
+    "0.8",
+    "--steps",
+    "10",
+    "--candidates",
+    "64",
+    "--top-k",
+    "64",
+    "--restarts",
+    "0",
+    "--max-candidates",
+    "1",
+    "--calibration-prompts",
+    "0",
+    "--extend-tokens",
+    "0",
+]
 
 
 def rows(folder):
@@ -40,7 +61,9 @@ def run_a(tiny_dir, tmp_path_factory):
 @pytest.fixture(scope="module")
 def same(run_a, tiny_dir):
     root, _ = run_a
-    done = cli("compare", str(root / "a"), "--model", str(tiny_dir), "--out", str(root / "same"), "--unit-size", "2")
+    done = cli(
+        "compare", str(root / "a"), "--model", str(tiny_dir), "--out", str(root / "same"), "--unit-size", "2"
+    )
     assert done.returncode == 0, done.stderr
     return root / "same", done.stdout
 
@@ -77,11 +100,15 @@ def test_a_relaunch_resumes_and_recomputes_only_a_lost_unit(run_a, same, tiny_di
     folder, _ = same
     before = {r["span_id"]: r["verdict_class"] for r in rows(folder)}
     (folder / "compare" / "done" / "00000").unlink()  # unit 0 lost: a kill before its marker
-    again = cli("-v", "compare", str(root / "a"), "--model", str(tiny_dir), "--out", str(folder), "--unit-size", "2")
+    again = cli(
+        "-v", "compare", str(root / "a"), "--model", str(tiny_dir), "--out", str(folder), "--unit-size", "2"
+    )
     assert again.returncode == 0, again.stderr
     assert "1 of " in again.stderr and "compare units still to run" in again.stderr
     assert {r["span_id"]: r["verdict_class"] for r in rows(folder)} == before
-    changed = cli("compare", str(root / "a"), "--model", str(tiny_dir), "--out", str(folder), "--unit-size", "3")
+    changed = cli(
+        "compare", str(root / "a"), "--model", str(tiny_dir), "--out", str(folder), "--unit-size", "3"
+    )
     assert changed.returncode == 2 and "unit_size" in changed.stderr
 
 
@@ -118,15 +145,26 @@ def test_a_random_b_of_the_same_tokenizer_flags_nothing(run_a, tiny_dir):
     b = random_model(tiny_dir, root / "random")
     flagged = [r["span_id"] for r in results if r["status"] == "memorized"]
     picked = [flagged[0], flagged[-1], *[r["span_id"] for r in results if r["status"] == "not_memorized"][:1]]
-    done = cli("compare", str(root / "a"), "--model", str(b), "--out", str(root / "vs-random"),
-               "--spans", ",".join(picked))
+    done = cli(
+        "compare",
+        str(root / "a"),
+        "--model",
+        str(b),
+        "--out",
+        str(root / "vs-random"),
+        "--spans",
+        ",".join(picked),
+    )
     assert done.returncode == 0, done.stderr
     got = rows(root / "vs-random")
     assert [r["span_id"] for r in got] == picked and {r["selected_as"] for r in got} == {"listed"}
     assert not any(r["b_memorized"] or r["warm_memorized"] or r["cold_memorized"] for r in got)
     for r in got:
-        expected = "not_memorized" if r["a_status"] != "memorized" else ("completion_only" if r["b_completion"]
-                                                                           else "forgotten")
+        expected = (
+            "not_memorized"
+            if r["a_status"] != "memorized"
+            else ("completion_only" if r["b_completion"] else "forgotten")
+        )
         assert r["verdict_class"] == expected
         if r["a_prompt"]:  # A's prompt was checked and refuted, then GCG started from it at its length
             attempts = json.loads(r["warm_attempts"])
@@ -149,16 +187,19 @@ def test_a_b_of_another_tokenizer_is_refused_before_any_work(run_a, tiny_dir):
     assert not (root / "refused").exists()
 
 
-@pytest.mark.parametrize("a_mem,b_mem,a_comp,b_comp,expected", [
-    (True, True, True, True, "still_memorized"),
-    (True, True, True, False, "forgotten_by_completion_still_compressible"),
-    (True, True, False, False, "still_memorized"),
-    (True, False, True, False, "forgotten"),
-    (True, False, True, True, "completion_only"),
-    (False, True, False, False, "newly_memorized"),
-    (False, False, True, True, "not_memorized"),
-    (True, None, True, True, "failed"),
-])
+@pytest.mark.parametrize(
+    "a_mem,b_mem,a_comp,b_comp,expected",
+    [
+        (True, True, True, True, "still_memorized"),
+        (True, True, True, False, "forgotten_by_completion_still_compressible"),
+        (True, True, False, False, "still_memorized"),
+        (True, False, True, False, "forgotten"),
+        (True, False, True, True, "completion_only"),
+        (False, True, False, False, "newly_memorized"),
+        (False, False, True, True, "not_memorized"),
+        (True, None, True, True, "failed"),
+    ],
+)
 def test_verdict_classes(a_mem, b_mem, a_comp, b_comp, expected):
     assert verdict_class(a_mem, b_mem, a_comp, b_comp) == expected
 
@@ -176,7 +217,9 @@ def test_b_behind_an_instruction_is_measured_under_it_and_the_identity_keeps_it(
     identity = json.loads((root / "icu" / "compare.json").read_text())
     assert identity["scan"]["prompt"]["instruction"] == ABSTAIN
     models = json.loads((root / "icu" / "compare_summary.json").read_text())["models"]
-    assert models["a"]["template"]["instruction"] is None and models["b"]["template"]["instruction"] == ABSTAIN
+    assert (
+        models["a"]["template"]["instruction"] is None and models["b"]["template"]["instruction"] == ABSTAIN
+    )
     # Measured behind the instruction: B's window p_z is not A's (same weights, another opening).
     (row,) = rows(root / "icu")
     assert row["b_pz_topk"] != next(r for r in results if r["span_id"] == flagged)["pz_topk"]
@@ -191,7 +234,16 @@ def test_a_file_of_targets_chooses_the_spans_inside_them(run_a, tiny_dir, tmp_pa
     flagged = next(r for r in results if r["status"] == "memorized")
     targets = tmp_path / "targets.jsonl"
     targets.write_text(json.dumps({"text": f"prefix {flagged['text']} suffix"}) + "\n")
-    done = cli("compare", str(root / "a"), "--model", str(tiny_dir), "--out", str(root / "file"), "--file", str(targets))
+    done = cli(
+        "compare",
+        str(root / "a"),
+        "--model",
+        str(tiny_dir),
+        "--out",
+        str(root / "file"),
+        "--file",
+        str(targets),
+    )
     assert done.returncode == 0, done.stderr
     got = rows(root / "file")
     want = [r["span_id"] for r in results if r["text"] in f"prefix {flagged['text']} suffix"]
@@ -199,6 +251,16 @@ def test_a_file_of_targets_chooses_the_spans_inside_them(run_a, tiny_dir, tmp_pa
     assert {r["selected_as"] for r in got} == {"listed"} and got[0]["verdict_class"] == "still_memorized"
     absent = tmp_path / "absent.txt"
     absent.write_text("no span of the run lies in this line\n")
-    refused = cli("compare", str(root / "a"), "--model", str(tiny_dir), "--out", str(root / "nofile"), "--file",
-                  str(absent))
-    assert refused.returncode == 2 and "--file target 1" in refused.stderr and "holds no span" in refused.stderr
+    refused = cli(
+        "compare",
+        str(root / "a"),
+        "--model",
+        str(tiny_dir),
+        "--out",
+        str(root / "nofile"),
+        "--file",
+        str(absent),
+    )
+    assert (
+        refused.returncode == 2 and "--file target 1" in refused.stderr and "holds no span" in refused.stderr
+    )

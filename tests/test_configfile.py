@@ -28,12 +28,22 @@ def params(tmp_path, name: str, text: str, *args: str) -> dict:
 
 
 def test_the_files_keys_are_option_names_and_the_command_line_overrides_them(tmp_path):
-    text = 'corpus = "c.parquet"\nmodel = "m"\nout = "r"\nspan-tokens = 12\nsearch_budget = "2h"\ntighten = true\n' \
-           'anchors = false\naudit-sample = 16\ntau = 2\n'
+    text = (
+        'corpus = "c.parquet"\nmodel = "m"\nout = "r"\nspan-tokens = 12\nsearch_budget = "2h"\ntighten = true\n'
+        "anchors = false\naudit-sample = 16\ntau = 2\n"
+    )
     o = params(tmp_path, "scan", text, "--span-tokens", "16")
-    assert (o["corpus"], o["model"], o["out"], o["search_budget"], o["tighten"], o["anchors"]) == \
-        ("c.parquet", "m", "r", "2h", True, False)
-    assert o["span_tokens"] == 16 and o["audit_sample"] in ("16", "0") and o["tau"] == 2.0  # ACR_AUDIT_SAMPLE wins
+    assert (o["corpus"], o["model"], o["out"], o["search_budget"], o["tighten"], o["anchors"]) == (
+        "c.parquet",
+        "m",
+        "r",
+        "2h",
+        True,
+        False,
+    )
+    assert (
+        o["span_tokens"] == 16 and o["audit_sample"] in ("16", "0") and o["tau"] == 2.0
+    )  # ACR_AUDIT_SAMPLE wins
     assert params(tmp_path, "scan", text, "other.parquet")["corpus"] == "other.parquet"
     plan = params(tmp_path, "plan", 'model = "m"\nout = "p"\nsample = 0.1\njson = true\n', "c.parquet")
     assert (plan["sample"], plan["as_json"]) == ("0.1", True)
@@ -41,18 +51,27 @@ def test_the_files_keys_are_option_names_and_the_command_line_overrides_them(tmp
     assert (compare["run_dir"], compare["model"], compare["tighten"]) == ("a", "b", True)
 
 
-@pytest.mark.parametrize("text, message", [
-    ('serch-budget = "2h"', r"'serch-budget' is not an option of acr-scan scan; did you mean 'search-budget'\?"),
-    ("span-tokens = \"32\"", r"span-tokens = \"32\" is a string; span-tokens takes a whole number, e.g. span-tokens = 8"),
-    ("span-tokens = 3.5", r"is a number; span-tokens takes a whole number"),
-    ("tighten = 1", r"tighten = 1 is a whole number; tighten takes true or false"),
-    ('screen-window = "fast"', r"'fast' is not one of 'auto', 'exact', 'stream'"),
-    ("[search]\ntau = 1", r"\[search\] is a table; the file holds its keys at the top level"),
-    ("model = \ntau = 1", r"is not valid TOML \(Invalid value \(at line 1, column 9\)\)"),
-    ('config = "other.toml"', r"'config' is not an option"),
-    ('keep-columns = ["a", "b"]', r"keep-columns is an array; keep-columns takes a string"),
-    ('tau = 1\nsearch-budget = "2h"\nsearch_budget = "1h"', r"search-budget is set twice"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            'serch-budget = "2h"',
+            r"'serch-budget' is not an option of acr-scan scan; did you mean 'search-budget'\?",
+        ),
+        (
+            'span-tokens = "32"',
+            r"span-tokens = \"32\" is a string; span-tokens takes a whole number, e.g. span-tokens = 8",
+        ),
+        ("span-tokens = 3.5", r"is a number; span-tokens takes a whole number"),
+        ("tighten = 1", r"tighten = 1 is a whole number; tighten takes true or false"),
+        ('screen-window = "fast"', r"'fast' is not one of 'auto', 'exact', 'stream'"),
+        ("[search]\ntau = 1", r"\[search\] is a table; the file holds its keys at the top level"),
+        ("model = \ntau = 1", r"is not valid TOML \(Invalid value \(at line 1, column 9\)\)"),
+        ('config = "other.toml"', r"'config' is not an option"),
+        ('keep-columns = ["a", "b"]', r"keep-columns is an array; keep-columns takes a string"),
+        ('tau = 1\nsearch-budget = "2h"\nsearch_budget = "1h"', r"search-budget is set twice"),
+    ],
+)
 def test_a_bad_file_is_refused_naming_the_key_the_file_and_the_fix(tmp_path, text, message):
     with pytest.raises(InputError, match=message) as err:
         params(tmp_path, "scan", text)
@@ -80,11 +99,40 @@ def test_strings_are_written_as_toml_that_reads_back_and_prints_safely():
         assert written.isprintable() and "\u202e" not in written
 
 
-ROUND_TRIP = ["--span-tokens", "12", "--stride", "6", "--context-tokens", "16", "--docs-per-shard", "2",
-              "--min-match-rate", "0.95", "--schedule", "paper", "--steps", "30", "--tau", "1.5",
-              "--keep-columns", "title", "--no-anchors", "--tighten", "--search-budget", "2000steps",
-              "--instruction", 'Say "it":\n', "--calibration-prompts", "2", "--probe-size", "8",
-              "--reject-after", "7", "--device", "cpu"]
+ROUND_TRIP = [
+    "--span-tokens",
+    "12",
+    "--stride",
+    "6",
+    "--context-tokens",
+    "16",
+    "--docs-per-shard",
+    "2",
+    "--min-match-rate",
+    "0.95",
+    "--schedule",
+    "paper",
+    "--steps",
+    "30",
+    "--tau",
+    "1.5",
+    "--keep-columns",
+    "title",
+    "--no-anchors",
+    "--tighten",
+    "--search-budget",
+    "2000steps",
+    "--instruction",
+    'Say "it":\n',
+    "--calibration-prompts",
+    "2",
+    "--probe-size",
+    "8",
+    "--reject-after",
+    "7",
+    "--device",
+    "cpu",
+]
 
 
 def small_corpus(path) -> str:
@@ -92,8 +140,12 @@ def small_corpus(path) -> str:
     import random
 
     rng = random.Random(5)
-    pq.write_table(pa.table({"id": ["a", "b", "c"], "text": [salad(rng, 20) for _ in range(3)],
-                             "title": ["A", "B", "C"]}), path)
+    pq.write_table(
+        pa.table(
+            {"id": ["a", "b", "c"], "text": [salad(rng, 20) for _ in range(3)], "title": ["A", "B", "C"]}
+        ),
+        path,
+    )
     return str(path)
 
 
@@ -116,8 +168,13 @@ def test_a_runs_configuration_as_a_file_scans_the_same_run_again(tiny_dir, tmp_p
 def test_settings_no_option_has_are_listed_and_warned_about(tiny_dir, tmp_path):
     corpus = small_corpus(tmp_path / "corpus.parquet")
     search = SearchConfig(shrink_steps=33, gcg=GCGConfig(patience=7))
-    config = ScanConfig(corpus=CorpusConfig(path=corpus), model=ModelConfig(model=str(tiny_dir), device="cpu"),
-                        search=search, min_match_rate=0.95, audit_sample=0)
+    config = ScanConfig(
+        corpus=CorpusConfig(path=corpus),
+        model=ModelConfig(model=str(tiny_dir), device="cpu"),
+        search=search,
+        min_match_rate=0.95,
+        audit_sample=0,
+    )
     scanner.scan(config, tmp_path / "api")
     exported = cli("config", tmp_path / "api")
     assert exported.returncode == 0

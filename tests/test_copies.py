@@ -18,18 +18,51 @@ from scanner.results.rows import copied_row
 from scanner.schema import default_row
 from scanner.studies.tiny import salad
 
-SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--min-match-rate", "0.8", "--steps", "10",
-        "--candidates", "64", "--top-k", "64", "--restarts", "0", "--calibration-prompts", "0", "--unit-size", "1"]
-VERDICT = ("status", "memorized", "acr", "acr_kind", "prompt", "prompt_ids", "prompt_tokens", "verified_generation")
+SCAN = [
+    "--span-tokens",
+    "12",
+    "--stride",
+    "2",
+    "--context-tokens",
+    "16",
+    "--min-match-rate",
+    "0.8",
+    "--steps",
+    "10",
+    "--candidates",
+    "64",
+    "--top-k",
+    "64",
+    "--restarts",
+    "0",
+    "--calibration-prompts",
+    "0",
+    "--unit-size",
+    "1",
+]
+VERDICT = (
+    "status",
+    "memorized",
+    "acr",
+    "acr_kind",
+    "prompt",
+    "prompt_ids",
+    "prompt_tokens",
+    "verified_generation",
+)
 
 
 @pytest.fixture(scope="module")
 def twice(tiny_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("copies")
-    canary = pq.read_table(demo_corpus(root / "demo.parquet")).column("text")[0].as_py()  # doc-0 holds a canary
+    canary = (
+        pq.read_table(demo_corpus(root / "demo.parquet")).column("text")[0].as_py()
+    )  # doc-0 holds a canary
     corpus = root / "corpus.parquet"
-    pq.write_table(pa.table({"id": ["first", "salad", "second"],
-                             "text": [canary, salad(random.Random(5), 20), canary]}), corpus)
+    pq.write_table(
+        pa.table({"id": ["first", "salad", "second"], "text": [canary, salad(random.Random(5), 20), canary]}),
+        corpus,
+    )
     out = root / "run"
     done = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SCAN)
     assert done.returncode == 0, done.stderr
@@ -74,19 +107,28 @@ def test_a_copy_carries_the_attempts_and_prompt_measures_of_the_span_searched_an
     own = [r for r in rows if r["searched_as"] is None]
     assert counts["copies"] == len(copies) and counts["attempts"] == sum(len(r["attempts"]) for r in own)
     assert counts["gcg_steps"] == sum(r["steps"] for r in rows)
-    assert counts["settled_by_certificate"] + counts["searched"] == counts["memorized"] + counts["not_memorized"]
+    assert (
+        counts["settled_by_certificate"] + counts["searched"] == counts["memorized"] + counts["not_memorized"]
+    )
 
 
 def test_the_plans_hold_one_unit_per_distinct_target_and_copies_cost_nothing(twice):
     out, rows = twice
-    plans = {name: json.loads((out / f"{name}_plan.json").read_text()) for name in ("certify", "search", "tighten")}
+    plans = {
+        name: json.loads((out / f"{name}_plan.json").read_text()) for name in ("certify", "search", "tighten")
+    }
     planned = {name: [span for unit in plan["units"] for _, span, *_ in unit] for name, plan in plans.items()}
     ids = {r["span_id"]: r for r in rows}
     for name in ("certify", "search"):
         targets = [tuple(ids[span]["target_ids"]) for span in planned[name]]
         assert len(targets) == len(set(targets)), f"a target {name} twice"
     assert not set(planned["certify"]) & set(planned["search"])
-    copied = {span: rep for plan in plans.values() for rep, items in plan.get("copies", {}).items() for _, span in items}
+    copied = {
+        span: rep
+        for plan in plans.values()
+        for rep, items in plan.get("copies", {}).items()
+        for _, span in items
+    }
     assert copied == {r["span_id"]: r["searched_as"] for r in rows if r["searched_as"]}
     status = json.loads(cli("status", str(out)).stdout)
     spent = status["phases"]["budget"]["spent"]
@@ -94,15 +136,52 @@ def test_the_plans_hold_one_unit_per_distinct_target_and_copies_cost_nothing(twi
 
 
 def test_a_copy_takes_what_the_search_changed_and_keeps_its_place_and_screen():
-    screen = {**default_row(), "span_id": "a", "doc_id": "d1", "token_start": 4, "greedy_match_rate": 0.9,
-              "screen_s": 0.2, "status": "not_searched", "reason": "not searched yet", "target_ids": [1, 2]}
-    searched = {**screen, "status": "memorized", "reason": None, "prompt": "p", "prompt_tokens": 1, "acr": 2.0,
-                "steps": 30, "forwards": 9, "search_s": 1.5, "calibration_s": 0.3}
-    copy = {**screen, "span_id": "b", "doc_id": "d2", "token_start": 40, "greedy_match_rate": 0.7, "screen_s": 0.4}
+    screen = {
+        **default_row(),
+        "span_id": "a",
+        "doc_id": "d1",
+        "token_start": 4,
+        "greedy_match_rate": 0.9,
+        "screen_s": 0.2,
+        "status": "not_searched",
+        "reason": "not searched yet",
+        "target_ids": [1, 2],
+    }
+    searched = {
+        **screen,
+        "status": "memorized",
+        "reason": None,
+        "prompt": "p",
+        "prompt_tokens": 1,
+        "acr": 2.0,
+        "steps": 30,
+        "forwards": 9,
+        "search_s": 1.5,
+        "calibration_s": 0.3,
+    }
+    copy = {
+        **screen,
+        "span_id": "b",
+        "doc_id": "d2",
+        "token_start": 40,
+        "greedy_match_rate": 0.7,
+        "screen_s": 0.4,
+    }
     row = copied_row(copy, screen, searched)
-    assert (row["span_id"], row["doc_id"], row["token_start"], row["greedy_match_rate"], row["screen_s"]) == \
-        ("b", "d2", 40, 0.7, 0.4)
-    assert (row["status"], row["prompt"], row["acr"], row["reason"], row["searched_as"]) == ("memorized", "p", 2.0, None, "a")
+    assert (row["span_id"], row["doc_id"], row["token_start"], row["greedy_match_rate"], row["screen_s"]) == (
+        "b",
+        "d2",
+        40,
+        0.7,
+        0.4,
+    )
+    assert (row["status"], row["prompt"], row["acr"], row["reason"], row["searched_as"]) == (
+        "memorized",
+        "p",
+        2.0,
+        None,
+        "a",
+    )
     assert row["steps"] == row["forwards"] == 0 and row["search_s"] == 0.0
     assert row["calibration_s"] == default_row()["calibration_s"]
 
@@ -111,7 +190,9 @@ def test_copies_of_a_candidate_the_budget_cut_stay_not_searched_with_its_reason(
     out, _ = twice
     corpus = out.parent / "corpus.parquet"
     cut = tmp_path / "cut"
-    done = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(cut), *SCAN, "--search-budget", "1steps")
+    done = cli(
+        "scan", str(corpus), "--model", str(tiny_dir), "--out", str(cut), *SCAN, "--search-budget", "1steps"
+    )
     assert done.returncode == 0, done.stderr
     rows = pq.read_table(cut / "results").to_pylist()
     waiting = defaultdict(list)
@@ -119,9 +200,13 @@ def test_copies_of_a_candidate_the_budget_cut_stay_not_searched_with_its_reason(
         if r["status"] == "not_searched":
             waiting[tuple(r["target_ids"])].append(r)
     assert waiting and all(len(group) == 2 for group in waiting.values()), "both copies wait"
-    assert all(r["searched_as"] is None and "--search-budget 1steps" in r["reason"]
-               for group in waiting.values() for r in group)
+    assert all(
+        r["searched_as"] is None and "--search-budget 1steps" in r["reason"]
+        for group in waiting.values()
+        for r in group
+    )
     decided = [r for r in rows if r["acr_kind"] in ("searched_min", "decision_bound")]
     assert len(decided) == 2 and len({tuple(r["target_ids"]) for r in decided}) == 1, "one search, two rows"
-    assert bm.spent([json.loads(p.read_text()) for p in (cut / "search/stats").glob("*.json")], None) == \
-        sum(r["steps"] for r in decided)
+    assert bm.spent([json.loads(p.read_text()) for p in (cut / "search/stats").glob("*.json")], None) == sum(
+        r["steps"] for r in decided
+    )

@@ -90,11 +90,13 @@ def logical_lines(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
     return out
 
 
-def commands_in(text_lines: list[tuple[int, str]], name: str, default_cmd: tuple[str, ...] = ()) -> list[Command]:
+def commands_in(
+    text_lines: list[tuple[int, str]], name: str, default_cmd: tuple[str, ...] = ()
+) -> list[Command]:
     found = []
     for number, line in logical_lines(text_lines):
         for match in CALL.finditer(line):
-            found.append(Command(f"{name}:{number}", tuple(shell_words(line[match.end():]))))
+            found.append(Command(f"{name}:{number}", tuple(shell_words(line[match.end() :]))))
         run = CPU_RUN.search(line)
         if run:  # the CPU image's entrypoint is acr-scan: what follows the image are its arguments
             found.append(Command(f"{name}:{number}", tuple(shell_words(run.group(1))) or default_cmd))
@@ -127,8 +129,11 @@ def dockerfile(path: Path) -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) with continuations joined and comments dropped."""
     lines = [line for line in path.read_text().splitlines() if not line.lstrip().startswith("#")]
     joined = re.sub(r"\\\n", " ", "\n".join(lines))
-    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1].strip())
-            for line in joined.splitlines() if line.strip()]
+    return [
+        (line.split(None, 1)[0].upper(), line.split(None, 1)[1].strip())
+        for line in joined.splitlines()
+        if line.strip()
+    ]
 
 
 def image_default_command(path: Path) -> tuple[str, ...]:
@@ -242,7 +247,9 @@ def test_command_lines_are_found_in_every_deployment_file_and_the_readme():
 
 @pytest.mark.parametrize("path", [LAUNCHER, RAYJOB, SLURM], ids=lambda p: p.name)
 def test_cluster_files_scan_with_the_ray_executor_on_the_cluster_they_run_in(path):
-    scans = [c for c in COMMANDS if c.where.startswith(path.name) and c.subcommand == "scan" and c.value("--out")]
+    scans = [
+        c for c in COMMANDS if c.where.startswith(path.name) and c.subcommand == "scan" and c.value("--out")
+    ]
     assert scans, f"{path.name} has no `acr-scan scan ... --out RUN_DIR` line"
     for scan in scans:
         assert scan.value("--executor") == "ray", scan
@@ -267,6 +274,7 @@ def test_paths_named_in_deployment_docs_exist(path):
 
 # ---- KubeRay RayJob ----
 
+
 def rayjob_docs():
     docs = [d for d in yaml.safe_load_all(RAYJOB.read_text()) if d]
     jobs = [d for d in docs if d.get("kind") == "RayJob"]
@@ -281,8 +289,9 @@ def entrypoint(job: dict) -> Command:
 
 
 def pod_specs(cluster_spec: dict) -> list[dict]:
-    return ([cluster_spec["headGroupSpec"]["template"]["spec"]]
-            + [g["template"]["spec"] for g in cluster_spec["workerGroupSpecs"]])
+    return [cluster_spec["headGroupSpec"]["template"]["spec"]] + [
+        g["template"]["spec"] for g in cluster_spec["workerGroupSpecs"]
+    ]
 
 
 def test_rayjob_runs_the_scan_and_shuts_its_cluster_down():
@@ -299,12 +308,17 @@ def test_rayjob_run_dir_is_on_a_shared_claim_mounted_in_head_and_every_worker():
     job, docs = rayjob_docs()
     out = entrypoint(job).value("--out")
     for pod in pod_specs(job["spec"]["rayClusterSpec"]):
-        claims = {v["name"]: v["persistentVolumeClaim"]["claimName"]
-                  for v in pod["volumes"] if "persistentVolumeClaim" in v}
+        claims = {
+            v["name"]: v["persistentVolumeClaim"]["claimName"]
+            for v in pod["volumes"]
+            if "persistentVolumeClaim" in v
+        }
         mounts = [m for c in pod["containers"] for m in c.get("volumeMounts", []) if m["name"] in claims]
         assert any(out.startswith(m["mountPath"].rstrip("/") + "/") for m in mounts), (out, mounts)
         for claim in claims.values():
-            pvcs = [d for d in docs if d.get("kind") == "PersistentVolumeClaim" and d["metadata"]["name"] == claim]
+            pvcs = [
+                d for d in docs if d.get("kind") == "PersistentVolumeClaim" and d["metadata"]["name"] == claim
+            ]
             assert all("ReadWriteMany" in p["spec"]["accessModes"] for p in pvcs)
 
 
@@ -322,8 +336,10 @@ def test_rayjob_workers_request_gpus_and_every_pod_runs_the_gpu_image():
 # ---- KubeRay manifests against the CRDs' own schemas (cluster/crd/README.md) ----
 
 KUBERAY = "v1.7.0"
-CRDS = {"RayJob": ROOT / "cluster" / "crd" / "ray.io_rayjobs.v1.json",
-        "RayCluster": ROOT / "cluster" / "crd" / "ray.io_rayclusters.v1.json"}
+CRDS = {
+    "RayJob": ROOT / "cluster" / "crd" / "ray.io_rayjobs.v1.json",
+    "RayCluster": ROOT / "cluster" / "crd" / "ray.io_rayclusters.v1.json",
+}
 
 
 def closed(node):
@@ -334,7 +350,11 @@ def closed(node):
     if not isinstance(node, dict):
         return node
     out = {k: closed(v) for k, v in node.items()}
-    if "properties" in out and "additionalProperties" not in out and not out.get("x-kubernetes-preserve-unknown-fields"):
+    if (
+        "properties" in out
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+    ):
         out["additionalProperties"] = False
     return out
 
@@ -346,7 +366,10 @@ def crd_validator(kind: str):
 
 
 def schema_errors(validator, doc) -> list[str]:
-    return [f"{'.'.join(map(str, e.absolute_path)) or '(top)'}: {e.message[:300]}" for e in validator.iter_errors(doc)]
+    return [
+        f"{'.'.join(map(str, e.absolute_path)) or '(top)'}: {e.message[:300]}"
+        for e in validator.iter_errors(doc)
+    ]
 
 
 def kuberay_docs() -> list[tuple[str, dict]]:
@@ -370,12 +393,21 @@ def test_kuberay_manifests_validate_against_the_crd_schemas():
     docs = kuberay_docs()
     assert {doc["kind"] for _, doc in docs} >= {"RayJob"}
     for name, doc in docs:
-        assert doc["apiVersion"] == "ray.io/v1", f"{name}: {doc['apiVersion']}; the vendored CRDs are ray.io/v1"
+        assert doc["apiVersion"] == "ray.io/v1", (
+            f"{name}: {doc['apiVersion']}; the vendored CRDs are ray.io/v1"
+        )
         assert doc["kind"] in CRDS, f"{name}: no vendored schema for {doc['kind']}"
-        assert not schema_errors(crd_validator(doc["kind"]), doc), (name, schema_errors(crd_validator(doc["kind"]), doc))
+        assert not schema_errors(crd_validator(doc["kind"]), doc), (
+            name,
+            schema_errors(crd_validator(doc["kind"]), doc),
+        )
         if doc["kind"] == "RayJob":  # the cluster it creates is a RayCluster spec
-            cluster = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "c"},
-                       "spec": doc["spec"]["rayClusterSpec"]}
+            cluster = {
+                "apiVersion": "ray.io/v1",
+                "kind": "RayCluster",
+                "metadata": {"name": "c"},
+                "spec": doc["spec"]["rayClusterSpec"],
+            }
             assert not schema_errors(crd_validator("RayCluster"), cluster), name
 
 
@@ -388,7 +420,9 @@ def test_kuberay_admission_rules_the_schema_does_not_hold():
     for group in cluster["workerGroupSpecs"]:  # without autoscaling both bounds must be set
         assert "minReplicas" in group and "maxReplicas" in group, group["groupName"]
     for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
-        assert not (group.get("resources") and set(group["rayStartParams"]) & {"num-cpus", "num-gpus", "memory"})
+        assert not (
+            group.get("resources") and set(group["rayStartParams"]) & {"num-cpus", "num-gpus", "memory"}
+        )
         assert "labels" not in group["rayStartParams"]
 
 
@@ -403,13 +437,16 @@ def test_the_crd_check_refuses_misspelt_fields_and_wrong_types():
     wrong["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] = "two"
     assert any("workerGroupSpecs.0.replicas" in e for e in schema_errors(validator, wrong))
     deep = json.loads(json.dumps(job))
-    deep["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = 3
+    deep["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0][
+        "imagePullPolicy"
+    ] = 3
     deep["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["volumeMount"] = []
     errors = schema_errors(validator, deep)
     assert any("imagePullPolicy" in e for e in errors) and any("volumeMount" in e for e in errors), errors
 
 
 # ---- Ray cluster launcher ----
+
 
 def test_launcher_has_a_cpu_head_gpu_workers_and_the_gpu_image():
     config = yaml.safe_load(LAUNCHER.read_text())
@@ -449,6 +486,7 @@ def test_launcher_validates_against_rays_own_schema():
 
 # ---- Slurm ----
 
+
 def test_slurm_script_is_valid_bash_that_starts_ray_on_the_gpu_nodes():
     bash = shutil.which("bash")
     assert bash
@@ -458,13 +496,18 @@ def test_slurm_script_is_valid_bash_that_starts_ray_on_the_gpu_nodes():
     assert re.search(r"^#SBATCH --gpus-per-node=\S+$", text, re.M)
     assert re.search(r"^#SBATCH --nodes=\d+$", text, re.M)
     starts_ray = "ray symmetric-run" in text or (
-        re.search(r"ray start --head\b", text) and re.search(r"ray start --address", text))
+        re.search(r"ray start --head\b", text) and re.search(r"ray start --address", text)
+    )
     assert starts_ray
     run_dir = re.search(r"^RUN_DIR=\$\{RUN_DIR:-(\S+)\}$", text, re.M)
     assert run_dir and not run_dir.group(1).startswith("/tmp")
 
 
-CHECK_SCRIPTS = [ROOT / "cluster" / "slurm-local.sh", ROOT / "cluster" / "check-slurm.sh", ROOT / "docker" / "check-image.sh"]
+CHECK_SCRIPTS = [
+    ROOT / "cluster" / "slurm-local.sh",
+    ROOT / "cluster" / "check-slurm.sh",
+    ROOT / "docker" / "check-image.sh",
+]
 
 
 @pytest.mark.parametrize("path", CHECK_SCRIPTS, ids=lambda p: p.name)
@@ -478,8 +521,21 @@ def test_the_scripts_that_run_the_deployment_files_are_valid_bash_and_say_how_to
 
 # ---- Dockerfiles ----
 
-PIP_OPTIONS_WITH_VALUE = {"-r", "--requirement", "-c", "--constraint", "-i", "--index-url",
-                          "--extra-index-url", "-f", "--find-links", "-t", "--target", "--prefix", "--root"}
+PIP_OPTIONS_WITH_VALUE = {
+    "-r",
+    "--requirement",
+    "-c",
+    "--constraint",
+    "-i",
+    "--index-url",
+    "--extra-index-url",
+    "-f",
+    "--find-links",
+    "-t",
+    "--target",
+    "--prefix",
+    "--root",
+}
 PIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9_,.-]+\])?==[0-9][0-9A-Za-z.*+!]*")
 
 
@@ -496,7 +552,7 @@ def pip_installs(path: Path) -> list[list[str]]:
             if set(word) <= SHELL_PUNCT:
                 for i in range(len(segment) - 1):
                     if segment[i].rsplit("/", 1)[-1] in ("pip", "pip3") and segment[i + 1] == "install":
-                        found.append(segment[i + 2:])
+                        found.append(segment[i + 2 :])
                 segment = []
             else:
                 segment.append(word)
@@ -518,7 +574,9 @@ def requirements(path: Path) -> tuple[dict[str, str], list[str]]:
             assert PIN.fullmatch(arg), f"{path.name}: unpinned `pip install {arg}`"
             req = Requirement(arg)
             version = str(req.specifier).removeprefix("==")
-            assert pins.setdefault(req.name.lower(), version) == version, f"{path.name}: {req.name} pinned twice"
+            assert pins.setdefault(req.name.lower(), version) == version, (
+                f"{path.name}: {req.name} pinned twice"
+            )
     return pins, paths
 
 
@@ -573,13 +631,23 @@ def test_cpu_image_is_python_3_11_with_cpu_torch_and_acr_scan_demo_by_default():
 
 # ---- README and the cluster guide ----
 
+
 def test_the_cluster_guide_is_linked_from_the_readme_and_names_every_way_to_submit():
     assert "(docs/cluster.md)" in README.read_text()
     section = (ROOT / "docs" / "cluster.md").read_text()
-    for needle in ("--executor ray", "--ray-address", "--num-actors", "--gpus-per-actor", "--max-retries",
-                   "ray job submit --address", "ray up cluster/ray-cluster.yaml",
-                   "kubectl apply -f cluster/rayjob.yaml", "sbatch cluster/slurm.sbatch",
-                   "docker build -f docker/Dockerfile.gpu -t acr-scanner:gpu .",
-                   "docker build -f docker/Dockerfile.cpu -t acr-scanner:cpu .",
-                   "docker run --rm acr-scanner:cpu demo", "docker run --rm --gpus all"):
+    for needle in (
+        "--executor ray",
+        "--ray-address",
+        "--num-actors",
+        "--gpus-per-actor",
+        "--max-retries",
+        "ray job submit --address",
+        "ray up cluster/ray-cluster.yaml",
+        "kubectl apply -f cluster/rayjob.yaml",
+        "sbatch cluster/slurm.sbatch",
+        "docker build -f docker/Dockerfile.gpu -t acr-scanner:gpu .",
+        "docker build -f docker/Dockerfile.cpu -t acr-scanner:cpu .",
+        "docker run --rm acr-scanner:cpu demo",
+        "docker run --rm --gpus all",
+    ):
         assert needle in section, needle

@@ -12,8 +12,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def build(root: Path, site: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-                          cwd=root, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_site_builds_strictly_with_readme_as_home(tmp_path):
@@ -22,7 +27,9 @@ def test_the_site_builds_strictly_with_readme_as_home(tmp_path):
     home = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
     assert "acr-scanner" in home and 'href="docs/scanning/"' in home  # README's relative links, resolved
     assert (tmp_path / "site" / "docs" / "cli" / "index.html").is_file()
-    assert (tmp_path / "site" / "bench" / "index.html").is_file()  # bench/README.md, published from outside docs/
+    assert (
+        tmp_path / "site" / "bench" / "index.html"
+    ).is_file()  # bench/README.md, published from outside docs/
     assert (tmp_path / "site" / "bench" / "gpu" / "RESULTS" / "index.html").is_file()
 
 
@@ -43,7 +50,9 @@ def test_a_broken_link_or_anchor_fails_the_build(tmp_path):
     root = copy_of_the_docs(tmp_path / "repo")
     guide = root / "docs" / "measuring.md"
     text = guide.read_text(encoding="utf-8")
-    guide.write_text(text + "\n[gone](nowhere.md) and [lost](scanning.md#no-such-section)\n", encoding="utf-8")
+    guide.write_text(
+        text + "\n[gone](nowhere.md) and [lost](scanning.md#no-such-section)\n", encoding="utf-8"
+    )
     done = build(root, tmp_path / "site")
     assert done.returncode != 0
     assert "nowhere.md" in done.stderr and "no-such-section" in done.stderr, done.stderr

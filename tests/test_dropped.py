@@ -16,12 +16,18 @@ def screen_rows(rng: random.Random, shard: int, n: int) -> list[dict]:
     out = []
     for i in range(n):
         certificate = rng.choice([None, 0, 3, 5, 8])
-        out.append({"span_id": f"{rng.randrange(16**6):06x}{shard:02x}{i:04x}", "shard": shard,
-                    "status": rng.choice(["screened_out", "screened_out", "not_searched"]),
-                    "target_tokens": 8, "certificate_tokens": certificate,
-                    "greedy_match_rate": rng.choice([None, 0.0, 0.25, 0.5, 0.5, 1.0]),
-                    "mean_nll": rng.choice([None, 1.0, 2.0, 2.0]),
-                    "target_ids": rng.choice([[1, 2, 3], [4, 5], [40000, 6, 7, 8], [9]]) + [i % 7]})
+        out.append(
+            {
+                "span_id": f"{rng.randrange(16**6):06x}{shard:02x}{i:04x}",
+                "shard": shard,
+                "status": rng.choice(["screened_out", "screened_out", "not_searched"]),
+                "target_tokens": 8,
+                "certificate_tokens": certificate,
+                "greedy_match_rate": rng.choice([None, 0.0, 0.25, 0.5, 0.5, 1.0]),
+                "mean_nll": rng.choice([None, 1.0, 2.0, 2.0]),
+                "target_ids": rng.choice([[1, 2, 3], [4, 5], [40000, 6, 7, 8], [9]]) + [i % 7],
+            }
+        )
     return out
 
 

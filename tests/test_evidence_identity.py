@@ -30,8 +30,22 @@ from scanner.results.verify import Recheck, published_problems
 from scanner.run.model_record import check_loaded, record_model
 from scanner.storage.rundir import RunDir
 
-SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--min-match-rate", "0.8",
-        "--max-candidates", "0", "--calibration-prompts", "0", "--extend-tokens", "0"]
+SCAN = [
+    "--span-tokens",
+    "12",
+    "--stride",
+    "2",
+    "--context-tokens",
+    "16",
+    "--min-match-rate",
+    "0.8",
+    "--max-candidates",
+    "0",
+    "--calibration-prompts",
+    "0",
+    "--extend-tokens",
+    "0",
+]
 
 # A throwaway test key made by `ssh-keygen -t ed25519 -N ""`, and `ssh-keygen -Y sign -n acr-scanner-bundle`'s
 # signature of MESSAGE with it: the signer must write the same bytes, the verifier accept them.
@@ -43,8 +57,9 @@ AAAED4R3hPAOksGpYinWp7ob2eBb4jG+7vslaDcsToGgU4mSFfkHMkKqYAfX7X6kPKJuhl
 h8yqLqj/1+/zSz/0fBweAAAAFGFjci1zY2FubmVyIHRlc3Qga2V5AQ==
 -----END OPENSSH PRIVATE KEY-----
 """
-TEST_PUB = ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICFfkHMkKqYAfX7X6kPKJuhlh8yqLqj/1+/zSz/0fBwe "
-            "acr-scanner test key\n")
+TEST_PUB = (
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICFfkHMkKqYAfX7X6kPKJuhlh8yqLqj/1+/zSz/0fBwe acr-scanner test key\n"
+)
 MESSAGE = b'{"algorithm": "sha256", "files": {}}\n'
 SSH_KEYGEN_SIGNATURE = b"""-----BEGIN SSH SIGNATURE-----
 U1NIU0lHAAAAAQAAADMAAAALc3NoLWVkMjU1MTkAAAAgIV+QcyQqpgB9ftfqQ8om6GWHzK
@@ -56,8 +71,9 @@ AAAAC3NzaC1lZDI1NTE5AAAAQL7JJ6MNUwLgkxV+nxe3tV21EpC/7vTtptINj+kvl8VtI+
 
 
 def recheck_script(bundle: Path, *args):
-    return subprocess.run([sys.executable, "-I", str(bundle / "recheck.py"), *args], capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run(
+        [sys.executable, "-I", str(bundle / "recheck.py"), *args], capture_output=True, text=True, timeout=600
+    )
 
 
 def one_byte_changed(model: Path, where: Path) -> Path:
@@ -94,8 +110,10 @@ def test_the_run_records_its_model_bytes_when_it_starts(scanned, tiny_dir):
     assert record["files"] == model_files(Path(tiny_dir))  # sha256 of every file, weights included
     provenance = json.loads((run / "provenance.json").read_text())
     assert float(provenance["model_hash_s"]) >= 0 and len(provenance["model_hash"]) == 64
-    assert pq.read_schema(next((run / "results").glob("*.parquet"))).metadata[b"model_hash"].decode() == \
-        provenance["model_hash"]
+    assert (
+        pq.read_schema(next((run / "results").glob("*.parquet"))).metadata[b"model_hash"].decode()
+        == provenance["model_hash"]
+    )
 
 
 def test_export_refuses_a_model_with_other_bytes(scanned, tiny_dir, tmp_path):
@@ -104,7 +122,10 @@ def test_export_refuses_a_model_with_other_bytes(scanned, tiny_dir, tmp_path):
     copy = one_byte_changed(Path(tiny_dir), tmp_path / "copy")
     got = cli("export", str(run), "--bundle", str(tmp_path / "b"), "--model", str(copy))
     assert got.returncode == 2, got.stderr
-    assert "not the model this run scanned" in got.stderr and "model.safetensors (weight): other bytes" in got.stderr
+    assert (
+        "not the model this run scanned" in got.stderr
+        and "model.safetensors (weight): other bytes" in got.stderr
+    )
     assert not (tmp_path / "b").exists()
     # The bundle's model.json is the run's record, byte for byte in content: never hashed again at export.
     assert json.loads((bundle / "model.json").read_text()) == json.loads((run / "model.json").read_text())
@@ -142,7 +163,10 @@ def test_a_rewritten_manifest_fails_expect_and_signature(scanned, tiny_dir, tmp_
     _, bundle, digest, root, _ = scanned
     assert published_problems(bundle, digest, str(root / "key.pub")) == []  # the bundle as published
     forged = shutil.copytree(bundle, tmp_path / "forged")
-    rows = [{**json.loads(line), "doc_id": "another work"} for line in (forged / EVIDENCE).read_text().splitlines()]
+    rows = [
+        {**json.loads(line), "doc_id": "another work"}
+        for line in (forged / EVIDENCE).read_text().splitlines()
+    ]
     (forged / EVIDENCE).write_text("".join(json.dumps(r) + "\n" for r in rows))
     index = json.loads((forged / MANIFEST).read_text())
     data = (forged / EVIDENCE).read_bytes()
@@ -150,12 +174,19 @@ def test_a_rewritten_manifest_fails_expect_and_signature(scanned, tiny_dir, tmp_
     (forged / MANIFEST).write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
     got = cli("verify", "--bundle", str(forged), "--model", str(tiny_dir), "--expect", digest)
     assert got.returncode == 3, got.stdout + got.stderr
-    assert f"is not the expected {digest} (--expect)" in got.stdout and "1 problem(s) in the bundle" in got.stdout
+    assert (
+        f"is not the expected {digest} (--expect)" in got.stdout
+        and "1 problem(s) in the bundle" in got.stdout
+    )
     bare = recheck_script(forged, "--model", str(tiny_dir), "--signer", str(root / "key.pub"))
-    assert bare.returncode == 1 and f"PROBLEM {SIGNATURE}: the signature does not match" in bare.stdout, bare.stdout
+    assert bare.returncode == 1 and f"PROBLEM {SIGNATURE}: the signature does not match" in bare.stdout, (
+        bare.stdout
+    )
     # Without --expect or --signer, verify says the manifest went unchecked.
-    assert "NOT checked against a published figure" in verify_lines(Recheck({"engine": "hf", "dtype": "float32"}, 1.0, [], []),
-                                                                bundle=str(forged))[1]
+    assert (
+        "NOT checked against a published figure"
+        in verify_lines(Recheck({"engine": "hf", "dtype": "float32"}, 1.0, [], []), bundle=str(forged))[1]
+    )
 
 
 def test_a_bundle_of_a_killed_run_says_it_is_partial(scanned, tiny_dir, tmp_path):
@@ -194,12 +225,16 @@ def test_the_signature_is_ssh_keygens_and_ed25519_is_rfc_8032(tmp_path):
     assert sign_manifest(MESSAGE, str(key)) == SSH_KEYGEN_SIGNATURE  # deterministic: the same bytes
     public = public_key(TEST_PUB)
     assert sshsig_verify(SSH_KEYGEN_SIGNATURE.decode(), MESSAGE, public) is None
-    assert sshsig_verify(SSH_KEYGEN_SIGNATURE.decode(), MESSAGE + b" ", public) == "the signature does not match"
+    assert (
+        sshsig_verify(SSH_KEYGEN_SIGNATURE.decode(), MESSAGE + b" ", public) == "the signature does not match"
+    )
     # RFC 8032 section 7.1, test 1 (the empty message)
     seed = bytes.fromhex("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")
     signature = ed25519_sign(seed, b"")
-    assert signature.hex() == ("e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33ba"
-                               "cc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b")
+    assert signature.hex() == (
+        "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33ba"
+        "cc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b"
+    )
     pub = bytes.fromhex("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a")
     assert ed25519_verify(pub, b"", signature) and not ed25519_verify(pub, b"x", signature)
     encrypted = tmp_path / "encrypted"  # the start of a passphrase-protected key: its cipher is named first

@@ -31,17 +31,38 @@ def make_row(doc_id: str, index: int, status: str = "not_memorized", **values) -
     searched = status in ("memorized", "not_memorized")
     row = {
         **default_row(),  # the schema's defaults: a column added there needs no change here
-        "doc_id": doc_id, "span_id": f"{doc_id}-{index:04d}", "char_start": 100 * index,
-        "char_end": 100 * index + 90, "token_start": 32 * index, "token_end": 32 * index + 32,
-        "text": f"text of {doc_id} span {index}", "target_tokens": 32,
-        "target_ids": list(range(index, index + 32)), "status": status,
-        "reason": None, "acr": 0.5 if searched else None, "memorized": status == "memorized",
-        "prompt": None, "prompt_ids": None, "prompt_tokens": None, "tau": 1.0,
+        "doc_id": doc_id,
+        "span_id": f"{doc_id}-{index:04d}",
+        "char_start": 100 * index,
+        "char_end": 100 * index + 90,
+        "token_start": 32 * index,
+        "token_end": 32 * index + 32,
+        "text": f"text of {doc_id} span {index}",
+        "target_tokens": 32,
+        "target_ids": list(range(index, index + 32)),
+        "status": status,
+        "reason": None,
+        "acr": 0.5 if searched else None,
+        "memorized": status == "memorized",
+        "prompt": None,
+        "prompt_ids": None,
+        "prompt_tokens": None,
+        "tau": 1.0,
         "thresholds": thresholds(status == "memorized") if searched else [],
-        "greedy_match_rate": 0.25, "mean_nll": 2.5, "discoverable": None, "certificate_tokens": None,
-        "certificate_prompt": None, "verified_generation": False, "teacher_forced": None,
-        "verify_engine": None, "min_margin": None, "steps": 100 if searched else 0, "forwards": 500,
-        "screen_s": 0.01, "search_s": 1.5 if searched else 0.0, "shard": 0,
+        "greedy_match_rate": 0.25,
+        "mean_nll": 2.5,
+        "discoverable": None,
+        "certificate_tokens": None,
+        "certificate_prompt": None,
+        "verified_generation": False,
+        "teacher_forced": None,
+        "verify_engine": None,
+        "min_margin": None,
+        "steps": 100 if searched else 0,
+        "forwards": 500,
+        "screen_s": 0.01,
+        "search_s": 1.5 if searched else 0.0,
+        "shard": 0,
     }
     row.update(values)
     return row
@@ -49,23 +70,50 @@ def make_row(doc_id: str, index: int, status: str = "not_memorized", **values) -
 
 def found(prompt: str, acr: float, verified: bool = True) -> dict:
     """The columns of a row whose search found `prompt`."""
-    return {"prompt": prompt, "prompt_ids": list(range(len(prompt.split()))),
-            "prompt_tokens": len(prompt.split()), "acr": acr, "verified_generation": verified,
-            "teacher_forced": True, "verify_engine": "hf" if verified else None, "min_margin": 0.125}
+    return {
+        "prompt": prompt,
+        "prompt_ids": list(range(len(prompt.split()))),
+        "prompt_tokens": len(prompt.split()),
+        "acr": acr,
+        "verified_generation": verified,
+        "teacher_forced": True,
+        "verify_engine": "hf" if verified else None,
+        "min_margin": 0.125,
+    }
 
 
 ROWS = [
-    make_row("a", 0, "memorized", text=TRICKY, certificate_tokens=7, **found("p q r s t u v w", 4.0),
-             thresholds=thresholds(True, gzip=(2.5, True), zlib=(2.4, True), lzma=(3.0, True))),
+    make_row(
+        "a",
+        0,
+        "memorized",
+        text=TRICKY,
+        certificate_tokens=7,
+        **found("p q r s t u v w", 4.0),
+        thresholds=thresholds(True, gzip=(2.5, True), zlib=(2.4, True), lzma=(3.0, True)),
+    ),
     make_row("a", 1, "not_memorized", acr=0.8, thresholds=thresholds(False, gzip=(2.5, False))),
     # An empty prompt (the template alone elicits the span) must stay "" and not turn into null.
-    make_row("a", 2, "memorized", **{**found("", 32.0), "prompt_tokens": 0},
-             thresholds=thresholds(True, gzip=(40.0, False), lzma=(50.0, False))),
+    make_row(
+        "a",
+        2,
+        "memorized",
+        **{**found("", 32.0), "prompt_tokens": 0},
+        thresholds=thresholds(True, gzip=(40.0, False), lzma=(50.0, False)),
+    ),
     make_row("a", 3, "screened_out"),
     # Beats gzip but not the run's own τ of 4.
-    make_row("b", 0, "not_memorized", tau=4.0, **found("x y z w v u t s r q p", 3.0),
-             thresholds=[{"name": "tau", "tau": 4.0, "memorized": False},
-                         {"name": "gzip", "tau": 1.2, "memorized": True}]),
+    make_row(
+        "b",
+        0,
+        "not_memorized",
+        tau=4.0,
+        **found("x y z w v u t s r q p", 3.0),
+        thresholds=[
+            {"name": "tau", "tau": 4.0, "memorized": False},
+            {"name": "gzip", "tau": 1.2, "memorized": True},
+        ],
+    ),
     make_row("b", 1, "skipped", reason="too short: 5 tokens < 32", text="", target_tokens=0, target_ids=[]),
     make_row("b", 2, "failed", reason="RuntimeError: CUDA out of memory"),
     # High ACR but only teacher-forced, never verified by generation: no number selects it.
@@ -82,17 +130,20 @@ def span_ids(table: pa.Table) -> list[str]:
     return table["span_id"].to_pylist()
 
 
-@pytest.mark.parametrize(("tau", "expected"), [
-    ("1", ["a-0000", "a-0002"]),
-    ("gzip", ["a-0000", "b-0000"]),
-    ("zlib", ["a-0000"]),
-    ("lzma", ["a-0000"]),
-    ("smaz", []),
-    ("2", ["a-0000", "a-0002", "b-0000"]),
-    ("3", ["a-0000", "a-0002"]),
-    ("4.0", ["a-0002"]),
-    ("1e6", []),
-])
+@pytest.mark.parametrize(
+    ("tau", "expected"),
+    [
+        ("1", ["a-0000", "a-0002"]),
+        ("gzip", ["a-0000", "b-0000"]),
+        ("zlib", ["a-0000"]),
+        ("lzma", ["a-0000"]),
+        ("smaz", []),
+        ("2", ["a-0000", "a-0002", "b-0000"]),
+        ("3", ["a-0000", "a-0002"]),
+        ("4.0", ["a-0002"]),
+        ("1e6", []),
+    ],
+)
 def test_tau_selection(table, tau, expected):
     assert span_ids(select_rows(table, tau)) == expected
 
@@ -103,7 +154,7 @@ def test_selection_has_evidence_columns_and_the_threshold_beaten(table):
     # What version 1 wrote, in its order, then how the search ended (rejected_early, since version 2);
     # columns exported later come after them.
     v1 = ("token_end", "target_ids", "prompt_ids", "teacher_forced", "mean_nll", *calibrate.COLUMNS)
-    assert EXTRA_COLUMNS[:len(v1)] == v1 and EXTRA_COLUMNS[len(v1)] == "rejected_early"
+    assert EXTRA_COLUMNS[: len(v1)] == v1 and EXTRA_COLUMNS[len(v1)] == "rejected_early"
     assert picked["rejected_early"].to_pylist() == [None, None]  # the crafted rows leave it at its default
     assert picked["threshold_name"].to_pylist() == ["gzip", "gzip"]
     assert picked["threshold"].to_pylist() == [2.5, 1.2]
@@ -196,8 +247,9 @@ def test_csv_round_trip_with_pyarrow_keeps_empty_strings_apart_from_nulls(table,
     export(table, out, tau="2")
     expected = select_rows(table, "2")
     flat = {f.name: f.type for f in expected.schema if not pa.types.is_nested(f.type)}
-    options = pacsv.ConvertOptions(column_types=flat, strings_can_be_null=True,
-                                   quoted_strings_can_be_null=False)
+    options = pacsv.ConvertOptions(
+        column_types=flat, strings_can_be_null=True, quoted_strings_can_be_null=False
+    )
     back = pacsv.read_csv(out, convert_options=options)
     for name in flat:
         assert back[name].to_pylist() == expected[name].to_pylist(), name
@@ -300,11 +352,22 @@ def test_every_export_travels_with_the_runs_denominators(table, tmp_path, suffix
     assert export(sourced, out, about={"work_text_tokens": 4}) == 2
     sidecar = json.loads(export_module.denominators_path(out).read_text())
     assert sidecar["run"] == denominators(sourced) and sidecar["rows"] == 2
-    assert sidecar["selection"] == {"tau": "1", "all": False, "calibrated": False, "free_prompts_only": False,
-                                    "work_text_tokens": 4}
+    assert sidecar["selection"] == {
+        "tau": "1",
+        "all": False,
+        "calibrated": False,
+        "free_prompts_only": False,
+        "work_text_tokens": 4,
+    }
     assert sidecar["rows_by_prompt_source"] == {"work_text": 1, "free": 1}
     run = sidecar["run"]  # the crafted table: 8 spans of 2 documents
-    assert (run["documents"], run["spans"], run["candidates"], run["memorized"], run["not_searched"]) == (2, 8, 6, 2, 0)
+    assert (run["documents"], run["spans"], run["candidates"], run["memorized"], run["not_searched"]) == (
+        2,
+        8,
+        6,
+        2,
+        0,
+    )
     assert run["memorized_by_prompt"] == {"free": 1, "work_text": 1, "unmeasured": 0}
     if suffix == ".parquet":
         meta = pq.read_schema(out).metadata[export_module.DENOMINATORS_KEY]
@@ -316,11 +379,32 @@ def test_passages_free_prompts_only_needs_a_free_best_and_extension_prompt(tmp_p
     from scanner.schema import passages_schema
 
     base = {name: None for name in passages_schema().names}
-    rows = [{**base, **no_extension(), "passage_id": p, "doc_id": "d", "char_start": 0, "char_end": 1,
-             "token_start": 0, "token_end": 1, "tokens": 1, "text": "t", "best_span_id": "s", "span_ids": ["s"],
-             "spans": 1, "other_spans_inside": 0, "best_prompt_source": best, "extension_prompt_source": ext}
-            for p, best, ext in (("p1", "free", None), ("p2", "free", "work_text"), ("p3", "work_text", None),
-                                 ("p4", "free", "free"))]
+    rows = [
+        {
+            **base,
+            **no_extension(),
+            "passage_id": p,
+            "doc_id": "d",
+            "char_start": 0,
+            "char_end": 1,
+            "token_start": 0,
+            "token_end": 1,
+            "tokens": 1,
+            "text": "t",
+            "best_span_id": "s",
+            "span_ids": ["s"],
+            "spans": 1,
+            "other_spans_inside": 0,
+            "best_prompt_source": best,
+            "extension_prompt_source": ext,
+        }
+        for p, best, ext in (
+            ("p1", "free", None),
+            ("p2", "free", "work_text"),
+            ("p3", "work_text", None),
+            ("p4", "free", "free"),
+        )
+    ]
     passages = pa.Table.from_pylist(rows, schema=passages_schema())
     picked = export_module.select_passages(passages, free_only=True)
     assert picked["passage_id"].to_pylist() == ["p1", "p4"]

@@ -39,6 +39,7 @@ ACR_FAST, SCAN_FAST = ("gpt_neox", "qwen2"), ("qwen2",)
 def matrix(names, fast) -> list:
     return [pytest.param(name, marks=() if name in fast else slow) for name in names]
 
+
 SEARCH = ["--steps", "10", "--candidates", "64", "--top-k", "64", "--restarts", "0"]
 SCAN = [*SEARCH, "--max-candidates", "2"]
 # vLLM's CPU build runs these families; gemma2 (attention logit soft-capping, which vLLM's CPU attention
@@ -69,8 +70,15 @@ def scanned(request, family_dirs, tmp_path_factory):
     done = cli("scan", model / "corpus.parquet", "--model", model, "--out", run, *SCAN)
     rows = pq.read_table(run / "results").to_pylist() if done.returncode == 0 else []
     exported = cli("export", run, "--bundle", bundle) if done.returncode == 0 else None
-    return {"name": name, "model": model, "run": run, "bundle": bundle, "scan": done, "rows": rows,
-            "export": exported}
+    return {
+        "name": name,
+        "model": model,
+        "run": run,
+        "bundle": bundle,
+        "scan": done,
+        "rows": rows,
+        "export": exported,
+    }
 
 
 def test_each_family_keeps_its_conventions(family_dirs):
@@ -98,7 +106,9 @@ def _acr(model: Path, *extra) -> list[dict]:
     targets.write_text(json.dumps({"text": own["text"], "natural_prefix": own["seed"]}) + "\n")
     done = cli("acr", "--model", model, "--file", targets, control_text(), "--json", *SEARCH, *extra)
     assert done.returncode == 0, done.stderr[-3000:]
-    records = {r["target"]: r for r in map(json.loads, (x for x in done.stdout.splitlines() if x.startswith("{")))}
+    records = {
+        r["target"]: r for r in map(json.loads, (x for x in done.stdout.splitlines() if x.startswith("{")))
+    }
     return [records[own["text"]], records[control_text()]]  # the command's order: arguments, then --file
 
 
@@ -138,18 +148,33 @@ def test_verify_reproduces_every_flagged_row(scanned):
 def test_the_bundles_recheck_reproduces_every_row(scanned, tmp_path):
     assert scanned["export"] is not None and scanned["export"].returncode == 0, scanned["scan"].stderr[-2000:]
     flagged = [r for r in scanned["rows"] if r["memorized"]]
-    done = subprocess.run([sys.executable, scanned["bundle"] / "recheck.py", "--model", scanned["model"]],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    done = subprocess.run(
+        [sys.executable, scanned["bundle"] / "recheck.py", "--model", scanned["model"]],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{len(flagged)}/{len(flagged)} rows reproduce" in done.stdout
 
 
 @slow
 def test_plan_projects_the_scan(scanned, tmp_path):
-    done = cli("plan", scanned["model"] / "corpus.parquet", "--model", scanned["model"], "--sample", "1",
-               "--out", tmp_path / "plan", "--json", *SCAN)
+    done = cli(
+        "plan",
+        scanned["model"] / "corpus.parquet",
+        "--model",
+        scanned["model"],
+        "--sample",
+        "1",
+        "--out",
+        tmp_path / "plan",
+        "--json",
+        *SCAN,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    projection = json.loads(done.stdout[done.stdout.index("{"):])
+    projection = json.loads(done.stdout[done.stdout.index("{") :])
     assert projection
 
 

@@ -31,9 +31,28 @@ from scanner.schema import WALL_CLOCK
 from scanner.storage.lock import holder_of
 from scanner.studies.tiny import CANARIES, salad
 
-SCAN = ["--span-tokens", "12", "--stride", "3", "--context-tokens", "12", "--docs-per-shard", "1",
-        "--min-match-rate", "0.9", "--max-candidates-per-doc", "1", "--steps", "30", "--candidates", "64",
-        "--top-k", "64", "--restarts", "0"]
+SCAN = [
+    "--span-tokens",
+    "12",
+    "--stride",
+    "3",
+    "--context-tokens",
+    "12",
+    "--docs-per-shard",
+    "1",
+    "--min-match-rate",
+    "0.9",
+    "--max-candidates-per-doc",
+    "1",
+    "--steps",
+    "30",
+    "--candidates",
+    "64",
+    "--top-k",
+    "64",
+    "--restarts",
+    "0",
+]
 
 
 # Ids a spreadsheet would run as formulas: the CSV export must defuse them.
@@ -51,7 +70,10 @@ def write_corpus(path: Path, ids=IDS, salad_docs: int = 0) -> Path:
 
 def comparable(run: Path) -> list[dict]:
     # Without the wall-clock columns (screen_s, search_s, calibration_s, ...), which differ between runs.
-    rows = [{k: v for k, v in r.items() if k not in WALL_CLOCK} for r in pq.read_table(run / "results").to_pylist()]
+    rows = [
+        {k: v for k, v in r.items() if k not in WALL_CLOCK}
+        for r in pq.read_table(run / "results").to_pylist()
+    ]
     return sorted(rows, key=lambda r: r["span_id"])
 
 
@@ -70,6 +92,7 @@ def reference(tiny_dir, tmp_path_factory):
 @dataclass
 class Case:
     """damage(ctx) prepares the fault and may return extra arguments; repair(ctx) undoes it."""
+
     name: str
     damage: object
     code: int
@@ -113,46 +136,119 @@ def _dead_pid() -> int:
 
 CASES = [
     Case("stride-beyond-span", lambda ctx: ["--stride", "20"], 2, ("--stride 20", "--allow-gaps")),
-    Case("span-beyond-context", lambda ctx: ["--span-tokens", "200", "--context-tokens", "100"], 2,
-         ("does not fit the model's context of 256", "--span-tokens")),
-    Case("out-under-a-file", lambda ctx: (ctx["root"] / "f").write_text("") or ["--out", str(ctx["root"] / "f" / "run")],
-         2, ("Not a directory", "a part of the path is a file")),
-    Case("live-lock", lambda ctx: _lock_of(ctx, os.getpid()), 2,
-         (f"in use by acr-scan pid {os.getpid()}", "delete"), repair=lambda ctx: (ctx["out"] / "lock").unlink(),
-         scanned_first=True),
-    Case("stale-lock", lambda ctx: _lock_of(ctx, _dead_pid()), 0, ("taking over the lock", "no longer runs"),
-         scanned_first=True),
+    Case(
+        "span-beyond-context",
+        lambda ctx: ["--span-tokens", "200", "--context-tokens", "100"],
+        2,
+        ("does not fit the model's context of 256", "--span-tokens"),
+    ),
+    Case(
+        "out-under-a-file",
+        lambda ctx: (ctx["root"] / "f").write_text("") or ["--out", str(ctx["root"] / "f" / "run")],
+        2,
+        ("Not a directory", "a part of the path is a file"),
+    ),
+    Case(
+        "live-lock",
+        lambda ctx: _lock_of(ctx, os.getpid()),
+        2,
+        (f"in use by acr-scan pid {os.getpid()}", "delete"),
+        repair=lambda ctx: (ctx["out"] / "lock").unlink(),
+        scanned_first=True,
+    ),
+    Case(
+        "stale-lock",
+        lambda ctx: _lock_of(ctx, _dead_pid()),
+        0,
+        ("taking over the lock", "no longer runs"),
+        scanned_first=True,
+    ),
     # The pid of a killed scan, taken since by another process: the start time tells them apart.
-    Case("lock-pid-reused", lambda ctx: _lock_of(ctx, _unrelated(ctx), started=1), 0,
-         ("taking over the lock", "is now another process (sleep 300)"), repair=_end_sleep, scanned_first=True),
+    Case(
+        "lock-pid-reused",
+        lambda ctx: _lock_of(ctx, _unrelated(ctx), started=1),
+        0,
+        ("taking over the lock", "is now another process (sleep 300)"),
+        repair=_end_sleep,
+        scanned_first=True,
+    ),
     # A lock written by hand (no start time) naming a live process that is no acr-scan.
-    Case("lock-of-another-process", lambda ctx: _by_hand(ctx, _unrelated(ctx)), 0,
-         ("taking over the lock", "is now another process (sleep 300)"), repair=_end_sleep, scanned_first=True),
-    Case("garbage-run-config", lambda ctx: _garble(ctx["out"] / "run_config.json", "[]"), 2,
-         ("run_config.json is not a run configuration",), scanned_first=True,
-         repair=lambda ctx: shutil.copy(ctx["saved"] / "run_config.json", ctx["out"] / "run_config.json")),
-    Case("garbage-stats", lambda ctx: _garble(ctx["out"] / "stats" / "00000.json"), 0,
-         ("shard 00000 was marked done but its stats file", "computed again"), scanned_first=True),
-    Case("corrupt-results", lambda ctx: _garble(ctx["out"] / "results" / "part-00001.parquet", "PAR1xxxxPAR1"), 0,
-         ("shard 00001 was marked done but part-00001.parquet changed", "computed again"), scanned_first=True),
-    Case("truncated-results", lambda ctx: _truncate(ctx["out"] / "results" / "part-00000.parquet"), 0,
-         ("shard 00000 was marked done",), scanned_first=True),
-    Case("garbage-done-marker", lambda ctx: _garble(ctx["out"] / "done" / "00001"), 0,
-         ("done marker is unreadable",), scanned_first=True),
-    Case("lost-plan", lambda ctx: (ctx["out"] / "plan.json").unlink(), 0, ("rebuilt it from run_config.json",),
-         scanned_first=True),
+    Case(
+        "lock-of-another-process",
+        lambda ctx: _by_hand(ctx, _unrelated(ctx)),
+        0,
+        ("taking over the lock", "is now another process (sleep 300)"),
+        repair=_end_sleep,
+        scanned_first=True,
+    ),
+    Case(
+        "garbage-run-config",
+        lambda ctx: _garble(ctx["out"] / "run_config.json", "[]"),
+        2,
+        ("run_config.json is not a run configuration",),
+        scanned_first=True,
+        repair=lambda ctx: shutil.copy(ctx["saved"] / "run_config.json", ctx["out"] / "run_config.json"),
+    ),
+    Case(
+        "garbage-stats",
+        lambda ctx: _garble(ctx["out"] / "stats" / "00000.json"),
+        0,
+        ("shard 00000 was marked done but its stats file", "computed again"),
+        scanned_first=True,
+    ),
+    Case(
+        "corrupt-results",
+        lambda ctx: _garble(ctx["out"] / "results" / "part-00001.parquet", "PAR1xxxxPAR1"),
+        0,
+        ("shard 00001 was marked done but part-00001.parquet changed", "computed again"),
+        scanned_first=True,
+    ),
+    Case(
+        "truncated-results",
+        lambda ctx: _truncate(ctx["out"] / "results" / "part-00000.parquet"),
+        0,
+        ("shard 00000 was marked done",),
+        scanned_first=True,
+    ),
+    Case(
+        "garbage-done-marker",
+        lambda ctx: _garble(ctx["out"] / "done" / "00001"),
+        0,
+        ("done marker is unreadable",),
+        scanned_first=True,
+    ),
+    Case(
+        "lost-plan",
+        lambda ctx: (ctx["out"] / "plan.json").unlink(),
+        0,
+        ("rebuilt it from run_config.json",),
+        scanned_first=True,
+    ),
     # A killed run's unit progress (its worker gone): removed under the lock before any unit starts.
-    Case("stale-progress", lambda ctx: _stale_progress(ctx["out"]), 0, ("progress/search-00000.json: left by a "
-         "worker that stopped",), scanned_first=True),
-    Case("corpus-by-another-path", lambda ctx: ["--out", "run", "CORPUS=" + os.path.relpath(ctx["corpus"], ctx["root"])],
-         0, (), scanned_first=True),
+    Case(
+        "stale-progress",
+        lambda ctx: _stale_progress(ctx["out"]),
+        0,
+        ("progress/search-00000.json: left by a worker that stopped",),
+        scanned_first=True,
+    ),
+    Case(
+        "corpus-by-another-path",
+        lambda ctx: ["--out", "run", "CORPUS=" + os.path.relpath(ctx["corpus"], ctx["root"])],
+        0,
+        (),
+        scanned_first=True,
+    ),
 ]
 
 
 def _stale_progress(out: Path) -> None:
     (out / "progress").mkdir(exist_ok=True)
-    (out / "progress" / "search-00000.json").write_text(json.dumps(
-        {"unit": "search-00000", "pid": _dead_pid(), "heartbeat": 1.0, "candidates_done": 0, "live": []}))
+    (out / "progress" / "search-00000.json").write_text(
+        json.dumps(
+            {"unit": "search-00000", "pid": _dead_pid(), "heartbeat": 1.0, "candidates_done": 0, "live": []}
+        )
+    )
 
 
 def _truncate(path: Path) -> None:
@@ -204,7 +300,10 @@ def test_status_does_not_count_a_truncated_results_file(reference, tmp_path):
     kept = pq.read_table(out / "results" / "part-00001.parquet").to_pylist()
     assert (status["shards_done"], status["shards_total"], status["rows"]) == (1, 2, len(kept))
     assert sum(status["status_counts"].values()) == len(kept)
-    assert list(status["damaged_shards"]) == ["00000"] and "not a readable Parquet file" in status["damaged_shards"]["00000"]
+    assert (
+        list(status["damaged_shards"]) == ["00000"]
+        and "not a readable Parquet file" in status["damaged_shards"]["00000"]
+    )
     assert "warning: shard 00000 is not counted" in got.stderr and "relaunch the scan" in got.stderr
     assert status["phase"] == "write" and status["progress"]["write"]["shards_done"] == 1
     frame = cli("status", str(out), "--watch", "--iterations", "1")
@@ -229,15 +328,27 @@ def test_documents_sharing_an_id_keep_their_own_rows_and_evidence(reference, tin
     _, want, _ = reference
     corpus = write_corpus(tmp_path / "dup.parquet", ids=("same", "same"))
     out = tmp_path / "run"
-    done = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SCAN, "--docs-per-shard", "8",
-               "--allow-duplicate-ids")
+    done = cli(
+        "scan",
+        str(corpus),
+        "--model",
+        str(tiny_dir),
+        "--out",
+        str(out),
+        *SCAN,
+        "--docs-per-shard",
+        "8",
+        "--allow-duplicate-ids",
+    )
     assert done.returncode == 0, done.stderr
     rows = pq.read_table(out / "results").to_pylist()
     assert len(rows) == len(want) and len({r["span_id"] for r in rows}) == len(rows)
     texts = pq.read_table(corpus).column("text").to_pylist()
     for row in rows:
         assert row["doc_id"] == "same"
-        assert row["text"] == texts[int(row["doc_row"].rsplit(":", 1)[1])][row["char_start"]:row["char_end"]]
+        assert (
+            row["text"] == texts[int(row["doc_row"].rsplit(":", 1)[1])][row["char_start"] : row["char_end"]]
+        )
     flagged = [r for r in rows if r["memorized"]]
     assert flagged and all(r["doc_row"] == "dup.parquet:0" and r["text"] in texts[0] for r in flagged)
     assert {r["doc_row"] for r in rows} == {"dup.parquet:0", "dup.parquet:1"}
@@ -250,9 +361,12 @@ def test_documents_sharing_an_id_keep_their_own_rows_and_evidence(reference, tin
 
 def test_readers_refuse_what_is_not_a_run_and_warn_on_an_unfinished_one(reference, tmp_path):
     missing = tmp_path / "nothing"
-    for command in (["export", str(missing), "--out", str(tmp_path / "x.jsonl")],
-                    ["report", str(missing), "--out", str(tmp_path / "x.html")], ["verify", str(missing)],
-                    ["status", str(missing)]):
+    for command in (
+        ["export", str(missing), "--out", str(tmp_path / "x.jsonl")],
+        ["report", str(missing), "--out", str(tmp_path / "x.html")],
+        ["verify", str(missing)],
+        ["status", str(missing)],
+    ):
         got = cli(*command)
         assert got.returncode == 2 and "is not a run directory" in got.stderr, (command, got.stderr[-2000:])
     assert not (tmp_path / "x.jsonl").exists() and not missing.exists()
@@ -275,6 +389,7 @@ def test_csv_cells_that_a_spreadsheet_would_run_are_defused(reference, tmp_path)
         rows = list(csv.DictReader(f))
     assert {r["doc_id"] for r in rows} == {"'" + i for i in IDS}
     cells = [v for r in rows for v in r.values() if v]
+
     def number(v: str) -> bool:
         try:
             return math.isfinite(float(v))
@@ -286,7 +401,9 @@ def test_csv_cells_that_a_spreadsheet_would_run_are_defused(reference, tmp_path)
     assert any(float(r["acr"] or 0) > 1 for r in rows), "numbers stay numbers"
     exact = tmp_path / "all.jsonl"
     assert cli("export", str(run), "--all", "--out", str(exact)).returncode == 0
-    assert {json.loads(line)["doc_id"] for line in exact.read_text().splitlines()} == set(IDS), "JSONL is exact"
+    assert {json.loads(line)["doc_id"] for line in exact.read_text().splitlines()} == set(IDS), (
+        "JSONL is exact"
+    )
 
 
 def test_an_empty_out_is_refused_and_nothing_is_written(reference, tiny_dir, tmp_path):
@@ -308,15 +425,33 @@ def test_ctrl_c_exits_130_saying_how_to_resume_and_a_second_scan_is_locked_out(r
     _, want, _ = reference
     corpus = write_corpus(tmp_path / "corpus.parquet", salad_docs=8)
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "scanner", "scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SCAN]
+    command = [
+        sys.executable,
+        "-m",
+        "scanner",
+        "scan",
+        str(corpus),
+        "--model",
+        str(tiny_dir),
+        "--out",
+        str(out),
+        *SCAN,
+    ]
     # Ctrl-C as from a terminal, whatever the runner's own SIGINT (a runner started with & ignores it)
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     _started(out, proc)
     proc.send_signal(signal.SIGSTOP)
     assert len(list((out / "done").iterdir())) < 10, "frozen before the end"
     second = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SCAN)
-    assert second.returncode == 2 and f"in use by acr-scan pid {proc.pid}" in second.stderr, second.stderr[-2000:]
+    assert second.returncode == 2 and f"in use by acr-scan pid {proc.pid}" in second.stderr, second.stderr[
+        -2000:
+    ]
     proc.send_signal(signal.SIGINT)
     proc.send_signal(signal.SIGCONT)
     _, stderr = proc.communicate(timeout=120)
@@ -348,29 +483,55 @@ def _in_namespace(root: Path, prepare: str, repair: str, command: list[str], siz
     mnt = root / "mnt"
     mnt.mkdir()
     script = NAMESPACE.format(size=size, mnt=mnt, root=root, prepare=prepare, repair=repair)
-    done = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", *command], capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script, "sh", *command], capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr
     read = lambda name: (root / name).read_text()  # noqa: E731
     return int(read("first.rc")), read("first.err"), int(read("second.rc")), read("second.err")
 
 
-@pytest.mark.parametrize("fault, prepare, repair, says", [
-    ("full-disk", "head -c 4190000 /dev/zero > {mnt}/filler || true", "rm {mnt}/filler",
-     ("No space left on device", "relaunch the same command")),
-    # A finished run on a disk turned read-only: the relaunch must say so, not crash, and resume once writable.
-    ("read-only", "cp -r {ref} {mnt}/run && mount -o remount,ro {mnt}", "mount -o remount,rw {mnt}",
-     ("Read-only file system",)),
-], ids=["full-disk", "read-only"])
-def test_a_full_or_read_only_disk_exits_2_and_the_run_resumes(fault, prepare, repair, says, reference, tiny_dir,
-                                                             tmp_path):
+@pytest.mark.parametrize(
+    "fault, prepare, repair, says",
+    [
+        (
+            "full-disk",
+            "head -c 4190000 /dev/zero > {mnt}/filler || true",
+            "rm {mnt}/filler",
+            ("No space left on device", "relaunch the same command"),
+        ),
+        # A finished run on a disk turned read-only: the relaunch must say so, not crash, and resume once writable.
+        (
+            "read-only",
+            "cp -r {ref} {mnt}/run && mount -o remount,ro {mnt}",
+            "mount -o remount,rw {mnt}",
+            ("Read-only file system",),
+        ),
+    ],
+    ids=["full-disk", "read-only"],
+)
+def test_a_full_or_read_only_disk_exits_2_and_the_run_resumes(
+    fault, prepare, repair, says, reference, tiny_dir, tmp_path
+):
     if shutil.which("unshare") is None or os.geteuid() != 0:
         pytest.fail("this test needs root and unshare (util-linux) to mount a private tmpfs")
     corpus, want, finished = reference
     mnt = tmp_path / "mnt"
-    command = [sys.executable, "-m", "scanner", "scan", str(corpus), "--model", str(tiny_dir), "--out",
-               str(mnt / "run"), *SCAN]
-    rc, err, rc2, err2 = _in_namespace(tmp_path, prepare.format(mnt=mnt, ref=finished), repair.format(mnt=mnt), command)
+    command = [
+        sys.executable,
+        "-m",
+        "scanner",
+        "scan",
+        str(corpus),
+        "--model",
+        str(tiny_dir),
+        "--out",
+        str(mnt / "run"),
+        *SCAN,
+    ]
+    rc, err, rc2, err2 = _in_namespace(
+        tmp_path, prepare.format(mnt=mnt, ref=finished), repair.format(mnt=mnt), command
+    )
     assert rc == 2, err[-3000:]
     assert all(text in err for text in says) and "Traceback" not in err, err[-3000:]
     assert rc2 == 0, err2[-3000:]

@@ -22,8 +22,20 @@ from clirun import cli
 
 from scanner.studies.tiny import salad
 
-SCAN = ["--span-tokens", "16", "--context-tokens", "8", "--max-candidates", "0", "--docs-per-shard", "3",
-        "--device", "cpu", "--threads", "1"]
+SCAN = [
+    "--span-tokens",
+    "16",
+    "--context-tokens",
+    "8",
+    "--max-candidates",
+    "0",
+    "--docs-per-shard",
+    "3",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+]
 DOCS = 6  # two row groups of three rows: shard 1 is row group 1
 KEY = ["doc_id", "span_id", "token_start", "token_end", "text", "status", "reason", "greedy_match_rate"]
 
@@ -37,7 +49,9 @@ def write_corpus(path: Path, raw: list[bytes]) -> Path:
     """A corpus whose text column is written byte for byte (a string column; nothing checks UTF-8)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     column = pa.array(raw, pa.binary()).view(pa.string())
-    pq.write_table(pa.table({"id": [f"d{i}" for i in range(len(raw))], "text": column}), path, row_group_size=3)
+    pq.write_table(
+        pa.table({"id": [f"d{i}" for i in range(len(raw))], "text": column}), path, row_group_size=3
+    )
     return path
 
 
@@ -46,7 +60,9 @@ def scan(corpus: Path, model: Path, out: Path):
 
 
 def rows(out: Path) -> list[dict]:
-    return sorted(pq.read_table(out / "results", columns=KEY).to_pylist(), key=lambda r: (r["doc_id"], r["token_start"]))
+    return sorted(
+        pq.read_table(out / "results", columns=KEY).to_pylist(), key=lambda r: (r["doc_id"], r["token_start"])
+    )
 
 
 def assert_fails(result, code: int, *words: str) -> None:
@@ -57,6 +73,7 @@ def assert_fails(result, code: int, *words: str) -> None:
 
 
 # --- damaging a model: each takes a copy of the tiny model directory and returns the --model to pass --
+
 
 def truncate_weights(model: Path) -> Path:
     weights = model / "model.safetensors"
@@ -164,13 +181,30 @@ def garble_tokenizer_config(model: Path) -> Path:
     return model
 
 
-@pytest.mark.parametrize("damage, words", [
-    (shard_with_index, ["model.safetensors.index.json", "names 1 weight file(s) the directory lacks",
-                        "model-00002-of-00002.safetensors", "copy every shard"]),
-    (truncated_torch_bin, ["pytorch_model.bin", "without its central directory", "download or copy it again"]),
-    (garble_weights_header, ["model.safetensors", "corrupt safetensors header", "download or copy it again"]),
-    (garble_tokenizer_config, ["tokenizer_config.json", "is not valid JSON", "restore it"]),
-], ids=lambda v: getattr(v, "__name__", "words"))
+@pytest.mark.parametrize(
+    "damage, words",
+    [
+        (
+            shard_with_index,
+            [
+                "model.safetensors.index.json",
+                "names 1 weight file(s) the directory lacks",
+                "model-00002-of-00002.safetensors",
+                "copy every shard",
+            ],
+        ),
+        (
+            truncated_torch_bin,
+            ["pytorch_model.bin", "without its central directory", "download or copy it again"],
+        ),
+        (
+            garble_weights_header,
+            ["model.safetensors", "corrupt safetensors header", "download or copy it again"],
+        ),
+        (garble_tokenizer_config, ["tokenizer_config.json", "is not valid JSON", "restore it"]),
+    ],
+    ids=lambda v: getattr(v, "__name__", "words"),
+)
 def test_more_model_damage_is_named_by_the_check_in_process(tiny_dir, tmp_path, damage, words):
     """The same check as above, called directly (milliseconds a case) for the rarer layouts."""
     from scanner.config import ModelConfig
@@ -216,19 +250,25 @@ def test_weights_that_pass_the_header_check_but_not_the_loader_are_an_input_erro
     model = tmp_path / "model"
     shutil.copytree(tiny_dir, model)
     config = json.loads((model / "config.json").read_text())
-    (model / "config.json").write_text(json.dumps({**config, "intermediate_size": 2 * config["intermediate_size"]}))
+    (model / "config.json").write_text(
+        json.dumps({**config, "intermediate_size": 2 * config["intermediate_size"]})
+    )
     check_model(ModelConfig(model=str(model)))  # the headers are intact: only loading finds the mismatch
-    with pytest.raises(InputError, match=rf"--model {model}: transformers cannot load it .*config.json and "
-                                         "the weights must belong together"):
+    with pytest.raises(
+        InputError,
+        match=rf"--model {model}: transformers cannot load it .*config.json and "
+        "the weights must belong together",
+    ):
         load_model(ModelConfig(model=str(model), device="cpu"))
 
 
 # --- damaged corpora ----------------------------------------------------------------------------------
 
+
 def garble_footer(file: Path) -> None:
     data = bytearray(file.read_bytes())
     length = int.from_bytes(data[-8:-4], "little")
-    data[-8 - length + 4:-8 - length + 40] = b"\xab" * 36  # magic and length intact, the thrift garbled
+    data[-8 - length + 4 : -8 - length + 40] = b"\xab" * 36  # magic and length intact, the thrift garbled
     file.write_bytes(bytes(data))
 
 
@@ -243,14 +283,18 @@ def garble_page(file: Path) -> None:
     """The header of row group 1's text page overwritten: found only when that row group is read."""
     chunk = pq.read_metadata(file).row_group(1).column(1)
     data = bytearray(file.read_bytes())
-    data[chunk.data_page_offset:chunk.data_page_offset + 12] = b"\xff" * 12
+    data[chunk.data_page_offset : chunk.data_page_offset + 12] = b"\xff" * 12
     file.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("damage, words", [
-    (garble_footer, ["corpus.parquet", "corrupt Parquet footer", "restore it from its source"]),
-    (cut_data, ["corpus.parquet", "row group", "past the end of the", "restore it from its source"]),
-], ids=["corrupt_footer", "data_cut_out"])
+@pytest.mark.parametrize(
+    "damage, words",
+    [
+        (garble_footer, ["corpus.parquet", "corrupt Parquet footer", "restore it from its source"]),
+        (cut_data, ["corpus.parquet", "row group", "past the end of the", "restore it from its source"]),
+    ],
+    ids=["corrupt_footer", "data_cut_out"],
+)
 def test_a_damaged_footer_exits_2_before_the_model_loads(tiny_dir, tmp_path, damage, words):
     corpus = write_corpus(tmp_path / "c" / "corpus.parquet", texts())
     damage(corpus)
@@ -273,8 +317,12 @@ def test_a_non_utf8_row_is_skipped_and_a_damaged_page_exits_2_then_resumes(tiny_
     source = corpus.read_bytes()
     garble_page(corpus)
     out = tmp_path / "run"
-    assert_fails(scan(folder, tiny_dir, out), 2, "'corpus.PARQUET' row group 1 cannot be read",
-                 "restore the file from its source or a backup and relaunch the same command")
+    assert_fails(
+        scan(folder, tiny_dir, out),
+        2,
+        "'corpus.PARQUET' row group 1 cannot be read",
+        "restore the file from its source or a backup and relaunch the same command",
+    )
     screened = sorted(p.name for p in (out / "screen" / "done").iterdir())
     assert screened == ["00000"], "the shard before it is kept (screened, phase 1)"
     corpus.write_bytes(source)
@@ -283,8 +331,12 @@ def test_a_non_utf8_row_is_skipped_and_a_damaged_page_exits_2_then_resumes(tiny_
     table = rows(out)
     bad = [r for r in table if r["doc_id"] == "d1"]
     assert len(bad) == 1 and bad[0]["status"] == "skipped", bad
-    for word in ("'corpus.PARQUET' row group 0, row 1", "column 'text' is not valid UTF-8", "byte 0xff",
-                 "re-encode the text as UTF-8"):
+    for word in (
+        "'corpus.PARQUET' row group 0, row 1",
+        "column 'text' is not valid UTF-8",
+        "byte 0xff",
+        "re-encode the text as UTF-8",
+    ):
         assert word in bad[0]["reason"], bad[0]["reason"]
 
     def others(table):  # every other row as in an uninterrupted run (span ids may name the file: left out)
@@ -295,13 +347,29 @@ def test_a_non_utf8_row_is_skipped_and_a_damaged_page_exits_2_then_resumes(tiny_
 
 # --- acr --file ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name, content, words", [
-    ("t.jsonl", b'{"text": "one"}\n\n{"text": "two"}\nnot json\n', ["t.jsonl line 4: not JSON", 'like {"text": "..."}']),
-    ("t.jsonl", b'{"text": "one"}\n["text"]\n', ["t.jsonl line 2: expected one JSON object per line"]),
-    ("t.jsonl", b'{"text": "one"}\n{"text": "caf\xe9"}\n', ["t.jsonl line 2: not valid UTF-8", "byte 0xe9 at column 14",
-                                                           "save the file as UTF-8"]),
-    ("t.txt", b"first\nsecond\ncaf\xe9 third\n", ["t.txt line 3: not valid UTF-8", "column 4", "save the file as UTF-8"]),
-], ids=["not_json", "not_an_object", "jsonl_not_utf8", "txt_not_utf8"])
+
+@pytest.mark.parametrize(
+    "name, content, words",
+    [
+        (
+            "t.jsonl",
+            b'{"text": "one"}\n\n{"text": "two"}\nnot json\n',
+            ["t.jsonl line 4: not JSON", 'like {"text": "..."}'],
+        ),
+        ("t.jsonl", b'{"text": "one"}\n["text"]\n', ["t.jsonl line 2: expected one JSON object per line"]),
+        (
+            "t.jsonl",
+            b'{"text": "one"}\n{"text": "caf\xe9"}\n',
+            ["t.jsonl line 2: not valid UTF-8", "byte 0xe9 at column 14", "save the file as UTF-8"],
+        ),
+        (
+            "t.txt",
+            b"first\nsecond\ncaf\xe9 third\n",
+            ["t.txt line 3: not valid UTF-8", "column 4", "save the file as UTF-8"],
+        ),
+    ],
+    ids=["not_json", "not_an_object", "jsonl_not_utf8", "txt_not_utf8"],
+)
 def test_a_bad_target_file_exits_2_naming_the_line(tiny_dir, tmp_path, name, content, words):
     file = tmp_path / name
     file.write_bytes(content)
@@ -309,6 +377,7 @@ def test_a_bad_target_file_exits_2_naming_the_line(tiny_dir, tmp_path, name, con
 
 
 # --- the read stage on its own (in process: milliseconds) ----------------------------------------------
+
 
 @pytest.mark.parametrize("text_type", ["string", "large_string", "string_view", "dictionary"])
 def test_every_text_type_reads_a_bad_row_as_a_problem_in_both_read_paths(tmp_path, text_type):
@@ -326,10 +395,14 @@ def test_every_text_type_reads_a_bad_row_as_a_problem_in_both_read_paths(tmp_pat
     assert [d.text for d in docs] == ["one", None, "three", "four", None]
     assert [d.extra["k"] for d in docs] == ["k0", "k1", "k2", None, "k4"]
     assert [d.problem is None for d in docs] == [True, False, True, False, True]  # a null text is no problem
-    assert docs[1].problem.startswith("'c.parquet' row group 0, row 1 (0-based, counted in the file): column "
-                                      "'text' is not valid UTF-8 (byte 0xc3 at byte 2)")
-    assert docs[3].problem.startswith("'c.parquet' row group 1, row 3 (0-based, counted in the file): column "
-                                      "'k' is not valid UTF-8 (byte 0xe9 at byte 0)")
+    assert docs[1].problem.startswith(
+        "'c.parquet' row group 0, row 1 (0-based, counted in the file): column "
+        "'text' is not valid UTF-8 (byte 0xc3 at byte 2)"
+    )
+    assert docs[3].problem.startswith(
+        "'c.parquet' row group 1, row 3 (0-based, counted in the file): column "
+        "'k' is not valid UTF-8 (byte 0xe9 at byte 0)"
+    )
 
 
 def test_an_id_that_is_not_utf8_is_refused_at_open_naming_its_place(tmp_path):
@@ -339,19 +412,28 @@ def test_an_id_that_is_not_utf8_is_refused_at_open_naming_its_place(tmp_path):
 
     ids = pa.array([b"a", b"b", b"c", b"\xff", b"e\xfe"], pa.binary()).view(pa.string())
     pq.write_table(pa.table({"id": ids, "text": ["t"] * 5}), tmp_path / "c.parquet", row_group_size=2)
-    with pytest.raises(InputError, match=r"id column 'id' in .*c.parquet' row group 1, row 3 .* is not valid "
-                                         r"UTF-8 \(byte 0xff at byte 0\), 2 such id\(s\) in the file; re-encode"):
+    with pytest.raises(
+        InputError,
+        match=r"id column 'id' in .*c.parquet' row group 1, row 3 .* is not valid "
+        r"UTF-8 \(byte 0xff at byte 0\), 2 such id\(s\) in the file; re-encode",
+    ):
         open_corpus(CorpusConfig(path=str(tmp_path / "c.parquet")))
 
 
-@pytest.mark.parametrize("options, fix", [
-    (["--text-column", "body"], "pass --text-column with one of them"),
-    (["--id-column", "key"], "pass --id-column with one of them"),
-    (["--keep-columns", "id,genre"], "drop 'genre' from --keep-columns or name one of them there"),
-], ids=["text-column", "id-column", "keep-columns"])
+@pytest.mark.parametrize(
+    "options, fix",
+    [
+        (["--text-column", "body"], "pass --text-column with one of them"),
+        (["--id-column", "key"], "pass --id-column with one of them"),
+        (["--keep-columns", "id,genre"], "drop 'genre' from --keep-columns or name one of them there"),
+    ],
+    ids=["text-column", "id-column", "keep-columns"],
+)
 def test_a_missing_corpus_column_names_the_option_that_asked_for_it(tmp_path, options, fix):
     """Found when the corpus is opened, before the model loads: no run directory is left."""
     corpus = write_corpus(tmp_path / "c.parquet", texts())
-    got = cli("scan", corpus, "--model", tmp_path / "no-model-needed", "--out", tmp_path / "run", *SCAN, *options)
+    got = cli(
+        "scan", corpus, "--model", tmp_path / "no-model-needed", "--out", tmp_path / "run", *SCAN, *options
+    )
     assert_fails(got, 2, f"not found in '{corpus}'", "columns are [id, text]", fix)
     assert not (tmp_path / "run").exists()

@@ -77,9 +77,16 @@ def test_gradient_points_to_the_canary_and_same_seed_same_run(engine):
     scorer = TargetScorer(engine, ids, "margin")
     grad, loss, _ = scorer.gradient(torch.tensor(engine.allowed_ids[:3]))
     assert grad.shape == (3, engine.model.get_input_embeddings().weight.shape[0])
-    assert torch.isinf(grad[:, ~engine.allowed_mask]).all() and torch.isfinite(grad[:, engine.allowed_mask]).all()
+    assert (
+        torch.isinf(grad[:, ~engine.allowed_mask]).all()
+        and torch.isfinite(grad[:, engine.allowed_mask]).all()
+    )
     config = GCGConfig(top_k=32, num_candidates=32, patience=None)
-    runs = [run_one(engine, run_gcg(scorer, engine.allowed_ids[:3], 5, config, torch.Generator().manual_seed(7), 2)).value
-            for _ in range(2)]
+    runs = [
+        run_one(
+            engine, run_gcg(scorer, engine.allowed_ids[:3], 5, config, torch.Generator().manual_seed(7), 2)
+        ).value
+        for _ in range(2)
+    ]
     assert runs[0].losses == runs[1].losses and runs[0].best_ids == runs[1].best_ids
     assert runs[0].best_loss <= loss

@@ -105,8 +105,11 @@ def test_verdicts_of_a_batch_equal_each_alone(any_engine):
     together = any_engine.verify_many(prompts, target)
     for prompt, check in zip(prompts, together, strict=True):
         alone = any_engine.verify_many([prompt], target)[0]
-        assert (check.generated_ids, check.verified_generation, check.matched_tokens) == \
-            (alone.generated_ids, alone.verified_generation, alone.matched_tokens)
+        assert (check.generated_ids, check.verified_generation, check.matched_tokens) == (
+            alone.generated_ids,
+            alone.verified_generation,
+            alone.matched_tokens,
+        )
         assert check.min_margin == alone.min_margin  # teacher-forced: unpadded either way
     assert not all(c.verified_generation for c in together)
     # the tiny model learned its canaries without a chat template: inside one, nothing verifies

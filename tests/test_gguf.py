@@ -43,10 +43,15 @@ def test_gguf_logits_match_hf_directory(tiny_pair):
 @pytest.mark.parametrize("text", TEXTS)
 def test_gguf_tokenizer_encodes_the_same_ids(tiny_pair, text):
     hf, gguf = tiny_pair
-    assert gguf.tokenizer(text, add_special_tokens=False).input_ids == \
-        hf.tokenizer(text, add_special_tokens=False).input_ids
-    assert (gguf.tokenizer.bos_token_id, gguf.tokenizer.eos_token_id, gguf.tokenizer.pad_token_id) == \
-        (hf.tokenizer.bos_token_id, hf.tokenizer.eos_token_id, hf.tokenizer.pad_token_id)
+    assert (
+        gguf.tokenizer(text, add_special_tokens=False).input_ids
+        == hf.tokenizer(text, add_special_tokens=False).input_ids
+    )
+    assert (gguf.tokenizer.bos_token_id, gguf.tokenizer.eos_token_id, gguf.tokenizer.pad_token_id) == (
+        hf.tokenizer.bos_token_id,
+        hf.tokenizer.eos_token_id,
+        hf.tokenizer.pad_token_id,
+    )
 
 
 def test_gguf_keeps_the_bos_its_file_asks_for(tiny_pair):

@@ -44,8 +44,13 @@ def test_several_targets_per_forward_on_gpu(cuda_engine, fast_config):
     assert batched.supported(cuda_engine)
     gen = torch.Generator().manual_seed(0)
     pool = torch.tensor(cuda_engine.allowed_ids)
-    items = [(TargetScorer(cuda_engine, cuda_engine.encode_target(c), "ce"),
-              pool[torch.randint(len(pool), (16, 2 + i), generator=gen)]) for i, c in enumerate(CANARIES)]
+    items = [
+        (
+            TargetScorer(cuda_engine, cuda_engine.encode_target(c), "ce"),
+            pool[torch.randint(len(pool), (16, 2 + i), generator=gen)],
+        )
+        for i, c in enumerate(CANARIES)
+    ]
     alone = [s.score(c) for s, c in items]
     for a, b in zip(alone, batched.scores(cuda_engine, items), strict=True):
         assert torch.allclose(a.loss, b.loss, atol=0.05, rtol=0.02)  # bf16 kernels of other shapes

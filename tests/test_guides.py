@@ -25,7 +25,7 @@ def section(path: Path, title: str) -> str:
     text = path.read_text()
     start = text.index(title)
     end = text.find("\n#", start + len(title))
-    return text[start:end if end > 0 else None]
+    return text[start : end if end > 0 else None]
 
 
 def console_commands(text: str) -> list[str]:
@@ -51,8 +51,12 @@ def shell(tmp_path: Path, tiny_dir: Path) -> dict:
     script = bin_dir / "acr-scan"
     script.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m scanner "$@"\n')
     script.chmod(0o755)
-    env = {**os.environ, "HOME": str(home), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     env.pop("ACR_AUDIT_SAMPLE", None)  # the guide's command at its defaults, the recall audit's included
     env.pop("XDG_CACHE_HOME", None)
     return env
@@ -80,12 +84,20 @@ def test_the_tiny_model_guide_takes_the_time_it_states(tiny_dir, tmp_path):
     start = time.monotonic()
     for command in commands:
         left = limit - (time.monotonic() - start)
-        done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=max(left, 1))
+        done = subprocess.run(
+            ["bash", "-c", command],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=max(left, 1),
+        )
         assert done.returncode == 0, (command, done.stderr[-3000:])
     took = time.monotonic() - start
     assert took < limit, f"the guide says about {limit / SLACK:.0f} s; it took {took:.0f} s"
     flagged = [json.loads(line) for line in (tmp_path / "flagged.jsonl").read_text().splitlines()]
-    assert flagged and all(r["text"].strip() in ISHMAEL for r in flagged), "the memorized sentence, and nothing else"
+    assert flagged and all(r["text"].strip() in ISHMAEL for r in flagged), (
+        "the memorized sentence, and nothing else"
+    )
     plan = json.loads((tmp_path / "run" / "audit_plan.json").read_text())
     assert plan["sample"] == "25%" and plan["size"] == 0, "no search spent, no audit bought"

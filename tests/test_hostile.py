@@ -27,13 +27,31 @@ from scanner.cli.demo import demo_corpus
 
 HOSTILE_ID = "doc-0\x1b]0;pwned\x07\x1b[2J\x9b31m\u202e"
 RAW = ("\x1b]0;", "\x07", "\x1b[2J", "\x9b", "\u202e")  # what a terminal would act on, printed raw
-SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--min-match-rate", "0.8",
-        "--max-candidates", "0", "--calibration-prompts", "0", "--extend-tokens", "0"]
+SCAN = [
+    "--span-tokens",
+    "12",
+    "--stride",
+    "2",
+    "--context-tokens",
+    "16",
+    "--min-match-rate",
+    "0.8",
+    "--max-candidates",
+    "0",
+    "--calibration-prompts",
+    "0",
+    "--extend-tokens",
+    "0",
+]
 
 
 def recheck(bundle: Path, *args):
-    return subprocess.run([sys.executable, str(bundle / "recheck.py"), *map(str, args)], capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, str(bundle / "recheck.py"), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +61,9 @@ def scanned(tiny_dir, tmp_path_factory):
     row = pq.read_table(demo_corpus(root / "demo.parquet")).slice(0, 1).to_pylist()[0]
     assert "Police." in row["text"]
     corpus = root / "hostile.parquet"
-    pq.write_table(pa.table({"id": [HOSTILE_ID], "text": [row["text"].replace("Police.", "Police.\x00")]}), corpus)
+    pq.write_table(
+        pa.table({"id": [HOSTILE_ID], "text": [row["text"].replace("Police.", "Police.\x00")]}), corpus
+    )
     run, bundle = root / "run", root / "bundle"
     done = cli("scan", corpus, "--model", tiny_dir, "--out", run, *SCAN)
     assert done.returncode == 0, done.stderr
@@ -70,8 +90,11 @@ def sha256(path: Path) -> str:
 def rehash(bundle: Path, extra: dict[str, str] | None = None) -> None:
     """manifest.json made to match the bundle's files as they are now (a careful forger's step), with
     `extra` names listed too (name -> sha256)."""
-    files = {p.name: {"sha256": sha256(p), "bytes": p.stat().st_size} for p in bundle.iterdir()
-             if p.name != "manifest.json" and p.is_file()}
+    files = {
+        p.name: {"sha256": sha256(p), "bytes": p.stat().st_size}
+        for p in bundle.iterdir()
+        if p.name != "manifest.json" and p.is_file()
+    }
     files.update({name: {"sha256": digest, "bytes": 1} for name, digest in (extra or {}).items()})
     (bundle / "manifest.json").write_text(json.dumps({"algorithm": "sha256", "files": files}))
 
@@ -95,16 +118,25 @@ def link_out(bundle: Path, name: str) -> None:
 
 TRAVERSAL = {
     # a manifest naming a file outside with its right sha256 must not count toward "bundle intact"
-    "manifest names ../secret": (lambda b, s: rehash(b, {"../secret.txt": sha256(s)}), "the bundle's manifest.json"),
+    "manifest names ../secret": (
+        lambda b, s: rehash(b, {"../secret.txt": sha256(s)}),
+        "the bundle's manifest.json",
+    ),
     "manifest names an absolute path": (lambda b, s: rehash(b, {str(s): sha256(s)}), "is an absolute path"),
-    "manifest names a/../../secret": (lambda b, s: rehash(b, {"a/../../secret.txt": sha256(s)}), "climbs out"),
+    "manifest names a/../../secret": (
+        lambda b, s: rehash(b, {"a/../../secret.txt": sha256(s)}),
+        "climbs out",
+    ),
     # a link in place of recipe.json, to an identical file outside, must not pass as "bundle intact", exit 0
     "recipe.json is a link out": (lambda b, s: link_out(b, "recipe.json"), "symbolic link"),
     "evidence.jsonl is a link out": (lambda b, s: link_out(b, "evidence.jsonl"), "symbolic link"),
     "model.json is a link out": (lambda b, s: link_out(b, "model.json"), "symbolic link"),
     "manifest.json is a link out": (lambda b, s: link_out(b, "manifest.json"), "symbolic link"),
     # model.json's paths joined under --model stay inside it; a secret's sha256 is never printed
-    "model.json names ../secret": (lambda b, s: model_entry(b, "../../secret.txt"), "the evidence's model.json"),
+    "model.json names ../secret": (
+        lambda b, s: model_entry(b, "../../secret.txt"),
+        "the evidence's model.json",
+    ),
     "model.json names an absolute path": (lambda b, s: model_entry(b, str(s)), "is an absolute path"),
 }
 
@@ -181,7 +213,9 @@ def remanifest(folder: Path) -> None:
     files, so that the parsers behind the manifest check meet the damage."""
     from scanner.results.bundle import MANIFEST, manifest
 
-    files = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file() and not p.name.startswith(MANIFEST)}
+    files = {
+        p.name: p.read_bytes() for p in folder.iterdir() if p.is_file() and not p.name.startswith(MANIFEST)
+    }
     (folder / MANIFEST).write_text(json.dumps(manifest(files)))
 
 
@@ -215,17 +249,32 @@ def test_verify_bundle_lists_rows_it_cannot_check_and_prints_ids_escaped(scanned
     copy = shutil.copytree(bundle, tmp_path / "bundle")
     rows = [json.loads(line) for line in (copy / "evidence.jsonl").read_text().splitlines()]
     last = rows[1]["target_ids"][-1]
-    wrong = {**rows[1], "target_ids": [*rows[1]["target_ids"][:-1], last ^ 1]}  # no longer reproduces: id printed
-    lines = [json.dumps(rows[0]), json.dumps({**rows[0], "target_ids": [10**12]}),
-             json.dumps({**rows[0], "target_ids": ["x", None]}), "{damaged", json.dumps(wrong)]
+    wrong = {
+        **rows[1],
+        "target_ids": [*rows[1]["target_ids"][:-1], last ^ 1],
+    }  # no longer reproduces: id printed
+    lines = [
+        json.dumps(rows[0]),
+        json.dumps({**rows[0], "target_ids": [10**12]}),
+        json.dumps({**rows[0], "target_ids": ["x", None]}),
+        "{damaged",
+        json.dumps(wrong),
+    ]
     (copy / "evidence.jsonl").write_text("\n".join(lines) + "\n")
     rehash(copy)
     (copy / f"notes{HOSTILE_ID}.txt").write_text("added")  # a file name with escapes, named as added
     done = cli("verify", "--bundle", copy, "--model", tiny_dir)
     escaped = "doc-0\\x1b]0;pwned\\x07\\x1b[2J\\x9b31m\\u202e"
-    assert_clean(done, 3, "target id 1000000000000 is outside the model's vocabulary",
-                 "evidence.jsonl line 3: no prompt string and target_ids", "evidence.jsonl line 4: not JSON",
-                 f"NOT REPRODUCED {escaped}", f"notes{escaped}.txt: not in manifest.json", "1/2 flagged spans reproduce")
+    assert_clean(
+        done,
+        3,
+        "target id 1000000000000 is outside the model's vocabulary",
+        "evidence.jsonl line 3: no prompt string and target_ids",
+        "evidence.jsonl line 4: not JSON",
+        f"NOT REPRODUCED {escaped}",
+        f"notes{escaped}.txt: not in manifest.json",
+        "1/2 flagged spans reproduce",
+    )
 
 
 def test_recheck_script_skips_a_damaged_row_and_prints_ids_escaped(scanned, tiny_dir, tmp_path):
@@ -237,8 +286,13 @@ def test_recheck_script_skips_a_damaged_row_and_prints_ids_escaped(scanned, tiny
     remanifest(copy)
     done = recheck(copy, "--model", tiny_dir)
     rows = len((copy / "evidence.jsonl").read_text().splitlines())
-    assert_clean(done, 1, f"DAMAGED evidence row {rows}: not JSON", "MATCH doc-0\\x1b]0;pwned\\x07",
-                 f"{rows - 1}/{rows} rows reproduce")
+    assert_clean(
+        done,
+        1,
+        f"DAMAGED evidence row {rows}: not JSON",
+        "MATCH doc-0\\x1b]0;pwned\\x07",
+        f"{rows - 1}/{rows} rows reproduce",
+    )
 
 
 def test_recheck_script_refuses_a_model_path_that_does_not_exist(scanned, tmp_path):
@@ -254,6 +308,7 @@ def test_an_error_message_prints_a_hostile_path_escaped(tiny_dir, tmp_path):
 
 
 # --- output folders: never another's files taken in, replaced or deleted ------------------------------
+
 
 def foreign_pages_file(reports: Path) -> Path:
     (reports / "y-passages").write_text("my own file")
@@ -274,7 +329,10 @@ def out_is_a_folder(reports: Path) -> Path:
 
 REPORT_OUTS = {  # neither the file nor the notes may be deleted, nor an internal temp file named
     "pages folder is a file": (foreign_pages_file, "y-passages exists and is not a folder a report wrote"),
-    "pages folder holds notes": (foreign_pages_folder, "was not written by acr-scan report (it holds 'notes.txt')"),
+    "pages folder holds notes": (
+        foreign_pages_folder,
+        "was not written by acr-scan report (it holds 'notes.txt')",
+    ),
     "--out is a folder": (out_is_a_folder, "y.html is a folder; name the HTML file"),
 }
 
@@ -299,7 +357,10 @@ def test_report_keeps_control_characters_of_the_corpus_out_of_its_html(scanned, 
     _, run, _ = scanned
     for _ in range(2):
         assert_clean(cli("report", run, "--out", tmp_path / "r.html"), 0, "report written")
-    assert sorted(p.suffix for p in (tmp_path / "r-passages").iterdir()) == ["", ".html"]  # the marker, a page
+    assert sorted(p.suffix for p in (tmp_path / "r-passages").iterdir()) == [
+        "",
+        ".html",
+    ]  # the marker, a page
     pages = [tmp_path / "r.html", *(tmp_path / "r-passages").glob("*.html")]
     html = "".join(p.read_text(encoding="utf-8") for p in pages)
     assert not re.search("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]", html)
@@ -316,7 +377,9 @@ def test_report_refuses_a_negative_context(scanned, tmp_path):
 
 def test_report_with_no_context_shows_the_passage_where_it_lies(scanned, tmp_path):
     _, run, _ = scanned
-    assert_clean(cli("report", run, "--out", tmp_path / "r.html", "--context-chars", "0"), 0, "report written")
+    assert_clean(
+        cli("report", run, "--out", tmp_path / "r.html", "--context-chars", "0"), 0, "report written"
+    )
     page = next((tmp_path / "r-passages").glob("*.html")).read_text(encoding="utf-8")
     assert "not at hand" not in page and "in the document, with the text around them" in page
 
@@ -330,8 +393,10 @@ def notes_folder(folder: Path, run: Path) -> None:
     (folder / "notes.txt").write_text("my own file")
 
 
-SCAN_OUTS = {"a plan's folder": (plan_folder, "'sample.json', 'sample.parquet'"),
-             "a folder of notes": (notes_folder, "'notes.txt'")}
+SCAN_OUTS = {
+    "a plan's folder": (plan_folder, "'sample.json', 'sample.parquet'"),
+    "a folder of notes": (notes_folder, "'notes.txt'"),
+}
 
 
 @pytest.mark.parametrize("case", list(SCAN_OUTS))
@@ -343,7 +408,9 @@ def test_scan_writes_into_no_folder_of_others_files(scanned, tiny_dir, tmp_path,
     make(out, run)
     before = sorted(os.listdir(out))
     done = cli("scan", corpus, "--model", tiny_dir, "--out", out, *SCAN)
-    assert_clean(done, 2, f"--out {out} holds files that are not a run directory's", words, "pass a new --out")
+    assert_clean(
+        done, 2, f"--out {out} holds files that are not a run directory's", words, "pass a new --out"
+    )
     assert sorted(os.listdir(out)) == before
 
 
@@ -358,8 +425,17 @@ def test_plan_writes_into_no_run_directory(scanned, tiny_dir):
 
 # --- the one rule and its deliberate copy in recheck.py (which imports nothing of the package) --------
 
-NAMES = {"evidence.jsonl": True, "sub/model.safetensors": True, "../secret": False, "/etc/passwd": False,
-         "a/../../secret": False, "a\\..\\secret": False, "x\x00y": False, "": False, "link": False}
+NAMES = {
+    "evidence.jsonl": True,
+    "sub/model.safetensors": True,
+    "../secret": False,
+    "/etc/passwd": False,
+    "a/../../secret": False,
+    "a\\..\\secret": False,
+    "x\x00y": False,
+    "": False,
+    "link": False,
+}
 
 
 def test_recheck_keeps_the_same_rule_as_the_package(tmp_path):

@@ -34,9 +34,30 @@ from scanner.cli.demo import demo_corpus
 from scanner.config import CorpusConfig, ModelConfig
 from scanner.errors import InputError
 
-SCAN = ["--span-tokens", "12", "--stride", "6", "--context-tokens", "16", "--min-match-rate", "0.8",
-        "--steps", "10", "--candidates", "64", "--top-k", "64", "--restarts", "0", "--max-candidates", "0",
-        "--calibration-prompts", "0", "--extend-tokens", "0"]
+SCAN = [
+    "--span-tokens",
+    "12",
+    "--stride",
+    "6",
+    "--context-tokens",
+    "16",
+    "--min-match-rate",
+    "0.8",
+    "--steps",
+    "10",
+    "--candidates",
+    "64",
+    "--top-k",
+    "64",
+    "--restarts",
+    "0",
+    "--max-candidates",
+    "0",
+    "--calibration-prompts",
+    "0",
+    "--extend-tokens",
+    "0",
+]
 
 
 @dataclass(frozen=True)
@@ -79,7 +100,10 @@ def compare_args(run: Path, out: str, *more) -> list:
 def _two_spans(run: Path) -> list[dict]:
     """A memorized span of the run and another (two units of one span each)."""
     results = pq.read_table(run / "results").to_pylist()
-    return [next(r for r in results if r["status"] == "memorized"), next(r for r in results if r["status"] != "memorized")]
+    return [
+        next(r for r in results if r["status"] == "memorized"),
+        next(r for r in results if r["status"] != "memorized"),
+    ]
 
 
 def copied(c: Scanned, tmp: Path) -> Path:
@@ -119,6 +143,7 @@ def fingerprint(corpus: Path) -> str:
 
 # --- the attacks: each returns the CLI's answer (and leaves what a check below reads) -----------------
 
+
 def b_doctored_after_a_kill(c: Scanned, tmp: Path):
     """Severe: compare killed after its first unit, B's weights replaced by a doctored copy of the same
     size, relaunched. Must not: resume and measure unit 0 on one B and unit 1 on another in one table."""
@@ -142,6 +167,7 @@ def run_config_sealed_field(field, value):
         be believed: the hash covers every key of the run's identity, not only `config`."""
         value_now = fingerprint(c.other) if value == "OTHER" else value
         return cli("export", edited(c.run, tmp / "run", **{field: value_now}), "--bundle", tmp / "bundle")
+
     return attack
 
 
@@ -216,39 +242,101 @@ def no_comparison_folder(c: Scanned, tmp: Path) -> None:
 
 def users_files_untouched(c: Scanned, tmp: Path) -> None:
     assert sorted(os.listdir(tmp / "mine")) == ["logs", "results"]
-    assert os.listdir(tmp / "mine" / "results") == ["mine.txt"] and os.listdir(tmp / "mine" / "logs") == ["mine.txt"]
+    assert os.listdir(tmp / "mine" / "results") == ["mine.txt"] and os.listdir(tmp / "mine" / "logs") == [
+        "mine.txt"
+    ]
 
 
 CASES = {  # name: (attack, exit code, words the answer holds, what it must have left as it was)
-    "compare relaunched on a doctored B": (b_doctored_after_a_kill, 2, (
-        "its files are not the bytes this comparison measured as model B", "model.safetensors (weight): other bytes",
-        "restore the model's files, or compare into a new --out"), one_b_only),
-    "run_config corpus_fingerprint of another corpus": (run_config_sealed_field("corpus_fingerprint", "OTHER"), 2, (
-        "run_config.json was edited after the run started", "corpus fingerprint"), None),
-    "run_config num_docs": (run_config_sealed_field("num_docs", 7), 2, ("was edited after the run started",), None),
-    "run_config docs_per_shard": (run_config_sealed_field("docs_per_shard", 7), 2,
-                                  ("was edited after the run started",), None),
-    "run_config schema_version": (run_config_sealed_field("schema_version", "1"), 2,
-                                  ("was edited after the run started",), None),
-    "run_config model_files": (run_config_sealed_field("model_files", "0" * 64), 2,
-                               ("was edited after the run started",), None),
-    "relaunch on the corpus whose fingerprint was written in": (relaunch_on_another_corpus, 2, (
-        "was edited after the run started",), None),
-    "compare of a run whose row count was edited": (compare_of_an_edited_run, 2,
-                                                    ("was edited after the run started",), no_comparison_folder),
-    "compare with B of A's vocabulary and other merges": (b_of_other_merges, 2, (
-        "tokenizer is not run A's", "sample texts into other token ids"), no_comparison_folder),
-    "export of a hand-edited model.json": (hand_edited_model_record, 2, (
-        "is not the record of the model this run scanned", "restore model.json as the scan wrote it"), None),
-    "scan --out a user folder with results/ and logs/": (user_folder_with_results_and_logs, 2, (
-        "holds files that are not a run directory's", "'logs', 'results'", "pass a new --out"), users_files_untouched),
-    "compare --out inside run A": (compare_out_inside_run_a, 2, ("is inside run A", "pass a folder outside it"),
-                                   no_comparison_folder),
-    "compare --file of an empty file": (empty_file, 2, ("empty.txt holds no target text", "it is empty"),
-                                        no_comparison_folder),
+    "compare relaunched on a doctored B": (
+        b_doctored_after_a_kill,
+        2,
+        (
+            "its files are not the bytes this comparison measured as model B",
+            "model.safetensors (weight): other bytes",
+            "restore the model's files, or compare into a new --out",
+        ),
+        one_b_only,
+    ),
+    "run_config corpus_fingerprint of another corpus": (
+        run_config_sealed_field("corpus_fingerprint", "OTHER"),
+        2,
+        ("run_config.json was edited after the run started", "corpus fingerprint"),
+        None,
+    ),
+    "run_config num_docs": (
+        run_config_sealed_field("num_docs", 7),
+        2,
+        ("was edited after the run started",),
+        None,
+    ),
+    "run_config docs_per_shard": (
+        run_config_sealed_field("docs_per_shard", 7),
+        2,
+        ("was edited after the run started",),
+        None,
+    ),
+    "run_config schema_version": (
+        run_config_sealed_field("schema_version", "1"),
+        2,
+        ("was edited after the run started",),
+        None,
+    ),
+    "run_config model_files": (
+        run_config_sealed_field("model_files", "0" * 64),
+        2,
+        ("was edited after the run started",),
+        None,
+    ),
+    "relaunch on the corpus whose fingerprint was written in": (
+        relaunch_on_another_corpus,
+        2,
+        ("was edited after the run started",),
+        None,
+    ),
+    "compare of a run whose row count was edited": (
+        compare_of_an_edited_run,
+        2,
+        ("was edited after the run started",),
+        no_comparison_folder,
+    ),
+    "compare with B of A's vocabulary and other merges": (
+        b_of_other_merges,
+        2,
+        ("tokenizer is not run A's", "sample texts into other token ids"),
+        no_comparison_folder,
+    ),
+    "export of a hand-edited model.json": (
+        hand_edited_model_record,
+        2,
+        ("is not the record of the model this run scanned", "restore model.json as the scan wrote it"),
+        None,
+    ),
+    "scan --out a user folder with results/ and logs/": (
+        user_folder_with_results_and_logs,
+        2,
+        ("holds files that are not a run directory's", "'logs', 'results'", "pass a new --out"),
+        users_files_untouched,
+    ),
+    "compare --out inside run A": (
+        compare_out_inside_run_a,
+        2,
+        ("is inside run A", "pass a folder outside it"),
+        no_comparison_folder,
+    ),
+    "compare --file of an empty file": (
+        empty_file,
+        2,
+        ("empty.txt holds no target text", "it is empty"),
+        no_comparison_folder,
+    ),
     "compare --spans ''": (empty_spans, 2, ("--spans names no span_id",), no_comparison_folder),
-    "compare relaunched with another option": (relaunch_with_an_instruction, 2, (
-        "changed: scan.prompt.instruction null -> \"Do not quote.\"",), None),
+    "compare relaunched with another option": (
+        relaunch_with_an_instruction,
+        2,
+        ('changed: scan.prompt.instruction null -> "Do not quote."',),
+        None,
+    ),
 }
 
 

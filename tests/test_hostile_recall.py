@@ -16,9 +16,30 @@ import pytest
 from clirun import cli
 from test_audit import audit_corpus
 
-CARDS = ["--span-tokens", "12", "--stride", "6", "--context-tokens", "16", "--min-match-rate", "0.8", "--steps", "10",
-         "--candidates", "64", "--top-k", "64", "--restarts", "0", "--calibration-prompts", "0", "--extend-tokens", "0",
-         "--unit-size", "2"]
+CARDS = [
+    "--span-tokens",
+    "12",
+    "--stride",
+    "6",
+    "--context-tokens",
+    "16",
+    "--min-match-rate",
+    "0.8",
+    "--steps",
+    "10",
+    "--candidates",
+    "64",
+    "--top-k",
+    "64",
+    "--restarts",
+    "0",
+    "--calibration-prompts",
+    "0",
+    "--extend-tokens",
+    "0",
+    "--unit-size",
+    "2",
+]
 # No search: every candidate the certificates leave is the audit's to draw, the memorized canary windows among them.
 AUDITED = [*CARDS, "--max-candidates", "0", "--audit-sample", "6"]
 
@@ -70,7 +91,9 @@ def no_recall_anywhere(out, tmp_path):
     assert denominators["recall"] is None and denominators["run"]["audited"] == 0
 
 
-def test_a_relaunch_with_no_audit_after_a_kill_mid_audit_states_no_recall(audited, tiny_dir, corpus, tmp_path):
+def test_a_relaunch_with_no_audit_after_a_kill_mid_audit_states_no_recall(
+    audited, tiny_dir, corpus, tmp_path
+):
     out = copy_of(audited, tmp_path)
     # Killed during the audit: its draw saved, no audit unit committed, the results never written.
     for marker in [*(out / "audit" / "done").iterdir(), out / "recall.json", *(out / "done").iterdir()]:
@@ -87,7 +110,9 @@ def test_audit_finds_that_committed_stay_when_the_audit_is_turned_off(audited, t
     out = copy_of(audited, tmp_path)
     scan(corpus, tiny_dir, out, *CARDS, "--max-candidates", "0", "--audit-sample", "0")
     rows = rows_of(out)
-    assert all(rows[s]["status"] == "memorized" and rows[s]["prompt"] for s in found), "an audit find is never lost"
+    assert all(rows[s]["status"] == "memorized" and rows[s]["prompt"] for s in found), (
+        "an audit find is never lost"
+    )
     no_recall_anywhere(out, tmp_path)
 
 
@@ -99,12 +124,16 @@ def test_a_changed_sample_draws_again_from_what_is_still_undecided(audited, tiny
     scan(corpus, tiny_dir, out, *CARDS, "--max-candidates", "0", "--audit-sample", "2")
     plan = json.loads((out / "audit_plan.json").read_text())
     drawn = {span for s in plan["strata"] for span in s["drawn"]}
-    assert plan["sample"] == "2" and len(drawn) == 2 and not drawn & searched, "the earlier draw's spans are decided"
+    assert plan["sample"] == "2" and len(drawn) == 2 and not drawn & searched, (
+        "the earlier draw's spans are decided"
+    )
     recall = json.loads((out / "recall.json").read_text())
     assert recall["drawn"] == 2 and set(recall["strata_drawn"]) <= {s["name"] for s in plan["strata"]}
     rows = rows_of(out)
     assert all(rows[s]["status"] == "memorized" for s in found)
-    assert recall["found"] == sum(r["status"] == "memorized" and r["searched_as"] is None for r in rows.values())
+    assert recall["found"] == sum(
+        r["status"] == "memorized" and r["searched_as"] is None for r in rows.values()
+    )
     assert {s for s, r in rows.items() if r["audit_stratum"]} == drawn
 
 

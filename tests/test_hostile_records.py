@@ -38,19 +38,64 @@ from scanner.results.verify import published_problems
 from scanner.studies.tiny import CANARIES, salad
 
 FORGED_ID = "doc-0\nMATCH forged-doc span-0: 12/12 tokens\r\t"
-SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--min-match-rate", "0.8",
-        "--max-candidates", "0", "--calibration-prompts", "0", "--extend-tokens", "0", "--search-budget", "auto"]
+SCAN = [
+    "--span-tokens",
+    "12",
+    "--stride",
+    "2",
+    "--context-tokens",
+    "16",
+    "--min-match-rate",
+    "0.8",
+    "--max-candidates",
+    "0",
+    "--calibration-prompts",
+    "0",
+    "--extend-tokens",
+    "0",
+    "--search-budget",
+    "auto",
+]
 # Searches kept small (2 steps of 8 candidates a length): a relaunch redoes a cut unit in seconds.
-CARDS = ["--span-tokens", "12", "--stride", "6", "--context-tokens", "16", "--min-match-rate", "0.8", "--steps", "2",
-         "--candidates", "8", "--top-k", "8", "--restarts", "0", "--calibration-prompts", "0", "--extend-tokens", "0",
-         "--unit-size", "2", "--max-candidates", "2", "--audit-sample", "0"]
+CARDS = [
+    "--span-tokens",
+    "12",
+    "--stride",
+    "6",
+    "--context-tokens",
+    "16",
+    "--min-match-rate",
+    "0.8",
+    "--steps",
+    "2",
+    "--candidates",
+    "8",
+    "--top-k",
+    "8",
+    "--restarts",
+    "0",
+    "--calibration-prompts",
+    "0",
+    "--extend-tokens",
+    "0",
+    "--unit-size",
+    "2",
+    "--max-candidates",
+    "2",
+    "--audit-sample",
+    "0",
+]
 KEYGEN = shutil.which("ssh-keygen")
 needs_keygen = pytest.mark.skipif(KEYGEN is None, reason="ssh-keygen is not installed")
 
 
 def recheck(bundle: Path, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-I", str(bundle / "recheck.py"), *map(str, args)], capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-I", str(bundle / "recheck.py"), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def assert_clean(result, code: int, *words: str) -> str:
@@ -64,7 +109,9 @@ def assert_clean(result, code: int, *words: str) -> str:
 
 
 def keygen(path: Path, passphrase: str = "") -> Path:
-    subprocess.run([KEYGEN, "-q", "-t", "ed25519", "-N", passphrase, "-C", path.name, "-f", str(path)], check=True)
+    subprocess.run(
+        [KEYGEN, "-q", "-t", "ed25519", "-N", passphrase, "-C", path.name, "-f", str(path)], check=True
+    )
     return path
 
 
@@ -90,13 +137,16 @@ def cut_run(tiny_dir, tmp_path_factory):
     corpus = root / "corpus.parquet"
     pq.write_table(pa.table({"id": [f"d{i}" for i in range(3)], "text": texts}), corpus)
     run = root / "run"
-    assert_clean(cli("scan", corpus, "--model", tiny_dir, "--out", run, *CARDS, "--search-budget", "0.001s"), 0)
+    assert_clean(
+        cli("scan", corpus, "--model", tiny_dir, "--out", run, *CARDS, "--search-budget", "0.001s"), 0
+    )
     stats = json.loads((run / "search" / "stats" / "00000.json").read_text())
     assert len(stats["cut"]) == 2, stats
     return corpus, run
 
 
 # --- signing through cryptography: passphrase keys, allowed_signers, --signer errors ----------------------
+
 
 @needs_keygen
 def test_a_passphrase_protected_key_signs_what_ssh_keygen_verifies(scanned, tmp_path, monkeypatch):
@@ -109,19 +159,39 @@ def test_a_passphrase_protected_key_signs_what_ssh_keygen_verifies(scanned, tmp_
     allowed = tmp_path / "allowed_signers"
     allowed.write_text(f"me@example {Path(str(key) + '.pub').read_text()}")
     with open(bundle / MANIFEST, "rb") as manifest:
-        checked = subprocess.run([KEYGEN, "-Y", "verify", "-f", str(allowed), "-I", "me@example", "-n",
-                                  "acr-scanner-bundle", "-s", str(bundle / SIGNATURE)], stdin=manifest,
-                                 capture_output=True, text=True)
+        checked = subprocess.run(
+            [
+                KEYGEN,
+                "-Y",
+                "verify",
+                "-f",
+                str(allowed),
+                "-I",
+                "me@example",
+                "-n",
+                "acr-scanner-bundle",
+                "-s",
+                str(bundle / SIGNATURE),
+            ],
+            stdin=manifest,
+            capture_output=True,
+            text=True,
+        )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert published_problems(bundle, None, str(key) + ".pub") == []
 
 
 @needs_keygen
-@pytest.mark.parametrize(("passphrase", "words"), [
-    ("wrong", "the passphrase does not unlock the key"),
-    (None, "set ACR_SIGN_PASSPHRASE"),  # no terminal to ask on (pytest's stdin)
-])
-def test_a_passphrase_that_does_not_unlock_the_key_is_named(scanned, tmp_path, monkeypatch, passphrase, words):
+@pytest.mark.parametrize(
+    ("passphrase", "words"),
+    [
+        ("wrong", "the passphrase does not unlock the key"),
+        (None, "set ACR_SIGN_PASSPHRASE"),  # no terminal to ask on (pytest's stdin)
+    ],
+)
+def test_a_passphrase_that_does_not_unlock_the_key_is_named(
+    scanned, tmp_path, monkeypatch, passphrase, words
+):
     _, run, _ = scanned
     key = keygen(tmp_path / "signer", "correct horse")
     if passphrase is None:
@@ -138,30 +208,47 @@ def test_the_signer_writes_ssh_keygens_bytes_and_every_allowed_signer_is_read(sc
     _, _, bundle = scanned
     key, other = keygen(tmp_path / "second"), keygen(tmp_path / "first")
     copy = shutil.copytree(bundle, tmp_path / "bundle")
-    subprocess.run([KEYGEN, "-q", "-Y", "sign", "-f", str(key), "-n", "acr-scanner-bundle", str(copy / MANIFEST)],
-                   check=True, capture_output=True)
-    assert sign_manifest((copy / MANIFEST).read_bytes(), str(key)) == (copy / SIGNATURE).read_bytes()  # byte for byte
+    subprocess.run(
+        [KEYGEN, "-q", "-Y", "sign", "-f", str(key), "-n", "acr-scanner-bundle", str(copy / MANIFEST)],
+        check=True,
+        capture_output=True,
+    )
+    assert (
+        sign_manifest((copy / MANIFEST).read_bytes(), str(key)) == (copy / SIGNATURE).read_bytes()
+    )  # byte for byte
     public, first = Path(str(key) + ".pub").read_text(), Path(str(other) + ".pub").read_text()
     allowed = tmp_path / "allowed_signers"
-    allowed.write_text(f"# signers\nfirst@example {first}second@example namespaces=\"acr-scanner-bundle\" {public}")
+    allowed.write_text(
+        f'# signers\nfirst@example {first}second@example namespaces="acr-scanner-bundle" {public}'
+    )
     assert published_problems(copy, None, str(allowed)) == []
     assert script.bundle_problems(copy, None, str(allowed)) == []
-    allowed.write_text(f"first@example {first}second@example namespaces=\"git\" {public}")  # not for bundles
+    allowed.write_text(f'first@example {first}second@example namespaces="git" {public}')  # not for bundles
     assert published_problems(copy, None, str(allowed)) == [
-        f"{SIGNATURE}: signed by another key than --signer; the manifest is not signed by {allowed}"]
+        f"{SIGNATURE}: signed by another key than --signer; the manifest is not signed by {allowed}"
+    ]
 
 
 # RFC 8032 section 7.1, tests 1-3: (secret seed, public key, message, signature)
 RFC_8032 = [
-    ("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60",
-     "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a", "",
-     "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b"),
-    ("4ccd089b28ff96da9db6c346ec114e0f5b8a319f35aba624da8cf6ed4fb8a6fb",
-     "3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c", "72",
-     "92a009a9f0d4cab8720e820b5f642540a2b27b5416503f8fb3762223ebdb69da085ac1e43e15996e458f3613d0f11d8c387b2eaeb4302aeeb00d291612bb0c00"),
-    ("c5aa8df43f9f837bedb7442f31dcb7b166d38535076f094b85ce3a2e0b4458f7",
-     "fc51cd8e6218a1a38da47ed00230f0580816ed13ba3303ac5deb911548908025", "af82",
-     "6291d657deec24024827e69c3abe01a30ce548a284743a445e3680d7db5ac3ac18ff9b538d16f290ae67f760984dc6594a7c15e9716ed28dc027beceea1ec40a"),
+    (
+        "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60",
+        "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a",
+        "",
+        "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b",
+    ),
+    (
+        "4ccd089b28ff96da9db6c346ec114e0f5b8a319f35aba624da8cf6ed4fb8a6fb",
+        "3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c",
+        "72",
+        "92a009a9f0d4cab8720e820b5f642540a2b27b5416503f8fb3762223ebdb69da085ac1e43e15996e458f3613d0f11d8c387b2eaeb4302aeeb00d291612bb0c00",
+    ),
+    (
+        "c5aa8df43f9f837bedb7442f31dcb7b166d38535076f094b85ce3a2e0b4458f7",
+        "fc51cd8e6218a1a38da47ed00230f0580816ed13ba3303ac5deb911548908025",
+        "af82",
+        "6291d657deec24024827e69c3abe01a30ce548a284743a445e3680d7db5ac3ac18ff9b538d16f290ae67f760984dc6594a7c15e9716ed28dc027beceea1ec40a",
+    ),
 ]
 
 
@@ -180,8 +267,11 @@ def signed_copy(bundle: Path, where: Path) -> Path:
 
     copy = shutil.copytree(bundle, where / "signed")
     key = where / "key"
-    key.write_bytes(Ed25519PrivateKey.generate().private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()))
+    key.write_bytes(
+        Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+        )
+    )
     (copy / SIGNATURE).write_bytes(sign_manifest((copy / MANIFEST).read_bytes(), str(key)))
     return copy
 
@@ -190,18 +280,25 @@ def signed_copy(bundle: Path, where: Path) -> Path:
 def test_a_signer_that_is_no_key_file_is_named_by_verify_and_recheck(scanned, tiny_dir, tmp_path, signer):
     """Named, with no traceback (IsADirectoryError, FileNotFoundError)."""
     bundle = signed_copy(scanned[2], tmp_path)
-    path = {"folder": tmp_path, "missing": tmp_path / "absent.pub", "not a key": tmp_path / "notes.txt"}[signer]
+    path = {"folder": tmp_path, "missing": tmp_path / "absent.pub", "not a key": tmp_path / "notes.txt"}[
+        signer
+    ]
     if signer == "not a key":
         path.write_text("hello\n")
-    words = f"--signer {path}: " + {"folder": "a folder", "missing": "no such file", "not a key": "not readable"}[signer]
+    words = (
+        f"--signer {path}: "
+        + {"folder": "a folder", "missing": "no such file", "not a key": "not readable"}[signer]
+    )
     assert_clean(recheck(bundle, "--model", tiny_dir, "--signer", path), 2, words)
     assert_clean(cli("verify", "--bundle", bundle, "--model", tiny_dir, "--signer", path), 2, words)
 
 
 # --- records a relaunch reads back: named, redone, never believed -------------------------------------------
 
+
 def with_cut(record):
     """A damage of the cut unit's stats: its first span's record replaced by `record(span's record)`."""
+
     def damage(run: Path) -> str:
         path = run / "search" / "stats" / "00000.json"
         stats = json.loads(path.read_text())
@@ -209,12 +306,21 @@ def with_cut(record):
         stats["cut"][span] = record(stats["cut"][span])
         path.write_text(json.dumps(stats))
         return span
+
     return damage
 
 
 # The schedule's first length (0, the empty prompt) said to have succeeded, with no prompt found.
-CLAIMED = {"tried": [[0, True]], "refuted": [], "found": None, "length": None, "trial": 0, "steps": 0,
-           "prompt_ids": None, "prompt": None}
+CLAIMED = {
+    "tried": [[0, True]],
+    "refuted": [],
+    "found": None,
+    "length": None,
+    "trial": 0,
+    "steps": 0,
+    "prompt_ids": None,
+    "prompt": None,
+}
 CUT_RECORDS = {
     "a success with no prompt": with_cut(lambda c: {**c, "resume": CLAIMED}),
     "a record that is a list": with_cut(lambda c: [1, 2]),
@@ -254,7 +360,9 @@ def test_a_relaunch_searches_again_what_a_bad_cut_record_claims(cut_run, tiny_di
     again = cli("scan", corpus, "--model", tiny_dir, "--out", copy, *CARDS, "--search-budget", "600s")
     assert_clean(again, 0, "holds a cut search record that cannot be believed", "it will be computed again")
     row = next(r for r in pq.read_table(copy / "results").to_pylist() if r["span_id"] == span)
-    assert row["status"] in ("memorized", "not_memorized") and row["steps"] > 0 and row["attempts"], row["status"]
+    assert row["status"] in ("memorized", "not_memorized") and row["steps"] > 0 and row["attempts"], row[
+        "status"
+    ]
 
 
 def pid_true(run: Path) -> None:
@@ -262,9 +370,22 @@ def pid_true(run: Path) -> None:
 
 
 def stop_of_another_shape(run: Path) -> None:
-    (run / "search_stop.json").write_text(json.dumps({
-        "budget": "auto", "unit": True, "unit_name": "search-00000", "verdicts": 64, "window": 64, "memorized": 0,
-        "at_least": 1, "why": "forged", "units_left": 0, "candidates_left": 0}))
+    (run / "search_stop.json").write_text(
+        json.dumps(
+            {
+                "budget": "auto",
+                "unit": True,
+                "unit_name": "search-00000",
+                "verdicts": 64,
+                "window": 64,
+                "memorized": 0,
+                "at_least": 1,
+                "why": "forged",
+                "units_left": 0,
+                "candidates_left": 0,
+            }
+        )
+    )
 
 
 def recall_of_another_shape(run: Path) -> None:
@@ -272,8 +393,9 @@ def recall_of_another_shape(run: Path) -> None:
 
 
 def audit_plan_of_another_shape(run: Path) -> None:
-    (run / "audit_plan.json").write_text(json.dumps({"key": "k", "sample": 2, "seed": 0, "strata": [],
-                                                     "units": 7}))
+    (run / "audit_plan.json").write_text(
+        json.dumps({"key": "k", "sample": 2, "seed": 0, "strata": [], "units": 7})
+    )
 
 
 def given_up_of_another_shape(run: Path) -> None:
@@ -282,14 +404,20 @@ def given_up_of_another_shape(run: Path) -> None:
 
 
 RUN_RECORDS = {  # damage, then what `status --json` shows of it
-    "a lock with pid true": (pid_true, lambda s: s["scan_process"]["running"] is False
-                             and "names no process" in s["scan_process"]["why"]),
+    "a lock with pid true": (
+        pid_true,
+        lambda s: s["scan_process"]["running"] is False and "names no process" in s["scan_process"]["why"],
+    ),
     "a search_stop.json of another shape": (stop_of_another_shape, lambda s: s["phases"]["stopped"] is None),
     "a recall.json of another shape": (recall_of_another_shape, lambda s: s["recall"] is None),
-    "an audit_plan.json of another shape": (audit_plan_of_another_shape,
-                                            lambda s: s["progress"]["audit"]["units_total"] is None),
-    "a given_up.json of another shape": (given_up_of_another_shape,
-                                         lambda s: s["progress"]["given_up"] == {"count": 0, "last": None}),
+    "an audit_plan.json of another shape": (
+        audit_plan_of_another_shape,
+        lambda s: s["progress"]["audit"]["units_total"] is None,
+    ),
+    "a given_up.json of another shape": (
+        given_up_of_another_shape,
+        lambda s: s["progress"]["given_up"] == {"count": 0, "last": None},
+    ),
 }
 
 
@@ -321,25 +449,38 @@ def test_a_lock_naming_no_process_is_taken_over_and_a_bad_recall_is_not_reported
 
 # --- budgets no scan can spend --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("unit", ["steps", "s", "h"])
 def test_a_budget_beyond_any_scan_is_refused(scanned, tiny_dir, tmp_path, unit):
     """Must not: raise OverflowError (exit 1) on 401 digits of steps, or take 401 digits of seconds for an
     infinite budget (`Infinity` in status)."""
     root, _, _ = scanned
     budget = "1" + "0" * 400 + unit
-    done = cli("scan", root / "forged.parquet", "--model", tiny_dir, "--out", tmp_path / "run", *SCAN[:-2],
-               "--search-budget", budget)
+    done = cli(
+        "scan",
+        root / "forged.parquet",
+        "--model",
+        tiny_dir,
+        "--out",
+        tmp_path / "run",
+        *SCAN[:-2],
+        "--search-budget",
+        budget,
+    )
     assert_clean(done, 2, "is more than any scan spends", "leave --search-budget out for no ceiling")
     assert not (tmp_path / "run").exists()
 
 
 # --- bundles: ids escaped, link loops, model links, an empty model record ---------------------------------
 
+
 def rehash(bundle: Path) -> None:
     """manifest.json made to match the bundle's files as they are (what a careful forger does)."""
     from scanner.results.bundle import manifest
 
-    files = {p.name: p.read_bytes() for p in bundle.iterdir() if p.is_file() and not p.name.startswith(MANIFEST)}
+    files = {
+        p.name: p.read_bytes() for p in bundle.iterdir() if p.is_file() and not p.name.startswith(MANIFEST)
+    }
     (bundle / MANIFEST).write_text(json.dumps(manifest(files)))
 
 
@@ -365,8 +506,11 @@ def model_links_out(bundle: Path, model: Path) -> None:
 BUNDLES = {  # damage(bundle, model copy) -> (verify's exit and words, recheck.py's exit and words)
     "a symbolic link loop": (link_loop, (2, "symbolic link loop"), (2, "symbolic link loop")),
     "model.json listing no files": (no_model_files, (2, "lists no weight file"), (1, "lists no weight file")),
-    "a model file linking out": (model_links_out, (2, "leading outside the model folder"),
-                                 (1, "leading outside the model folder")),
+    "a model file linking out": (
+        model_links_out,
+        (2, "leading outside the model folder"),
+        (1, "leading outside the model folder"),
+    ),
 }
 
 
@@ -384,7 +528,9 @@ def test_verify_and_recheck_refuse_a_hostile_bundle_or_model_folder(scanned, tin
     assert "rows reproduce" not in out and secret not in out
 
 
-def test_ids_holding_a_newline_are_printed_escaped_and_recheck_warns_without_expect(scanned, tiny_dir, tmp_path):
+def test_ids_holding_a_newline_are_printed_escaped_and_recheck_warns_without_expect(
+    scanned, tiny_dir, tmp_path
+):
     """verify and recheck.py must not print a doc_id's newline raw: it would forge a "MATCH forged-doc"
     line."""
     _, _, bundle = scanned
@@ -395,7 +541,10 @@ def test_ids_holding_a_newline_are_printed_escaped_and_recheck_warns_without_exp
     (copy / "evidence.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [wrong, *rows[1:]]))
     rehash(copy)
     escaped = "doc-0\\nMATCH forged-doc span-0: 12/12 tokens\\r\\t"
-    for done, code in ((cli("verify", "--bundle", copy, "--model", tiny_dir), 3), (recheck(copy, "--model", tiny_dir), 1)):
+    for done, code in (
+        (cli("verify", "--bundle", copy, "--model", tiny_dir), 3),
+        (recheck(copy, "--model", tiny_dir), 1),
+    ):
         out = assert_clean(done, code, escaped)
         assert not any(line.startswith("MATCH forged-doc") for line in out.splitlines()), out
     assert "WARNING manifest.json was NOT checked against a published figure" in done.stdout

@@ -13,9 +13,27 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "scanner"
 # docs/architecture.md: a folder may import its own modules and any folder on a lower floor.
-FLOORS = {"__main__": 11, "cli": 10, "api": 9, "run": 8, "studies": 8, "executors": 7, "stages": 6, "search": 5,
-          "results": 5, "ingest": 5, "engine": 4, "storage": 4, "measures": 3, "config": 2, "confine": 2, "schema": 1,
-          "errors": 1, "stop": 1, "__init__": 0}
+FLOORS = {
+    "__main__": 11,
+    "cli": 10,
+    "api": 9,
+    "run": 8,
+    "studies": 8,
+    "executors": 7,
+    "stages": 6,
+    "search": 5,
+    "results": 5,
+    "ingest": 5,
+    "engine": 4,
+    "storage": 4,
+    "measures": 3,
+    "config": 2,
+    "confine": 2,
+    "schema": 1,
+    "errors": 1,
+    "stop": 1,
+    "__init__": 0,
+}
 ROOT_MODULES = {"__init__.py", "__main__.py", "api.py", "config.py", "confine.py", "errors.py", "stop.py"}
 # The package root names the API (scanner.measure, scanner.scan) and loads it on first use (PEP 562), so
 # `import scanner`, which every module does for __version__, imports nothing else.
@@ -59,8 +77,9 @@ def test_every_folder_has_a_floor():
 
 def test_importing_the_package_loads_no_module_of_it():
     code = "import sys, scanner; print(sorted(m for m in sys.modules if m.startswith('scanner.')))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=PACKAGE.parent)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PACKAGE.parent
+    )
     assert out.stdout.strip() == "[]", out.stdout
 
 
@@ -87,7 +106,7 @@ def test_no_import_cycles():
         state[node] = 1
         for nxt in sorted(edges.get(node, ())):
             if state[nxt] == 1:
-                cycles.append(stack[stack.index(nxt):] + [nxt])
+                cycles.append(stack[stack.index(nxt) :] + [nxt])
             elif state[nxt] == 0:
                 visit(nxt, stack + [nxt])
         state[node] = 2
@@ -107,7 +126,9 @@ def test_pure_and_reading_folders_import_no_torch_at_module_level(pure):
         for node in ast.parse(path.read_text()).body:  # module level only; lazy imports may load torch
             if isinstance(node, ast.Import | ast.ImportFrom):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-                heavy += [f"{module}: {n}" for n in names if n.split(".")[0] in ("torch", "transformers", "vllm")]
+                heavy += [
+                    f"{module}: {n}" for n in names if n.split(".")[0] in ("torch", "transformers", "vllm")
+                ]
     assert not heavy, f"{pure}/ imports a heavy library at module level: {heavy}"
 
 
@@ -120,5 +141,7 @@ def test_configs_and_the_schema_never_import_torch_even_lazily():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import | ast.ImportFrom):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-                heavy += [f"{module}: {n}" for n in names if n.split(".")[0] in ("torch", "transformers", "vllm")]
+                heavy += [
+                    f"{module}: {n}" for n in names if n.split(".")[0] in ("torch", "transformers", "vllm")
+                ]
     assert not heavy, heavy

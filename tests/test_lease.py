@@ -48,12 +48,19 @@ def on_host(host: str, command: list[str], lease: float, **popen) -> subprocess.
         pytest.fail("this test needs root and unshare (util-linux) for a UTS namespace per host")
     env = {**os.environ, "ACR_LOCK_LEASE_S": str(lease), "PYTHONPATH": str(Path(__file__).parent.parent)}
     script = 'hostname "$0" && exec "$@"'
-    return subprocess.Popen(["unshare", "--uts", "sh", "-c", script, host, *command], env=env, text=True, **popen)
+    return subprocess.Popen(
+        ["unshare", "--uts", "sh", "-c", script, host, *command], env=env, text=True, **popen
+    )
 
 
 def hold(host: str, run: Path, seconds: float, lease: float) -> subprocess.Popen:
-    return on_host(host, [sys.executable, "-c", HOLD, str(run), str(seconds)], lease, stdout=subprocess.PIPE,
-                   stderr=subprocess.PIPE)
+    return on_host(
+        host,
+        [sys.executable, "-c", HOLD, str(run), str(seconds)],
+        lease,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
@@ -96,7 +103,9 @@ def test_another_hosts_lock_not_renewed_within_its_lease_is_taken_over_naming_it
     assert scan_process(run)["running"] is False and "not renewed it for 30 s" in scan_process(run)["why"]
     with caplog.at_level(logging.WARNING, logger="scanner.storage.lock"), run_lock(run):
         assert json.loads((run / "lock").read_text())["host"] == socket.gethostname()
-    assert "taking over the lock of pid 4242 on node-a: host node-a has not renewed it for 30 s" in caplog.text
+    assert (
+        "taking over the lock of pid 4242 on node-a: host node-a has not renewed it for 30 s" in caplog.text
+    )
     # one renewed a moment ago is waited for, at most its lease, then taken over unrenewed
     (run / "lock").write_text(json.dumps({"host": "node-a", "pid": 4343, "since": "then", "lease_s": 1.0}))
     start = time.monotonic()
@@ -138,23 +147,46 @@ def test_of_many_takers_of_a_stale_lock_exactly_one_holds_it(tmp_path):
     dead.wait()
     (run / "lock").write_text(json.dumps({"host": socket.gethostname(), "pid": dead.pid, "since": "then"}))
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
-    takers = [subprocess.Popen([sys.executable, "-c", HOLD, str(run), "4"], env=env, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(6)]
+    takers = [
+        subprocess.Popen(
+            [sys.executable, "-c", HOLD, str(run), "4"],
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(6)
+    ]
     said = [t.communicate(timeout=120) for t in takers]
     held = [out for out, _ in said if out.strip() == "held"]
     assert len(held) == 1, said
-    assert all(t.returncode == 2 and "in use by acr-scan pid" in out for t, (out, _) in zip(takers, said, strict=True)
-               if out.strip() != "held"), said
+    assert all(
+        t.returncode == 2 and "in use by acr-scan pid" in out
+        for t, (out, _) in zip(takers, said, strict=True)
+        if out.strip() != "held"
+    ), said
 
 
-def test_a_scan_killed_on_one_host_is_relaunched_on_another_and_ends_in_the_same_table(reference, tiny_dir,
-                                                                                     tmp_path):
+def test_a_scan_killed_on_one_host_is_relaunched_on_another_and_ends_in_the_same_table(
+    reference, tiny_dir, tmp_path
+):
     """The killed scan's lease runs out and the relaunch takes its lock over: it must not exit 2 on the
     old host's lock until someone deletes RUN/lock."""
     _, want, _ = reference
     corpus = write_corpus(tmp_path / "corpus.parquet", salad_docs=3)
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "scanner", "scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SCAN]
+    command = [
+        sys.executable,
+        "-m",
+        "scanner",
+        "scan",
+        str(corpus),
+        "--model",
+        str(tiny_dir),
+        "--out",
+        str(out),
+        *SCAN,
+    ]
     first = on_host("node-a", command, 2.0, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     test_faults._started(out, first)
     first.send_signal(signal.SIGKILL)
@@ -163,7 +195,9 @@ def test_a_scan_killed_on_one_host_is_relaunched_on_another_and_ends_in_the_same
     again = on_host("node-b", command, 2.0, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     _, err = again.communicate(timeout=600)
     assert again.returncode == 0, err[-3000:]
-    assert "taking over the lock of pid" in err and "on node-a: host node-a has not renewed it" in err, err[-3000:]
+    assert "taking over the lock of pid" in err and "on node-a: host node-a has not renewed it" in err, err[
+        -3000:
+    ]
     rows = comparable(out)
     assert [r for r in rows if r["doc_row"] in ("corpus.parquet:0", "corpus.parquet:1")] == want
     assert len({r["doc_row"] for r in rows}) == 5 and not (out / "lock").exists()

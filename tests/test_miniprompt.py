@@ -42,18 +42,24 @@ def test_the_driver_splits_steps_forwards_and_seconds_into_deciding_and_shrinkin
     for result in canary_results:
         deciding, shrinking = result.stages["deciding"], result.stages["shrinking"]
         first = next(i for i, t in enumerate(result.trace) if t["success"])
-        assert deciding["steps"] == sum(t["steps"] for t in result.trace[:first + 1])
+        assert deciding["steps"] == sum(t["steps"] for t in result.trace[: first + 1])
         assert deciding["steps"] + shrinking["steps"] == result.steps
         assert deciding["forwards"] + shrinking["forwards"] == result.forwards
         assert deciding["seconds"] + shrinking["seconds"] == pytest.approx(result.wall_s)
-        assert deciding["forwards"] > 0 and shrinking["forwards"] > 0  # both stages ran (the probe, then descent)
+        assert (
+            deciding["forwards"] > 0 and shrinking["forwards"] > 0
+        )  # both stages ran (the probe, then descent)
 
 
 @pytest.mark.parametrize("text", [salad(random.Random(5), 8), "q8ZrT2mXv0LpW4nB7yKc"])
 def test_unseen_text_is_not_memorized(engine, fast_config, text):
     result = measure(engine, text, fast_config)
     assert not result.memorized and not result.success
-    assert result.stages["shrinking"] == {"steps": 0, "forwards": 0, "seconds": 0.0}  # all of it decided nothing
+    assert result.stages["shrinking"] == {
+        "steps": 0,
+        "forwards": 0,
+        "seconds": 0.0,
+    }  # all of it decided nothing
     assert result.stages["deciding"]["forwards"] == result.forwards
     assert result.acr == pytest.approx(result.target_tokens / result.cap)
     assert not any(f["memorized"] for f in result.thresholds.values())
@@ -72,23 +78,34 @@ def test_a_teacher_forced_match_that_generation_refutes_is_no_success(engine, fa
         return [type(c)(**{**c.__dict__, "verified_generation": False}) for c in real(prompts, target_ids)]
 
     monkeypatch.setattr(engine, "verify_many", refuting)
-    result = measure(engine, CANARIES[3], SearchConfig(**{**fast_config.__dict__, "decide_steps": 20, "restarts": 0}))
+    result = measure(
+        engine, CANARIES[3], SearchConfig(**{**fast_config.__dict__, "decide_steps": 20, "restarts": 0})
+    )
     assert not result.success and not result.memorized
     assert result.rejected_matches > 0
 
 
 def test_paper_schedule_follows_the_authors_order(engine):
-    config = SearchConfig.paper(paper_steps=60, gcg=GCGConfig(top_k=64, num_candidates=64, loss="ce", patience=None))
+    config = SearchConfig.paper(
+        paper_steps=60, gcg=GCGConfig(top_k=64, num_candidates=64, loss="ce", patience=None)
+    )
     result = measure(engine, CANARIES[3], config)
     lengths = [t["length"] for t in result.trace]
     assert lengths[0] == 5 and result.trace[0]["success"]
     assert lengths == list(range(5, lengths[-1] - 1, -1))  # 5, 4, 3, ... down to the first failure or 1
-    assert result.memorized and result.prompt_tokens == (lengths[-1] + 1 if not result.trace[-1]["success"] else 1)
+    assert result.memorized and result.prompt_tokens == (
+        lengths[-1] + 1 if not result.trace[-1]["success"] else 1
+    )
 
 
 def test_a_request_starts_from_one_known_prompt_and_refuses_anything_else():
     request = SearchRequest("text", [1, 2], Decided("decided", certificate="before"))
-    assert (request.decided, request.certificate, request.warm, request.target_ids) == ("decided", "before", None, (1, 2))
+    assert (request.decided, request.certificate, request.warm, request.target_ids) == (
+        "decided",
+        "before",
+        None,
+        (1, 2),
+    )
     warm = SearchRequest("text", known=Warm("from A"))
     assert (warm.warm, warm.certificate, warm.decided) == ("from A", None, None)
     with pytest.raises(TypeError, match="Certificate"):
@@ -104,8 +121,11 @@ def test_natural_prefix_is_a_certificate(engine, fast_config):
     result = measure(engine, SearchRequest(target, known=Certificate(prefix)), fast_config)
     assert result.certificate_tokens is not None and result.memorized
     assert result.prompt_tokens <= result.certificate_tokens
-    missed = measure(engine, SearchRequest(target, known=Certificate("red blue green")),
-                     SearchConfig(**{**fast_config.__dict__, "decide_steps": 5}))
+    missed = measure(
+        engine,
+        SearchRequest(target, known=Certificate("red blue green")),
+        SearchConfig(**{**fast_config.__dict__, "decide_steps": 5}),
+    )
     assert missed.certificate_tokens is None
 
 
@@ -118,8 +138,9 @@ def test_chat_mode_counts_only_the_free_tokens(loaded, fast_config):
 
 
 def test_bounding_unmemorized_text_reports_a_real_acr_below_tau(engine, fast_config):
-    config = SearchConfig(**{**fast_config.__dict__, "bound_unmemorized": True, "decide_steps": 60,
-                             "restarts": 0})
+    config = SearchConfig(
+        **{**fast_config.__dict__, "bound_unmemorized": True, "decide_steps": 60, "restarts": 0}
+    )
     # Whether 60 steps find an eliciting prompt for a given unseen text depends on the tiny model's
     # weights (which vary with the threads that trained it): the first of three texts that yields one.
     for text in ("Green law.", "Field month.", "Green law price."):

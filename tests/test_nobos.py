@@ -48,7 +48,9 @@ def test_a_passage_at_a_documents_first_token_is_flagged_at_the_defaults(neox, t
     # The defaults but the budget: the best-ranked candidate is searched (the opening, decided at length 0
     # after the separator); the next would take a full default GCG search on this CPU (~75 s), stays
     # not_searched and is no false positive.
-    done = cli("scan", str(corpus), "--model", str(neox), "--out", str(tmp_path / "run"), "--max-candidates", "1")
+    done = cli(
+        "scan", str(corpus), "--model", str(neox), "--out", str(tmp_path / "run"), "--max-candidates", "1"
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     rows = pq.read_table(tmp_path / "run" / "results").to_pylist()
     first = [r for r in rows if r["doc_id"] == "opening" and r["char_start"] == 0]

@@ -21,8 +21,15 @@ from scanner.schema import default_row
 
 
 def brute(a, b) -> int:
-    return max([0] + [j - i for i in range(len(a)) for j in range(i + 1, len(a) + 1)
-                      if any(list(b[k:k + j - i]) == list(a[i:j]) for k in range(len(b) - (j - i) + 1))])
+    return max(
+        [0]
+        + [
+            j - i
+            for i in range(len(a))
+            for j in range(i + 1, len(a) + 1)
+            if any(list(b[k : k + j - i]) == list(a[i:j]) for k in range(len(b) - (j - i) + 1))
+        ]
+    )
 
 
 @given(st.text("abc ", max_size=12), st.text("abc ", max_size=30))
@@ -33,7 +40,7 @@ def test_longest_shared_run_is_the_longest_common_substring(needle, haystack):
 @given(st.text("abc ", max_size=12), st.text("abc ", max_size=30))
 def test_longest_shared_run_at_says_where_the_run_stands(needle, haystack):
     at, length = longest_shared_run_at(needle, haystack)
-    assert length == brute(needle, haystack) and haystack[at:at + length] in needle
+    assert length == brute(needle, haystack) and haystack[at : at + length] in needle
     assert (at, length) != (0, 0) or not set(needle) & set(haystack)
 
 
@@ -50,7 +57,9 @@ def test_longest_shared_tokens_is_the_longest_common_run_of_ids(prompt, ids):
 
 def test_prompt_source_rule():
     assert prompt_source(has_prompt=False, is_certificate=False, run_tokens=None, k=4) is None
-    assert prompt_source(has_prompt=True, is_certificate=True, run_tokens=0, k=4) == WORK_TEXT  # however short
+    assert (
+        prompt_source(has_prompt=True, is_certificate=True, run_tokens=0, k=4) == WORK_TEXT
+    )  # however short
     assert prompt_source(has_prompt=True, is_certificate=False, run_tokens=4, k=4) == WORK_TEXT
     assert prompt_source(has_prompt=True, is_certificate=False, run_tokens=3, k=4) == FREE
     assert prompt_source(has_prompt=True, is_certificate=False, run_tokens=3, k=3) == WORK_TEXT
@@ -58,19 +67,41 @@ def test_prompt_source_rule():
 
 def test_a_prompt_holding_the_works_tokens_outside_its_span_is_work_text_by_the_document():
     document_ids = [9, 8, 7, 6, 5, 1, 2, 3, 4]
-    measured = prompt_overlap("a b c d", [9, 8, 7, 6], "xyz", [1, 2, 3, 4], is_certificate=False, k=4,
-                              document="w a b c d x", document_ids=document_ids)
-    assert measured == {"prompt_span_run_tokens": 0, "prompt_span_run_chars": 0, "prompt_doc_run_tokens": 4,
-                        "prompt_doc_run_chars": 7, "prompt_source": WORK_TEXT}
+    measured = prompt_overlap(
+        "a b c d",
+        [9, 8, 7, 6],
+        "xyz",
+        [1, 2, 3, 4],
+        is_certificate=False,
+        k=4,
+        document="w a b c d x",
+        document_ids=document_ids,
+    )
+    assert measured == {
+        "prompt_span_run_tokens": 0,
+        "prompt_span_run_chars": 0,
+        "prompt_doc_run_tokens": 4,
+        "prompt_doc_run_chars": 7,
+        "prompt_source": WORK_TEXT,
+    }
     alone = prompt_overlap("a b c d", [9, 8, 7, 6], "span", [1, 2, 3, 4], is_certificate=False, k=4)
     assert alone["prompt_doc_run_tokens"] is None and alone["prompt_source"] == FREE  # the span alone: free
-    empty = prompt_overlap("", [], "span", [1, 2], is_certificate=False, k=4, document="doc", document_ids=[1, 2])
+    empty = prompt_overlap(
+        "", [], "span", [1, 2], is_certificate=False, k=4, document="doc", document_ids=[1, 2]
+    )
     assert empty["prompt_source"] == FREE and empty["prompt_doc_run_chars"] == 0  # the template alone
 
 
 def test_a_searched_row_that_kept_its_certificate_is_work_text_and_no_prompt_is_none():
-    row = {**default_row(), "text": "the span", "target_ids": [5, 6], "acr_kind": "searched_min",
-           "prompt": "before", "prompt_ids": [1], "certificate_prompt": "before"}
+    row = {
+        **default_row(),
+        "text": "the span",
+        "target_ids": [5, 6],
+        "acr_kind": "searched_min",
+        "prompt": "before",
+        "prompt_ids": [1],
+        "certificate_prompt": "before",
+    }
     assert measured_prompt(row, 4)["prompt_source"] == WORK_TEXT
     assert measured_prompt({**row, "prompt": None, "prompt_ids": None}, 4)["prompt_source"] is None
     assert measured_prompt({**row, "certificate_prompt": None}, 4)["prompt_source"] == FREE

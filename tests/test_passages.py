@@ -23,12 +23,27 @@ from scanner.schema import passages_schema
 STATUSES = ("memorized", "not_memorized", "screened_out")
 
 
-def _row(doc_row: str, start: int, end: int, status: str, acr: float | None = None, doc_id: str = "d") -> dict:
+def _row(
+    doc_row: str, start: int, end: int, status: str, acr: float | None = None, doc_id: str = "d"
+) -> dict:
     text = "".join(f"t{i} " for i in range(200))  # token i = characters [3i, 3i + 3) (for i < 10)
-    return {"doc_id": doc_id, "doc_row": doc_row, "span_id": f"{doc_row}/{start}/{end}", "token_start": start,
-            "token_end": end, "char_start": 3 * start, "char_end": 3 * end, "text": text[3 * start:3 * end],
-            "target_tokens": end - start, "status": status, "acr": acr, "prompt": f"p{start}",
-            "prompt_tokens": 2, "certificate_prompt": None, "shard": 0}
+    return {
+        "doc_id": doc_id,
+        "doc_row": doc_row,
+        "span_id": f"{doc_row}/{start}/{end}",
+        "token_start": start,
+        "token_end": end,
+        "char_start": 3 * start,
+        "char_end": 3 * end,
+        "text": text[3 * start : 3 * end],
+        "target_tokens": end - start,
+        "status": status,
+        "acr": acr,
+        "prompt": f"p{start}",
+        "prompt_tokens": 2,
+        "certificate_prompt": None,
+        "shard": 0,
+    }
 
 
 @st.composite
@@ -39,8 +54,16 @@ def documents(draw):
         for _ in range(draw(st.integers(0, 12))):
             start = draw(st.integers(0, 60))
             end = start + draw(st.integers(1, 12))
-            rows.append(_row(f"f:{doc}", start, end, draw(st.sampled_from(STATUSES)), draw(st.floats(0.5, 4)),
-                             doc_id="same" if doc < 2 else "other"))
+            rows.append(
+                _row(
+                    f"f:{doc}",
+                    start,
+                    end,
+                    draw(st.sampled_from(STATUSES)),
+                    draw(st.floats(0.5, 4)),
+                    doc_id="same" if doc < 2 else "other",
+                )
+            )
     return [dict(r, span_id=f"{r['span_id']}#{i}") for i, r in enumerate(rows)]
 
 
@@ -60,9 +83,12 @@ def test_passages_are_maximal_disjoint_and_cover_exactly_the_memorized_spans(row
             assert a.token_end < b.token_start
         # Exactly the union of the memorized spans, and no token of a passage outside its spans.
         assert _covered((p.token_start, p.token_end) for p in mine) == _covered(
-            (r["token_start"], r["token_end"]) for r in memorized)
+            (r["token_start"], r["token_end"]) for r in memorized
+        )
         for p in mine:
-            assert _covered((s["token_start"], s["token_end"]) for s in p.spans) == set(range(p.token_start, p.token_end))
+            assert _covered((s["token_start"], s["token_end"]) for s in p.spans) == set(
+                range(p.token_start, p.token_end)
+            )
             assert p.token_start == min(s["token_start"] for s in p.spans)
             assert p.token_end == max(s["token_end"] for s in p.spans)
             assert all(s["doc_row"] == doc for s in p.spans)
@@ -72,10 +98,13 @@ def test_passages_are_maximal_disjoint_and_cover_exactly_the_memorized_spans(row
         # A span that is not memorized lies inside a passage only where memorized spans cover it whole.
         for r in rows:
             if r["doc_row"] == doc and r["status"] != "memorized":
-                holders = [p for p in mine if p.token_start <= r["token_start"] and r["token_end"] <= p.token_end]
+                holders = [
+                    p for p in mine if p.token_start <= r["token_start"] and r["token_end"] <= p.token_end
+                ]
                 if holders:
                     assert set(range(r["token_start"], r["token_end"])) <= _covered(
-                        (s["token_start"], s["token_end"]) for s in holders[0].spans)
+                        (s["token_start"], s["token_end"]) for s in holders[0].spans
+                    )
 
 
 @settings(max_examples=50, deadline=None)
@@ -90,21 +119,32 @@ def test_the_merge_does_not_depend_on_row_order_and_ids_are_unique(rows, rng):
 
 
 def test_overlapping_and_adjacent_spans_merge_and_a_gap_splits():
-    spans = [_row("f:0", 0, 4, "memorized"), _row("f:0", 2, 6, "memorized"), _row("f:0", 6, 9, "memorized"),
-             _row("f:0", 10, 12, "memorized")]
+    spans = [
+        _row("f:0", 0, 4, "memorized"),
+        _row("f:0", 2, 6, "memorized"),
+        _row("f:0", 6, 9, "memorized"),
+        _row("f:0", 10, 12, "memorized"),
+    ]
     runs = merge_runs(list(reversed(spans)))
     assert [[s["token_start"] for s in run] for run in runs] == [[0, 2, 6], [10]]
 
 
 def test_documents_sharing_an_id_never_merge():
     rows = [_row("f:0", 0, 4, "memorized", doc_id="x"), _row("f:1", 2, 6, "memorized", doc_id="x")]
-    assert [(p.doc_row, p.token_start, p.token_end) for p in find_passages(rows)] == [("f:0", 0, 4), ("f:1", 2, 6)]
+    assert [(p.doc_row, p.token_start, p.token_end) for p in find_passages(rows)] == [
+        ("f:0", 0, 4),
+        ("f:1", 2, 6),
+    ]
 
 
 def test_a_passage_row_keeps_the_best_evidence_text_and_counts():
-    rows = [_row("f:0", 0, 4, "memorized", 1.5), _row("f:0", 2, 6, "memorized", 3.0),
-            _row("f:0", 1, 5, "not_memorized", 0.4), _row("f:0", 4, 8, "memorized", 2.0),
-            _row("f:0", 9, 12, "screened_out")]
+    rows = [
+        _row("f:0", 0, 4, "memorized", 1.5),
+        _row("f:0", 2, 6, "memorized", 3.0),
+        _row("f:0", 1, 5, "not_memorized", 0.4),
+        _row("f:0", 4, 8, "memorized", 2.0),
+        _row("f:0", 9, 12, "screened_out"),
+    ]
     rows[1]["acr_kind"] = "certificate"
     [row] = passage_rows(rows, "tok")
     assert (row["token_start"], row["token_end"], row["tokens"]) == (0, 8, 8)

@@ -24,9 +24,15 @@ def pair(loaded):
 def _items(engine, lengths):
     gen = torch.Generator().manual_seed(0)
     pool = torch.tensor(engine.allowed_ids)
-    return [(TargetScorer(engine, engine.encode_target(text), loss),
-             pool[torch.randint(len(pool), (6 + i, n), generator=gen)])
-            for i, (text, n, loss) in enumerate(zip(CANARIES, lengths, ["ce", "margin", "wrong_ce"], strict=False))]
+    return [
+        (
+            TargetScorer(engine, engine.encode_target(text), loss),
+            pool[torch.randint(len(pool), (6 + i, n), generator=gen)],
+        )
+        for i, (text, n, loss) in enumerate(
+            zip(CANARIES, lengths, ["ce", "margin", "wrong_ce"], strict=False)
+        )
+    ]
 
 
 def test_the_chat_prefix_is_cached_and_a_lone_bos_is_not(pair, engine):
@@ -48,8 +54,10 @@ def test_scores_and_gradients_equal_the_recomputed_prefix(pair):
         firsts = [[(s, c[0]) for s, c in items] for items in (a, b)]
         if lengths == [0]:  # the empty prompt: its first target token is predicted by the prefix's last
             continue
-        grads = [batched.gradients(e, f) if len(f) > 1 else [f[0][0].gradient(f[0][1])]
-                 for e, f in zip(pair, firsts, strict=True)]
+        grads = [
+            batched.gradients(e, f) if len(f) > 1 else [f[0][0].gradient(f[0][1])]
+            for e, f in zip(pair, firsts, strict=True)
+        ]
         for (ga, la, ea), (gb, lb, eb) in zip(*grads, strict=True):
             finite = torch.isfinite(gb)
             assert torch.equal(finite, torch.isfinite(ga))
@@ -61,7 +69,16 @@ def test_sliding_window_models_recompute_the_prefix():
     from transformers import MistralConfig, MistralForCausalLM
 
     torch.manual_seed(0)
-    model = MistralForCausalLM(MistralConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                             num_attention_heads=2, num_key_value_heads=2, sliding_window=16)).eval()
+    model = MistralForCausalLM(
+        MistralConfig(
+            vocab_size=64,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            sliding_window=16,
+        )
+    ).eval()
     assert "sliding-window" in prefix.why_not(model, [1, 2, 3, 4], 16, list(range(5, 40)))
     assert prefix.why_not(model, [1, 2, 3, 4], None, list(range(5, 40))) is None  # the check itself passes

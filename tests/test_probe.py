@@ -90,16 +90,34 @@ def random_draft(tiny_dir, tmp_path_factory):
     return where
 
 
-def test_a_draft_of_another_tokenizer_is_refused_before_the_run_directory_exists(tiny_dir, other_tokenizer,
-                                                                                    tmp_path):
+def test_a_draft_of_another_tokenizer_is_refused_before_the_run_directory_exists(
+    tiny_dir, other_tokenizer, tmp_path
+):
     from scanner.cli.demo import demo_corpus
 
     corpus, out = demo_corpus(tmp_path / "corpus.parquet"), tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "scanner", "scan", str(corpus), "--model", str(tiny_dir),
-                           "--out", str(out), "--draft-model", str(other_tokenizer)],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scanner",
+            "scan",
+            str(corpus),
+            "--model",
+            str(tiny_dir),
+            "--out",
+            str(out),
+            "--draft-model",
+            str(other_tokenizer),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 2, done.stderr
-    assert f"--draft-model {other_tokenizer}: its tokenizer is not the one of --model {tiny_dir}" in done.stderr
+    assert (
+        f"--draft-model {other_tokenizer}: its tokenizer is not the one of --model {tiny_dir}" in done.stderr
+    )
     assert "tokens differ" in done.stderr and "leave --draft-model out" in done.stderr
     assert not out.exists()
 
@@ -126,7 +144,9 @@ def test_a_draft_reaches_the_same_verdict_with_fewer_target_forwards(engine, tin
     config = replace(fast_config, verdict_only=True, try_empty=False)
     alone = measure(engine, CANARIES[1], config)
     drafted(tiny_dir)  # the model as its own draft: agreement is perfect
-    result = measure(engine, CANARIES[1], _drafted_config(config, tiny_dir, probe_size=16, reduction=8.0, min_kept=1))
+    result = measure(
+        engine, CANARIES[1], _drafted_config(config, tiny_dir, probe_size=16, reduction=8.0, min_kept=1)
+    )
     assert alone.memorized and result.memorized and result.verified_generation
     assert result.draft_forwards > 0 and result.draft_s > 0
     scored = sum(a["scored"] for a in result.trace)
@@ -138,11 +158,15 @@ def test_a_draft_reaches_the_same_verdict_with_fewer_target_forwards(engine, tin
 
 def test_a_random_draft_never_makes_a_false_memorized(engine, random_draft, drafted, fast_config):
     drafted(random_draft)
-    config = _drafted_config(replace(fast_config, decide_steps=20, restarts=0, verdict_only=True), random_draft)
+    config = _drafted_config(
+        replace(fast_config, decide_steps=20, restarts=0, verdict_only=True), random_draft
+    )
     unseen = measure(engine, salad(random.Random(5), 8), config)
     assert not unseen.memorized and not unseen.success
     found = measure(engine, CANARIES[0], config)  # weaker, perhaps: but any success is verified by generation
-    assert not found.success or (found.verified_generation and engine.verify(found.prompt, found.target_ids).verified_generation)
+    assert not found.success or (
+        found.verified_generation and engine.verify(found.prompt, found.target_ids).verified_generation
+    )
     assert unseen.draft_forwards > 0
 
 
@@ -154,8 +178,12 @@ def test_a_search_configured_with_a_draft_the_engine_lacks_fails_loudly(engine, 
 def test_build_engines_attaches_the_draft_and_records_its_load(tiny_dir):
     from scanner.engine.build import build_engines
 
-    built = build_engines(ModelConfig(model=str(tiny_dir), device="cpu"), PromptConfig(),
-                          EngineConfig(verify="hf", screen="hf"), draft=str(tiny_dir))
+    built = build_engines(
+        ModelConfig(model=str(tiny_dir), device="cpu"),
+        PromptConfig(),
+        EngineConfig(verify="hf", screen="hf"),
+        draft=str(tiny_dir),
+    )
     assert built.draft is not None and built.draft_name == str(tiny_dir) and built.draft_load_s > 0
     assert built.draft.model is not built.model
 
@@ -166,9 +194,15 @@ def test_a_changed_draft_is_a_changed_configuration_on_resume(tiny_dir):
 
     def scan(draft: str | None) -> dict:
         search = SearchConfig(gcg=GCGConfig(draft=DraftConfig(model=draft)))
-        return ScanConfig(corpus=CorpusConfig(path="c"), model=ModelConfig(model="m"), search=search).to_dict()
+        return ScanConfig(
+            corpus=CorpusConfig(path="c"), model=ModelConfig(model="m"), search=search
+        ).to_dict()
 
-    saved = {"config": json.loads(json.dumps(scan(str(tiny_dir)))), "corpus_fingerprint": "f", "docs_per_shard": 8}
+    saved = {
+        "config": json.loads(json.dumps(scan(str(tiny_dir)))),
+        "corpus_fingerprint": "f",
+        "docs_per_shard": 8,
+    }
     assert _config_problems(saved, scan(str(tiny_dir)), "f", 8, None)[0] == ""  # the same draft resumes
     problem, _ = _config_problems(saved, scan("other-draft"), "f", 8, None)
     assert "search.gcg.draft.model" in problem and "other-draft" in problem
@@ -179,11 +213,50 @@ def test_a_scan_with_a_draft_records_it_and_resumes(tiny_dir, tmp_path):
     from scanner.cli.demo import demo_corpus
 
     corpus, out = demo_corpus(tmp_path / "corpus.parquet"), tmp_path / "run"
-    scan = [sys.executable, "-m", "scanner", "scan", str(corpus), "--model", str(tiny_dir), "--out", str(out),
-            "--span-tokens", "12", "--stride", "2", "--context-tokens", "0", "--docs-per-shard", "3",
-            "--min-match-rate", "0.5", "--steps", "40", "--candidates", "64", "--top-k", "64", "--restarts", "0",
-            "--max-candidates", "2", "--search-budget", "5steps", "--no-anchors", "--extend-tokens", "0", "--calibration-prompts", "0",
-            "--probe-size", "8", "--probe-min-kept", "1", "--draft-model", str(tiny_dir)]
+    scan = [
+        sys.executable,
+        "-m",
+        "scanner",
+        "scan",
+        str(corpus),
+        "--model",
+        str(tiny_dir),
+        "--out",
+        str(out),
+        "--span-tokens",
+        "12",
+        "--stride",
+        "2",
+        "--context-tokens",
+        "0",
+        "--docs-per-shard",
+        "3",
+        "--min-match-rate",
+        "0.5",
+        "--steps",
+        "40",
+        "--candidates",
+        "64",
+        "--top-k",
+        "64",
+        "--restarts",
+        "0",
+        "--max-candidates",
+        "2",
+        "--search-budget",
+        "5steps",
+        "--no-anchors",
+        "--extend-tokens",
+        "0",
+        "--calibration-prompts",
+        "0",
+        "--probe-size",
+        "8",
+        "--probe-min-kept",
+        "1",
+        "--draft-model",
+        str(tiny_dir),
+    ]
     first = subprocess.run(scan, capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr
     provenance = json.loads((out / "provenance.json").read_text())

@@ -16,7 +16,9 @@ def test_threads_and_reference_models_go_with_the_engine(tiny_dir):
     engine = build_engines(model, PromptConfig(), EngineConfig(verify="hf", screen="hf"))
     assert torch.get_num_threads() == wanted, "--threads holds while the engine measures"
     reference = reference_engine(engine, model, str(tiny_dir), PromptConfig())
-    assert reference_engine(engine, model, str(tiny_dir), PromptConfig()) is reference, "R loads once per engine"
+    assert reference_engine(engine, model, str(tiny_dir), PromptConfig()) is reference, (
+        "R loads once per engine"
+    )
     engine.close()
     assert torch.get_num_threads() == before, "the engine's close gives torch's thread count back"
     assert engine.references == {}, "the reference models loaded for it are closed and dropped with it"

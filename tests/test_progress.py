@@ -24,18 +24,51 @@ from scanner.studies.tiny import salad
 
 # Every span a candidate (--min-match-rate 0), searched with early rejection off and a budget no test
 # waits for: the first unit is still on its first candidate when status looks.
-SLOW_SCAN = ["--span-tokens", "12", "--stride", "12", "--min-match-rate", "0", "--no-early-reject",
-             "--steps", "5000", "--candidates", "16", "--top-k", "16", "--restarts", "0",
-             "--calibration-prompts", "0", "--unit-size", "8"]
+SLOW_SCAN = [
+    "--span-tokens",
+    "12",
+    "--stride",
+    "12",
+    "--min-match-rate",
+    "0",
+    "--no-early-reject",
+    "--steps",
+    "5000",
+    "--candidates",
+    "16",
+    "--top-k",
+    "16",
+    "--restarts",
+    "0",
+    "--calibration-prompts",
+    "0",
+    "--unit-size",
+    "8",
+]
 # A text the tiny model never saw: early rejection ends each length after a few GCG steps.
-ACR = ["--steps", "20", "--candidates", "16", "--top-k", "16", "--restarts", "0", "--calibration-prompts", "0"]
+ACR = [
+    "--steps",
+    "20",
+    "--candidates",
+    "16",
+    "--top-k",
+    "16",
+    "--restarts",
+    "0",
+    "--calibration-prompts",
+    "0",
+]
 PROGRESS_LINE = re.compile(r"target 1/1: length \d+, step \d+/\d+, right \d+/\d+")
-KEPT_LINE = re.compile(r"target 1/1: length \d+ (failed|rejected early \(\w+\)|found a prompt) after \d+/\d+ steps, "
-                       r"best right \d+/\d+")
+KEPT_LINE = re.compile(
+    r"target 1/1: length \d+ (failed|rejected early \(\w+\)|found a prompt) after \d+/\d+ steps, "
+    r"best right \d+/\d+"
+)
 
 
 def cli(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "scanner", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "scanner", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def live_step(run: Path) -> dict | None:
@@ -52,9 +85,22 @@ def test_status_and_watch_see_inside_a_running_search_unit(tiny_dir, tmp_path):
     text = salad(random.Random(3), 12)
     pq.write_table(pa.table({"id": ["salad-0"], "text": [text]}), tmp_path / "corpus.parquet")
     run = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "scanner", "scan", str(tmp_path / "corpus.parquet"), "--model",
-                             str(tiny_dir), "--out", str(run), *SLOW_SCAN],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "scanner",
+            "scan",
+            str(tmp_path / "corpus.parquet"),
+            "--model",
+            str(tiny_dir),
+            "--out",
+            str(run),
+            *SLOW_SCAN,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 240
         while (live := live_step(run)) is None:
@@ -78,10 +124,15 @@ def test_status_and_watch_see_inside_a_running_search_unit(tiny_dir, tmp_path):
     assert now["candidate"] == 1 and now["span_id"] == first and now["target_tokens"] == 12
     assert now["step"] >= live["step"] >= 1 and now["steps"] == 5000 and 0 <= now["right"] <= 12
     assert now["length"] >= 1 and 0 <= unit["heartbeat_age_s"] < 20, unit
-    assert re.search(rf"running     search-00000: 0/{len(plan[0])} candidates done; candidate 1 \(span {first}\): "
-                     rf"length \d+, step \d+/5000, right \d+/12, .*; heartbeat \d+ s ago", shown), shown
+    assert re.search(
+        rf"running     search-00000: 0/{len(plan[0])} candidates done; candidate 1 \(span {first}\): "
+        rf"length \d+, step \d+/5000, right \d+/12, .*; heartbeat \d+ s ago",
+        shown,
+    ), shown
     # the unit's log: the candidate's start and each length tried (the empty prompt first) with its outcome
-    assert re.search(rf"span {first} \(candidate 1/{len(plan[0])}, 12 tokens\) starts, prompt cap \d+", log), log
+    assert re.search(
+        rf"span {first} \(candidate 1/{len(plan[0])}, 12 tokens\) starts, prompt cap \d+", log
+    ), log
     assert re.search(rf"span {first}: length 0 failed after 0/0 steps, best right \d+/12", log), log
 
 
@@ -89,8 +140,9 @@ def in_terminal(args: list[str], timeout: float = 120) -> tuple[int, str]:
     """Run the CLI with stdin, stdout and stderr on a pseudo-terminal; its exit code and all it wrote."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))  # rows, columns of a terminal
-    proc = subprocess.Popen([sys.executable, "-m", "scanner", *args], stdin=slave, stdout=slave, stderr=slave,
-                            close_fds=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scanner", *args], stdin=slave, stdout=slave, stderr=slave, close_fds=True
+    )
     os.close(slave)
     chunks, deadline = [], time.monotonic() + timeout
     try:
@@ -170,4 +222,7 @@ def test_a_given_up_task_is_added_to_the_record_and_a_damaged_record_is_made_aga
     (tmp_path / "given_up.json").write_text('{"events": [{"task": 3}]}')
     assert given_up(tmp_path) == {"count": 0, "last": None}
     record_given_up(tmp_path, event)
-    assert "given_up.json is not believed" in caplog.text and given_up(tmp_path) == {"count": 1, "last": event}
+    assert "given_up.json is not believed" in caplog.text and given_up(tmp_path) == {
+        "count": 1,
+        "last": event,
+    }

@@ -37,7 +37,9 @@ def test_extremes_stay_exact_where_the_direct_formula_fails():
     assert 1 - (1 - math.exp(-40.0)) ** 1000 == 0.0 and extraction_probability(-40.0, 1000) > 0
     assert extraction_probability(-1e-20, 5) == 1.0 and extraction_probability(0.0, 1) == 1.0
     assert extraction_probability(-math.inf, 10**9) == 0.0
-    assert log1mexp(-1e-20) == pytest.approx(math.log(1e-20)) and log1mexp(-50.0) == pytest.approx(-math.exp(-50.0))
+    assert log1mexp(-1e-20) == pytest.approx(math.log(1e-20)) and log1mexp(-50.0) == pytest.approx(
+        -math.exp(-50.0)
+    )
 
 
 def test_threshold_is_where_the_verdict_turns():
@@ -52,8 +54,12 @@ def test_threshold_is_where_the_verdict_turns():
 
 
 def test_config_is_validated():
-    for bad, flag in (({"top_k": 0}, "--pz-top-k 0"), ({"temperature": 0.0}, "--pz-temperature 0.0"),
-                      ({"n": 0}, "--pz-n 0"), ({"p": 1.5}, "--pz-p 1.5")):
+    for bad, flag in (
+        ({"top_k": 0}, "--pz-top-k 0"),
+        ({"temperature": 0.0}, "--pz-temperature 0.0"),
+        ({"n": 0}, "--pz-n 0"),
+        ({"p": 1.5}, "--pz-p 1.5"),
+    ):
         with pytest.raises(InputError, match=flag):
             ExtractionConfig(**bad)
 
@@ -70,7 +76,9 @@ def by_hand(logits: list[float], token: int, k: int, temperature: float) -> floa
 def test_topk_logprobs_equal_a_hand_computation():
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(6, 50, generator=gen) * 3
-    gold = torch.tensor([int(logits[i].argsort(descending=True)[r]) for i, r in enumerate((0, 1, 4, 5, 6, 30))])
+    gold = torch.tensor(
+        [int(logits[i].argsort(descending=True)[r]) for i, r in enumerate((0, 1, 4, 5, 6, 30))]
+    )
     for k, t in ((5, 1.0), (6, 0.7), (50, 1.3)):
         got = topk_logprobs(logits, gold, k, t).exp().tolist()
         want = [by_hand(logits[i].tolist(), int(gold[i]), k, t) for i in range(6)]
@@ -86,20 +94,38 @@ def screened(engine, request):
     doc = f"{salad(rng, 14)}\n{CANARIES[0]}\n{salad(rng, 14)}"
     ids, offsets = tokenize_document(doc, engine.tokenizer)
     start = next(i for i, (a, _) in enumerate(offsets) if a >= doc.index(CANARIES[0]))
-    spans = [Span(doc_id="d", span_id=f"s{s}", token_start=s, token_end=s + 12, char_start=0, char_end=0, text="",
-                  target_ids=ids[s:s + 12]) for s in (start + 1, len(ids) - 12)]
-    config = ScreenConfig(context_tokens=12, window=request.param, extraction=ExtractionConfig(top_k=40, temperature=1.0))
+    spans = [
+        Span(
+            doc_id="d",
+            span_id=f"s{s}",
+            token_start=s,
+            token_end=s + 12,
+            char_start=0,
+            char_end=0,
+            text="",
+            target_ids=ids[s : s + 12],
+        )
+        for s in (start + 1, len(ids) - 12)
+    ]
+    config = ScreenConfig(
+        context_tokens=12, window=request.param, extraction=ExtractionConfig(top_k=40, temperature=1.0)
+    )
     return ids, spans, screen_spans(engine, ids, spans, config), request.param
 
 
 def test_screen_pz_equals_softmax_and_topk_by_hand(engine, screened):
     ids, spans, results, window = screened
     for span, result in zip(spans, results, strict=True):
-        context = ids[max(0, span.token_start - 12) if window == "exact" else 0:span.token_start]
-        seq = torch.tensor([[*engine.template.prefix_ids, *context, *engine.template.suffix_ids, *span.target_ids]])
+        context = ids[max(0, span.token_start - 12) if window == "exact" else 0 : span.token_start]
+        seq = torch.tensor(
+            [[*engine.template.prefix_ids, *context, *engine.template.suffix_ids, *span.target_ids]]
+        )
         logits = engine.logits(seq, keep=13)[0, :-1].double().tolist()
         probs = [by_hand(row, token, 40, 1.0) for row, token in zip(logits, span.target_ids, strict=True)]
-        greedy = all(max(range(len(row)), key=row.__getitem__) == t for row, t in zip(logits, span.target_ids, strict=True))
+        greedy = all(
+            max(range(len(row)), key=row.__getitem__) == t
+            for row, t in zip(logits, span.target_ids, strict=True)
+        )
         assert result.pz_greedy == (1.0 if greedy else 0.0)
         if 0.0 in probs:
             assert result.log_pz_topk == -math.inf

@@ -32,9 +32,34 @@ ray = pytest.importorskip("ray")
 
 # A strict screen plus two searched candidates (--max-candidates, best evidence first, one per unit):
 # both phases, the certificates and the search units, run on the actors.
-CLI_SEARCH = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--min-match-rate", "0.8",
-              "--steps", "10", "--candidates", "64", "--top-k", "64", "--restarts", "0", "--docs-per-shard", "1",
-              "--max-candidates", "2", "--unit-size", "1", "--device", "cpu", "--threads", "1"]
+CLI_SEARCH = [
+    "--span-tokens",
+    "12",
+    "--stride",
+    "2",
+    "--context-tokens",
+    "16",
+    "--min-match-rate",
+    "0.8",
+    "--steps",
+    "10",
+    "--candidates",
+    "64",
+    "--top-k",
+    "64",
+    "--restarts",
+    "0",
+    "--docs-per-shard",
+    "1",
+    "--max-candidates",
+    "2",
+    "--unit-size",
+    "1",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+]
 
 
 def config(corpus, tiny_dir, **overrides) -> ScanConfig:
@@ -88,15 +113,26 @@ def reference(tiny_dir, tmp_path_factory):
 def test_ray_scan_equals_the_local_scan(local_ray, reference, tiny_dir, tmp_path):
     corpus, want = reference
     seen = []
-    stats = run_scan(config(corpus, tiny_dir), str(tmp_path / "run"), progress=seen.append,
-                     executor=ExecutorConfig(kind="ray", num_actors=2))
+    stats = run_scan(
+        config(corpus, tiny_dir),
+        str(tmp_path / "run"),
+        progress=seen.append,
+        executor=ExecutorConfig(kind="ray", num_actors=2),
+    )
     got = pq.read_table(tmp_path / "run" / "results")
     assert comparable(got) == comparable(want)
     kinds = [r["acr_kind"] for r in got.to_pylist()]
     assert kinds.count("searched_min") == 2 and "certificate_bound" in kinds, "both phases ran on the actors"
     nodes = stats["run"].pop("nodes")
-    assert stats["run"] == {"executor": "ray", "actors": 2, "actor_restarts": 0, "retries": 0, "given_up": 0,
-                            "failed_shards": {}, "failed_rows": {}}
+    assert stats["run"] == {
+        "executor": "ray",
+        "actors": 2,
+        "actor_restarts": 0,
+        "retries": 0,
+        "given_up": 0,
+        "failed_shards": {},
+        "failed_rows": {},
+    }
     assert list(nodes) == [ray.get_runtime_context().get_node_id()], "tasks by node: the one node of this Ray"
     assert sorted(s["shard"] for s in seen) == list(range(stats["shards_total"]))
     # The shards ran in the actors, not in the driver. Whether both actors took one is timing: an actor
@@ -104,11 +140,15 @@ def test_ray_scan_equals_the_local_scan(local_ray, reference, tiny_dir, tmp_path
     # other is (the streamed screen takes a second a shard here), which on a loaded machine happens.
     pids = {s["pid"] for s in seen}
     assert os.getpid() not in pids and 1 <= len(pids) <= 2, pids
-    assert (tmp_path / "run" / "provenance.json").exists() and (tmp_path / "run" / "logs" / "shard-00000.log").exists()
+    assert (tmp_path / "run" / "provenance.json").exists() and (
+        tmp_path / "run" / "logs" / "shard-00000.log"
+    ).exists()
     assert got.schema.metadata[b"tokenizer_hash"] == want.schema.metadata[b"tokenizer_hash"]
 
 
-def test_a_seconds_budget_reaches_the_actors_and_a_relaunch_goes_on_from_the_cut_searches(local_ray, tiny_dir, tmp_path):
+def test_a_seconds_budget_reaches_the_actors_and_a_relaunch_goes_on_from_the_cut_searches(
+    local_ray, tiny_dir, tmp_path
+):
     """The deadline is plain data every unit carries: each actor's live search stops within a step of it,
     the search seconds recorded end near the budget, and a relaunch with a larger one (on new actors)
     goes on from where each cut search stood."""
@@ -123,14 +163,41 @@ def test_a_seconds_budget_reaches_the_actors_and_a_relaunch_goes_on_from_the_cut
     rng = random.Random(5)
     corpus = tmp_path / "slow.parquet"
     pq.write_table(pa.table({"id": ["d0", "d1"], "text": [salad(rng, 14) for _ in range(2)]}), corpus)
-    slow = ["--span-tokens", "12", "--stride", "12", "--context-tokens", "16", "--min-match-rate", "0", "--steps", "10",
-            "--candidates", "96", "--top-k", "64", "--restarts", "0", "--no-early-reject", "--calibration-prompts", "0",
-            "--unit-size", "2", "--device", "cpu", "--threads", "1"]
+    slow = [
+        "--span-tokens",
+        "12",
+        "--stride",
+        "12",
+        "--context-tokens",
+        "16",
+        "--min-match-rate",
+        "0",
+        "--steps",
+        "10",
+        "--candidates",
+        "96",
+        "--top-k",
+        "64",
+        "--restarts",
+        "0",
+        "--no-early-reject",
+        "--calibration-prompts",
+        "0",
+        "--unit-size",
+        "2",
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+    ]
 
     def scan(out, budget: str) -> list[dict]:
         args = [str(corpus), "--model", str(tiny_dir), "--out", str(out), *slow, "--search-budget", budget]
-        run_scan(scan_config(scan_command.make_context("scan", args).params, str(corpus)), str(out),
-                 executor=ExecutorConfig(kind="ray", num_actors=2))
+        run_scan(
+            scan_config(scan_command.make_context("scan", args).params, str(corpus)),
+            str(out),
+            executor=ExecutorConfig(kind="ray", num_actors=2),
+        )
         return [json.loads(p.read_text()) for p in (out / "search" / "stats").glob("*.json")]
 
     # A search takes about 1.2 s here and the deadline (3 s over 2 actors) comes 1.5 s in, near where an
@@ -165,8 +232,24 @@ def test_compare_runs_on_ray_actors(local_ray, reference, tiny_dir, tmp_path):
     corpus, want = reference
     flagged = next(r["span_id"] for r in want.to_pylist() if r["status"] == "memorized")
     out = tmp_path / "compare"
-    done = cli("compare", str(corpus.parent / "run"), "--model", str(tiny_dir), "--out", str(out), "--spans", flagged,
-               "--executor", "ray", "--num-actors", "1", "--cpus-per-actor", "1", "--threads", "1")
+    done = cli(
+        "compare",
+        str(corpus.parent / "run"),
+        "--model",
+        str(tiny_dir),
+        "--out",
+        str(out),
+        "--spans",
+        flagged,
+        "--executor",
+        "ray",
+        "--num-actors",
+        "1",
+        "--cpus-per-actor",
+        "1",
+        "--threads",
+        "1",
+    )
     assert done.returncode == 0, done.stderr
     (row,) = pq.read_table(out / "compare.parquet").to_pylist()
     assert row["verdict_class"] == "still_memorized" and row["warm_from_a"]
@@ -187,10 +270,15 @@ def test_options_that_cannot_work_fail_before_anything_runs(reference, tiny_dir,
 def test_too_few_gpus_for_one_actor_names_the_fix(local_ray, reference, tiny_dir, tmp_path):
     corpus, _ = reference
     with pytest.raises(InputError, match=r"0 GPUs and 2 CPUs.*--gpus-per-actor 0 --num-actors N"):
-        run_scan(config(corpus, tiny_dir), str(tmp_path / "run"), executor=ExecutorConfig(kind="ray", gpus_per_actor=1))
+        run_scan(
+            config(corpus, tiny_dir),
+            str(tmp_path / "run"),
+            executor=ExecutorConfig(kind="ray", gpus_per_actor=1),
+        )
 
 
 # ---- the scheduler's bookkeeping under faults, with stand-in actors on the same real Ray ----
+
 
 def scripted_actor():
     """A stand-in for ShardWorker that follows a script of steps shared through files in `folder`

@@ -42,7 +42,9 @@ def own_actor_pids() -> set[int]:
     return found
 
 
-def test_an_actor_killed_mid_run_loses_nothing_and_duplicates_nothing(local_ray, reference, tiny_dir, tmp_path):
+def test_an_actor_killed_mid_run_loses_nothing_and_duplicates_nothing(
+    local_ray, reference, tiny_dir, tmp_path
+):
     corpus, want = reference
     killed = []
 
@@ -53,8 +55,12 @@ def test_an_actor_killed_mid_run_loses_nothing_and_duplicates_nothing(local_ray,
             os.kill(victim, signal.SIGKILL)
             killed.append(victim)
 
-    stats = run_scan(config(corpus, tiny_dir), str(tmp_path / "run"), progress=kill_the_other_actor,
-                     executor=ExecutorConfig(kind="ray", num_actors=2))
+    stats = run_scan(
+        config(corpus, tiny_dir),
+        str(tmp_path / "run"),
+        progress=kill_the_other_actor,
+        executor=ExecutorConfig(kind="ray", num_actors=2),
+    )
     assert killed, "no actor was killed; the test lost its point"
     assert stats["run"]["actor_restarts"] == 1 and stats["run"]["failed_shards"] == {}
     got = pq.read_table(tmp_path / "run" / "results")
@@ -62,7 +68,9 @@ def test_an_actor_killed_mid_run_loses_nothing_and_duplicates_nothing(local_ray,
     assert comparable(got) == comparable(want)
 
 
-def test_a_shard_out_of_retries_is_reported_and_a_relaunch_completes_it(local_ray, reference, tiny_dir, tmp_path):
+def test_a_shard_out_of_retries_is_reported_and_a_relaunch_completes_it(
+    local_ray, reference, tiny_dir, tmp_path
+):
     corpus, want = reference
     killed = []
 
@@ -114,13 +122,19 @@ def gone(pid: int, within: float) -> bool:
     return False
 
 
-def test_an_actor_whose_heartbeat_stops_is_given_up_and_its_unit_rerun(local_ray, reference, tiny_dir, tmp_path):
+def test_an_actor_whose_heartbeat_stops_is_given_up_and_its_unit_rerun(
+    local_ray, reference, tiny_dir, tmp_path
+):
     corpus, want = reference
     out, stopped = tmp_path / "run", []
     watcher = threading.Thread(target=stop_an_actor_in_a_unit, args=(out, stopped), daemon=True)
     watcher.start()
     try:
-        stats = run_scan(config(corpus, tiny_dir), str(out), executor=ExecutorConfig(kind="ray", num_actors=2, hung_after=6))
+        stats = run_scan(
+            config(corpus, tiny_dir),
+            str(out),
+            executor=ExecutorConfig(kind="ray", num_actors=2, hung_after=6),
+        )
     finally:
         watcher.join()
         # ray.kill returns before the raylet kills the process (a stopped one about 5 s later, when its
@@ -130,7 +144,7 @@ def test_an_actor_whose_heartbeat_stops_is_given_up_and_its_unit_rerun(local_ray
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
     assert stopped, "no actor was stopped in a unit; the test lost its point"
-    (unit, pid), = stopped
+    ((unit, pid),) = stopped
     assert stats["run"]["given_up"] == 1 and stats["run"]["failed_shards"] == {}, stats["run"]
     assert ended[pid], "the hung actor lives on"
     got = pq.read_table(out / "results")
@@ -139,4 +153,6 @@ def test_an_actor_whose_heartbeat_stops_is_given_up_and_its_unit_rerun(local_ray
     shown = json.loads(cli("status", str(out)).stdout)["progress"]["given_up"]
     assert shown["count"] == 1 and shown["last"]["task"] == unit and shown["last"]["pid"] == pid, shown
     watched = cli("status", str(out), "--watch", "--iterations", "1").stdout
-    assert f"given up    1 task hung (actor killed, task re-queued); last {unit}, no heartbeat for" in watched, watched
+    assert (
+        f"given up    1 task hung (actor killed, task re-queued); last {unit}, no heartbeat for" in watched
+    ), watched

@@ -21,21 +21,39 @@ def test_killed_driver_then_relaunch_resumes(reference, tiny_dir, tmp_path, ray_
     corpus, want = reference
     out = tmp_path / "run"
     env = {**os.environ, "RAY_TMPDIR": ray_tmp}
-    command = [sys.executable, "-m", "scanner", "scan", str(corpus), "--model", str(tiny_dir), "--out", str(out),
-               *CLI_SEARCH, "--executor", "ray", "--num-actors", "2"]
+    command = [
+        sys.executable,
+        "-m",
+        "scanner",
+        "scan",
+        str(corpus),
+        "--model",
+        str(tiny_dir),
+        "--out",
+        str(out),
+        *CLI_SEARCH,
+        "--executor",
+        "ray",
+        "--num-actors",
+        "2",
+    ]
     # Its own session: killing the group takes the driver's local Ray down with it, as a lost node would.
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     deadline = time.monotonic() + 300
-    while proc.poll() is None and time.monotonic() < deadline and not any((out / "screen" / "done").glob("0*")):
+    while (
+        proc.poll() is None and time.monotonic() < deadline and not any((out / "screen" / "done").glob("0*"))
+    ):
         time.sleep(0.02)
     assert proc.poll() is None, "the scan finished before it could be killed; the test lost its point"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
     # Killed once its first screen shard was committed: in the screen, or, where the two actors screened
     # the other six (a second a shard) before the signal landed, in a later phase; never finished.
-    markers = {f: f.stat().st_mtime_ns for f in out.glob("*/done/*")} | {f: f.stat().st_mtime_ns
-                                                                         for f in out.glob("done/*")}
+    markers = {f: f.stat().st_mtime_ns for f in out.glob("*/done/*")} | {
+        f: f.stat().st_mtime_ns for f in out.glob("done/*")
+    }
     assert 1 <= len(list((out / "screen" / "done").iterdir())) <= 7
     assert len(list((out / "done").glob("*"))) < 7, "every results shard was written: the kill came too late"
     final = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)

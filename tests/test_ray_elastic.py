@@ -34,8 +34,11 @@ def cluster(ray_tmp, monkeypatch):
 
     # No exit hooks: they set a SIGTERM handler, which Python allows only in the main thread, and a test
     # adds a node from another (the fixture shuts the cluster down itself).
-    made = Cluster(initialize_head=True, shutdown_at_exit=False,
-                   head_node_args={"num_cpus": 0, "temp_dir": ray_tmp, "include_dashboard": False})
+    made = Cluster(
+        initialize_head=True,
+        shutdown_at_exit=False,
+        head_node_args={"num_cpus": 0, "temp_dir": ray_tmp, "include_dashboard": False},
+    )
     ray.init(address=made.address, configure_logging=False)
     try:
         yield made
@@ -45,8 +48,9 @@ def cluster(ray_tmp, monkeypatch):
 
 
 @pytest.mark.timeout(240)  # a node that never joins leaves the scan waiting, as it should
-def test_a_scan_waits_for_its_first_node_and_grows_onto_a_node_that_joins(cluster, reference, tiny_dir, tmp_path,
-                                                                           monkeypatch, caplog):
+def test_a_scan_waits_for_its_first_node_and_grows_onto_a_node_that_joins(
+    cluster, reference, tiny_dir, tmp_path, monkeypatch, caplog
+):
     corpus, want = reference
     monkeypatch.setattr("scanner.executors.ray.POLL_S", 0.5)  # how often the driver looks at the cluster
     joined = {}
@@ -63,12 +67,17 @@ def test_a_scan_waits_for_its_first_node_and_grows_onto_a_node_that_joins(cluste
     adder = threading.Thread(target=nodes_join, daemon=True)
     adder.start()
     with caplog.at_level(logging.INFO, logger="scanner.executors.ray"):
-        stats = run_scan(config(corpus, tiny_dir), str(tmp_path / "run"),
-                         executor=ExecutorConfig(kind="ray", address=cluster.address))
+        stats = run_scan(
+            config(corpus, tiny_dir),
+            str(tmp_path / "run"),
+            executor=ExecutorConfig(kind="ray", address=cluster.address),
+        )
     adder.join()
     report = stats["run"]
     said = caplog.text
-    assert "0 CPUs, too few for one actor" in said and said.index("Ray: 1 actors") < said.index("Ray: 2 actors: a node joined")
+    assert "0 CPUs, too few for one actor" in said and said.index("Ray: 1 actors") < said.index(
+        "Ray: 2 actors: a node joined"
+    )
     assert report["actors"] == 2 and report["failed_shards"] == {}, report
     assert set(report["nodes"]) == {joined["first"], joined["second"]}, (report, joined)
     assert comparable(pq.read_table(tmp_path / "run" / "results")) == comparable(want)
@@ -85,8 +94,13 @@ def test_the_actors_shrink_when_a_node_leaves_and_no_replacement_waits_for_it(cl
     leaving = cluster.add_node(num_cpus=1)
     cluster.add_node(num_cpus=1)
     scheduler, made = test_ray.scripted_scheduler(
-        tmp_path, [], shards=16, actors=2, max_retries=2,
-        target=lambda: actors_fitting(ray.cluster_resources(), 0, 1))
+        tmp_path,
+        [],
+        shards=16,
+        actors=2,
+        max_retries=2,
+        target=lambda: actors_fitting(ray.cluster_resources(), 0, 1),
+    )
     done = []
 
     def finished(stats: dict) -> None:

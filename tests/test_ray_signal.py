@@ -16,20 +16,41 @@ import test_ray
 from clirun import cli
 from test_ray import CLI_SEARCH, comparable
 
-ray_tmp, reference = test_ray.ray_tmp, test_ray.reference  # pytest finds a module's fixtures among its attributes
+ray_tmp, reference = (
+    test_ray.ray_tmp,
+    test_ray.reference,
+)  # pytest finds a module's fixtures among its attributes
 
 
-def test_sigterm_on_ray_admits_nothing_more_exits_75_and_the_relaunch_ends_in_the_reference(reference, tiny_dir,
-                                                                                           tmp_path, ray_tmp):
+def test_sigterm_on_ray_admits_nothing_more_exits_75_and_the_relaunch_ends_in_the_reference(
+    reference, tiny_dir, tmp_path, ray_tmp
+):
     corpus, want = reference
     out = tmp_path / "run"
     env = {**os.environ, "RAY_TMPDIR": ray_tmp}
-    command = [sys.executable, "-m", "scanner", "scan", str(corpus), "--model", str(tiny_dir), "--out", str(out),
-               *CLI_SEARCH, "--executor", "ray", "--num-actors", "1"]
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    command = [
+        sys.executable,
+        "-m",
+        "scanner",
+        "scan",
+        str(corpus),
+        "--model",
+        str(tiny_dir),
+        "--out",
+        str(out),
+        *CLI_SEARCH,
+        "--executor",
+        "ray",
+        "--num-actors",
+        "1",
+    ]
+    proc = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     deadline = time.monotonic() + 300
-    while proc.poll() is None and time.monotonic() < deadline and not any((out / "screen" / "done").glob("0*")):
+    while (
+        proc.poll() is None and time.monotonic() < deadline and not any((out / "screen" / "done").glob("0*"))
+    ):
         time.sleep(0.02)
     assert proc.poll() is None, "the scan finished before the signal; the test lost its point"
     proc.send_signal(signal.SIGTERM)  # the driver alone, as Slurm's or Kubernetes' signal reaches it

@@ -36,8 +36,10 @@ def test_single_file_with_id_column(tmp_path):
     file = write(tmp_path / "c.parquet", id=["a", "b"], text=["one", None])
     corpus = open_corpus(CorpusConfig(path=str(file)))
     assert isinstance(corpus, Corpus) and corpus.num_rows == 2 and corpus.id_column == "id"
-    assert list(corpus.iter_documents()) == [Document(doc_id="a", text="one", extra={}, row="c.parquet:0"),
-                                             Document(doc_id="b", text=None, extra={}, row="c.parquet:1")]
+    assert list(corpus.iter_documents()) == [
+        Document(doc_id="a", text="one", extra={}, row="c.parquet:0"),
+        Document(doc_id="b", text=None, extra={}, row="c.parquet:1"),
+    ]
 
 
 def test_id_auto_detection_prefers_id_then_doc_id_then_file_row(tmp_path):
@@ -65,7 +67,10 @@ def test_directory_reads_parquet_files_in_order_and_skips_markers(tmp_path):
     corpus = open_corpus(CorpusConfig(path=str(folder)))
     assert corpus.num_rows == 3
     assert [(d.doc_id, d.text) for d in corpus.iter_documents(batch_rows=1)] == [
-        ("a.parquet:0", "a"), ("a.parquet:1", "b"), ("b/part-1.parquet:0", "c")]
+        ("a.parquet:0", "a"),
+        ("a.parquet:1", "b"),
+        ("b/part-1.parquet:0", "c"),
+    ]
 
 
 def test_glob_input(tmp_path):
@@ -76,12 +81,20 @@ def test_glob_input(tmp_path):
 
 
 def test_keep_columns_are_carried_in_extra_and_only_needed_columns_are_read(tmp_path):
-    file = write(tmp_path / "c.parquet", id=["a", "b"], text=["x", "y"], title=["T1", "T2"],
-                 year=[2001, 2002], blob=[b"big", b"bigger"])
+    file = write(
+        tmp_path / "c.parquet",
+        id=["a", "b"],
+        text=["x", "y"],
+        title=["T1", "T2"],
+        year=[2001, 2002],
+        blob=[b"big", b"bigger"],
+    )
     corpus = open_corpus(CorpusConfig(path=str(file), keep_columns=("title", "year")))
     assert corpus.columns == ["text", "id", "title", "year"]
-    assert [d.extra for d in corpus.iter_documents()] == [{"title": "T1", "year": 2001},
-                                                           {"title": "T2", "year": 2002}]
+    assert [d.extra for d in corpus.iter_documents()] == [
+        {"title": "T1", "year": 2001},
+        {"title": "T2", "year": 2002},
+    ]
 
 
 def test_large_string_and_dictionary_text_are_accepted(tmp_path):
@@ -203,9 +216,13 @@ def test_documents_by_range_equal_the_full_pass_across_files_and_row_groups(tmp_
     # Three files, small row groups, an empty file in the middle: every boundary a shard can cross.
     for name, start, count in (("a", 0, 7), ("b", 7, 0), ("c", 7, 11)):
         rows = range(start, start + count)
-        table = pa.table({"id": pa.array([f"d{i}" for i in rows], pa.string()),
-                          "text": pa.array([f"text {i}" for i in rows], pa.string()),
-                          "year": pa.array(list(rows), pa.int64())})
+        table = pa.table(
+            {
+                "id": pa.array([f"d{i}" for i in rows], pa.string()),
+                "text": pa.array([f"text {i}" for i in rows], pa.string()),
+                "year": pa.array(list(rows), pa.int64()),
+            }
+        )
         pq.write_table(table, folder / f"{name}.parquet", row_group_size=3)
     corpus = open_corpus(CorpusConfig(path=str(folder), keep_columns=("year",)))
     everything = list(corpus.iter_documents())

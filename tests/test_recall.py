@@ -97,9 +97,18 @@ def test_the_audit_size_follows_the_search_it_audits():
         with pytest.raises(InputError, match="--audit-sample"):
             parse_audit(bad)
     # Two memorized searches (cheap) and two refuted ones: an audit search is priced at the refuted ones.
-    units = [{"search_s": 30.0, "cost": {"outcomes": {"memorized": {"candidates": 2, "seconds": 4.0},
-                                                      "not_memorized": {"candidates": 1, "seconds": 10.0}}}},
-             {"search_s": 12.0, "cost": {"outcomes": {"rejected_early": {"candidates": 1, "seconds": 6.0}}}}]
+    units = [
+        {
+            "search_s": 30.0,
+            "cost": {
+                "outcomes": {
+                    "memorized": {"candidates": 2, "seconds": 4.0},
+                    "not_memorized": {"candidates": 1, "seconds": 10.0},
+                }
+            },
+        },
+        {"search_s": 12.0, "cost": {"outcomes": {"rejected_early": {"candidates": 1, "seconds": 6.0}}}},
+    ]
     cost = search_cost(units)
     assert cost["spent_s"] == 42 and cost["searches"] == 4 and cost["per_search_s"] == 8
     assert audit_size(parse_audit("25%"), cost)[0] == 1  # 10.5 s at 8 s a search

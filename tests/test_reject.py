@@ -91,8 +91,13 @@ def test_the_rule_may_stop_only_attempts_before_a_success(y, found_at, bound, sc
 
 
 # Small budgets (a short descent for canaries; the rule off costs every step on unseen text).
-SMALL = SearchConfig(decide_steps=20, shrink_steps=5, restarts=0, reject_after=3,
-                     gcg=GCGConfig(top_k=64, num_candidates=32, patience=40))
+SMALL = SearchConfig(
+    decide_steps=20,
+    shrink_steps=5,
+    restarts=0,
+    reject_after=3,
+    gcg=GCGConfig(top_k=64, num_candidates=32, patience=40),
+)
 ON, OFF = (SearchConfig(**{**SMALL.__dict__, "early_reject": flag}) for flag in (True, False))
 UNSEEN = salad(random.Random(11), 8)
 
@@ -129,9 +134,30 @@ def test_the_rule_works_per_target_when_targets_share_forwards(engine, unseen_fu
 
 
 def test_acr_json_carries_rejected_early(tiny_dir):
-    out = subprocess.run([sys.executable, "-m", "scanner", "acr", "--model", str(tiny_dir), "--json",
-                          "--steps", "20", "--candidates", "32", "--restarts", "0", "--early-reject",
-                          "--reject-after", "3", UNSEEN], capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scanner",
+            "acr",
+            "--model",
+            str(tiny_dir),
+            "--json",
+            "--steps",
+            "20",
+            "--candidates",
+            "32",
+            "--restarts",
+            "0",
+            "--early-reject",
+            "--reject-after",
+            "3",
+            UNSEEN,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     record = json.loads(out.stdout.strip().splitlines()[-1])
     assert not record["memorized"] and record["rejected_early"] is True and record["steps"] == 3

@@ -39,18 +39,67 @@ def run_tables() -> tuple[pa.Table, pa.Table]:
     """A memorized passage of two spans holding markup, Greek, Japanese and a 3,000-character line; the best
     span's prompt holds markup too and its generation is fragile."""
     mid = START + len(GREEK) + 1
-    best = make_row(EVIL, 1, "memorized", doc_row="c.parquet:0", char_start=START, char_end=mid,
-                    text=BOOK[START:mid], acr=3.5, prompt=f"say {EVIL} é", prompt_tokens=4, target_tokens=14,
-                    generation_margin=0.25, generation_margin_at=6, fragile_below=1.0, fragile=True,
-                    prompt_source="free", prompt_doc_run_tokens=2, prompt_span_run_tokens=1)
-    other = make_row(EVIL, 2, "memorized", doc_row="c.parquet:0", char_start=mid, char_end=END,
-                     text=BOOK[mid:END], acr=2.0, generation_margin=4.0, generation_margin_at=0, fragile_below=1.0,
-                     fragile=False, prompt_source="work_text", prompt_doc_run_tokens=9)
-    results = table_of([best, other, make_row(EVIL, 3, "not_searched", doc_row="c.parquet:0"), make_row("plain", 0, "screened_out")])
-    passage = passage_row(EVIL, START, END, doc_id=EVIL, doc_row="c.parquet:0", text=PASSAGE, best_acr=3.5,
-                          best_prompt=best["prompt"], best_span_id=best["span_id"],
-                          span_ids=[best["span_id"], other["span_id"]], spans=2, extended_tokens=0,
-                          extended_char_end=END, extension_text="", best_prompt_source="free")
+    best = make_row(
+        EVIL,
+        1,
+        "memorized",
+        doc_row="c.parquet:0",
+        char_start=START,
+        char_end=mid,
+        text=BOOK[START:mid],
+        acr=3.5,
+        prompt=f"say {EVIL} é",
+        prompt_tokens=4,
+        target_tokens=14,
+        generation_margin=0.25,
+        generation_margin_at=6,
+        fragile_below=1.0,
+        fragile=True,
+        prompt_source="free",
+        prompt_doc_run_tokens=2,
+        prompt_span_run_tokens=1,
+    )
+    other = make_row(
+        EVIL,
+        2,
+        "memorized",
+        doc_row="c.parquet:0",
+        char_start=mid,
+        char_end=END,
+        text=BOOK[mid:END],
+        acr=2.0,
+        generation_margin=4.0,
+        generation_margin_at=0,
+        fragile_below=1.0,
+        fragile=False,
+        prompt_source="work_text",
+        prompt_doc_run_tokens=9,
+    )
+    results = table_of(
+        [
+            best,
+            other,
+            make_row(EVIL, 3, "not_searched", doc_row="c.parquet:0"),
+            make_row("plain", 0, "screened_out"),
+        ]
+    )
+    passage = passage_row(
+        EVIL,
+        START,
+        END,
+        doc_id=EVIL,
+        doc_row="c.parquet:0",
+        text=PASSAGE,
+        best_acr=3.5,
+        best_prompt=best["prompt"],
+        best_span_id=best["span_id"],
+        span_ids=[best["span_id"], other["span_id"]],
+        spans=2,
+        extended_tokens=0,
+        extended_char_end=END,
+        extension_text="",
+        best_prompt_source="free",
+    )
     return results, pa.Table.from_pylist([passage], schema=passages_schema())
 
 
@@ -62,8 +111,12 @@ def hrefs(page: str) -> list[str]:
 def written(tmp_path):
     results, passages = run_tables()
     [finding] = findings(results, passages)
-    context = {finding.page: window(BOOK, Wanted(finding.page, "c.parquet:0", 0, START, END, PASSAGE, END), 60)}
-    out = write_report(results, {"model": "tiny"}, tmp_path / "report.html", passages, context, work_text_tokens=4)
+    context = {
+        finding.page: window(BOOK, Wanted(finding.page, "c.parquet:0", 0, START, END, PASSAGE, END), 60)
+    }
+    out = write_report(
+        results, {"model": "tiny"}, tmp_path / "report.html", passages, context, work_text_tokens=4
+    )
     return out, finding
 
 
@@ -73,7 +126,10 @@ def test_every_link_of_the_report_resolves_to_a_page_and_back(written):
     links = [h for h in hrefs(report) if h.endswith(".html")]
     assert links == [f"report-passages/{finding.page}.html"]
     page_path = out.parent / links[0]
-    assert page_path.is_file() and sorted(p.name for p in out.parent.iterdir()) == ["report-passages", "report.html"]
+    assert page_path.is_file() and sorted(p.name for p in out.parent.iterdir()) == [
+        "report-passages",
+        "report.html",
+    ]
     page = page_path.read_text(encoding="utf-8")
     assert (page_path.parent / hrefs(page)[0]).resolve() == out.resolve()
 
@@ -90,7 +146,7 @@ def test_the_page_holds_prompt_acr_margin_source_and_denominators(written):
     assert "counts 4 or more as the work's own text" in page  # k = 4
     drawn = dict(re.findall(r"<dt>([^<]+)</dt><dd>([^<]+)</dd>", page.split("What the run drew it from")[1]))
     assert (drawn["documents"], drawn["memorized"], drawn["not searched (budget)"]) == ("2", "2", "1")
-    assert "<td class=\"text same\">" in page and "(not stored)" in page  # output beside the book
+    assert '<td class="text same">' in page and "(not stored)" in page  # output beside the book
 
 
 def test_markup_in_the_corpus_is_text_and_unicode_and_long_lines_survive(written):
@@ -101,7 +157,7 @@ def test_markup_in_the_corpus_is_text_and_unicode_and_long_lines_survive(written
     assert "<script" not in page.lower() and "<b>bold</b>" not in page
     assert html.escape(EVIL) in page and "&lt;b&gt;bold&lt;/b&gt;" in page
     assert GREEK in page and CJK in page and "élèves" not in page  # the window is 60 characters each side
-    assert html.escape(BOOK[START - 60:START]) in page and "l&#x27;école" in page and "café, naïve" in page
+    assert html.escape(BOOK[START - 60 : START]) in page and "l&#x27;école" in page and "café, naïve" in page
     assert LONG in page and re.search(r"\.book,[^{]*\{white-space:pre-wrap;overflow-wrap:anywhere", page)
     assert "table-layout:fixed" in page
 
@@ -109,7 +165,7 @@ def test_markup_in_the_corpus_is_text_and_unicode_and_long_lines_survive(written
 def test_the_window_is_refused_where_the_document_no_longer_holds_the_passage():
     wanted = Wanted("p", "k", 0, START, END, PASSAGE, END)
     cut = window(BOOK, wanted, 10)
-    assert cut == {"text": BOOK[START - 10:END + 10], "offset": START - 10, "doc_chars": len(BOOK)}
+    assert cut == {"text": BOOK[START - 10 : END + 10], "offset": START - 10, "doc_chars": len(BOOK)}
     assert window("edited " + BOOK, wanted, 10) is None
 
 
@@ -118,13 +174,18 @@ def test_surroundings_read_from_a_parquet_corpus_shard_by_shard(tmp_path):
     pq.write_table(pa.table({"id": ["a", "b", "c", "d"], "text": texts}), tmp_path / "c.parquet")
     corpus = open_corpus(CorpusConfig(path=str(tmp_path / "c.parquet")))
     plan = Plan.make(4, 2)  # shard 0: a, b; shard 1: c, d
-    wanted = [Wanted("p", "c.parquet:1", 0, START, END, PASSAGE, END),
-              Wanted("q", "d", 1, 0, 6, "fourth", 6),  # keyed by doc_id (results without doc_row)
-              Wanted("gone", "c.parquet:2", 1, 0, 5, "thirx", 5)]
+    wanted = [
+        Wanted("p", "c.parquet:1", 0, START, END, PASSAGE, END),
+        Wanted("q", "d", 1, 0, 6, "fourth", 6),  # keyed by doc_id (results without doc_row)
+        Wanted("gone", "c.parquet:2", 1, 0, 5, "thirx", 5),
+    ]
     found = surroundings(corpus, plan, wanted, chars=5)
     assert sorted(found) == ["p", "q"]
-    assert found["p"]["text"] == BOOK[START - 5:END + 5] and found["q"] == {"text": "fourth <i>", "offset": 0,
-                                                                         "doc_chars": 10}
+    assert found["p"]["text"] == BOOK[START - 5 : END + 5] and found["q"] == {
+        "text": "fourth <i>",
+        "offset": 0,
+        "doc_chars": 10,
+    }
 
 
 def test_pages_without_surroundings_say_so_and_runs_without_passages_get_span_pages(tmp_path):
@@ -132,11 +193,14 @@ def test_pages_without_surroundings_say_so_and_runs_without_passages_get_span_pa
     out = write_report(results, {}, tmp_path / "r #1 é.html")  # '#' would cut a raw link into a fragment
     assert '<a href="r%20%231%20%C3%A9-passages/span-' in out.read_text(encoding="utf-8")
     pages = sorted((tmp_path / "r #1 é-passages").glob("*.html"))  # beside them: the folder's marker
-    assert [p.name for p in pages] == sorted(f"span-{r['span_id']}.html" for r in results.to_pylist()
-                                             if r["status"] == "memorized")
+    assert [p.name for p in pages] == sorted(
+        f"span-{r['span_id']}.html" for r in results.to_pylist() if r["status"] == "memorized"
+    )
     page = pages[0].read_text(encoding="utf-8")
     assert "surrounding text is not shown" in page and "not checked" in page
-    assert all((out.parent / h).is_file() for h in hrefs(out.read_text(encoding="utf-8")) if h.endswith(".html"))
+    assert all(
+        (out.parent / h).is_file() for h in hrefs(out.read_text(encoding="utf-8")) if h.endswith(".html")
+    )
 
 
 def test_page_names_are_safe_and_a_failed_write_keeps_the_old_pages(tmp_path):
@@ -149,6 +213,9 @@ def test_page_names_are_safe_and_a_failed_write_keeps_the_old_pages(tmp_path):
 
     with pytest.raises(OSError):
         write_pages(folder, [("b", "new")], fail)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["r-passages"] and (folder / "a.html").read_text() == "old"
+    assert (
+        sorted(p.name for p in tmp_path.iterdir()) == ["r-passages"]
+        and (folder / "a.html").read_text() == "old"
+    )
     assert write_pages(folder, [("b", "new")], lambda: None) == 1
     assert sorted(Path(p).name for p in folder.iterdir()) == [MARKER, "b.html"]  # stale pages go

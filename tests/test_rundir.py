@@ -29,17 +29,38 @@ def row(shard: int, i: int) -> dict:
     found = status == "memorized"
     return {
         **default_row(),  # the schema's defaults: a column added there needs no change here
-        "doc_id": f"doc-{shard}-{i // 3}", "span_id": hashlib.sha256(f"{shard}:{i}".encode()).hexdigest()[:16],
-        "char_start": 10 * i, "char_end": 10 * i + 40, "token_start": 8 * i, "token_end": 8 * i + 32,
-        "text": f"span {shard}.{i}", "target_tokens": 32, "target_ids": list(range(32)), "status": status,
+        "doc_id": f"doc-{shard}-{i // 3}",
+        "span_id": hashlib.sha256(f"{shard}:{i}".encode()).hexdigest()[:16],
+        "char_start": 10 * i,
+        "char_end": 10 * i + 40,
+        "token_start": 8 * i,
+        "token_end": 8 * i + 32,
+        "text": f"span {shard}.{i}",
+        "target_tokens": 32,
+        "target_ids": list(range(32)),
+        "status": status,
         "reason": "too short" if status == "skipped" else None,
-        "acr": 32 / 5 if found else None, "memorized": found, "prompt": "a b c d e" if found else None,
-        "prompt_ids": [1, 2, 3, 4, 5] if found else None, "prompt_tokens": 5 if found else None,
-        "tau": 1.0, "thresholds": [{"name": "tau", "tau": 1.0, "memorized": found}],
-        "greedy_match_rate": 0.5, "mean_nll": 1.25, "discoverable": found, "certificate_tokens": 12,
-        "certificate_prompt": "context", "verified_generation": found, "teacher_forced": found,
-        "verify_engine": "hf", "min_margin": 0.75, "steps": 150, "forwards": 1000, "screen_s": 0.01,
-        "search_s": 0.5, "shard": shard,
+        "acr": 32 / 5 if found else None,
+        "memorized": found,
+        "prompt": "a b c d e" if found else None,
+        "prompt_ids": [1, 2, 3, 4, 5] if found else None,
+        "prompt_tokens": 5 if found else None,
+        "tau": 1.0,
+        "thresholds": [{"name": "tau", "tau": 1.0, "memorized": found}],
+        "greedy_match_rate": 0.5,
+        "mean_nll": 1.25,
+        "discoverable": found,
+        "certificate_tokens": 12,
+        "certificate_prompt": "context",
+        "verified_generation": found,
+        "teacher_forced": found,
+        "verify_engine": "hf",
+        "min_margin": 0.75,
+        "steps": 150,
+        "forwards": 1000,
+        "screen_s": 0.01,
+        "search_s": 0.5,
+        "shard": shard,
     }
 
 
@@ -103,8 +124,13 @@ def test_saved_plan_wins_over_recomputing(tmp_path):
 
 def test_changed_config_key_is_refused_naming_it(tmp_path):
     run, _ = prepared(tmp_path)
-    message = refused(run, "another configuration", "span_tokens 32 -> 16", "new --out",
-                      config={**CONFIG, "span_tokens": 16, "extra": "x"})
+    message = refused(
+        run,
+        "another configuration",
+        "span_tokens 32 -> 16",
+        "new --out",
+        config={**CONFIG, "span_tokens": 16, "extra": "x"},
+    )
     assert 'extra <absent> -> "x"' in message and "model" not in message
     nested = {**CONFIG, "search": {"steps": 150, "top_k": 32}}
     refused(run, "search.top_k 64 -> 32", config=nested)
@@ -129,8 +155,9 @@ def test_a_run_of_an_older_results_schema_is_not_resumed(tmp_path):
     run, _ = prepared(tmp_path)
     run.write_shard(0, shard_table(0), shard_stats(0))
     older_schema(run)
-    message = refused(run, "results schema version 1", f"writes version {SCHEMA_VERSION}", "new --out",
-                      "acr-scanner 0.9.0")
+    message = refused(
+        run, "results schema version 1", f"writes version {SCHEMA_VERSION}", "new --out", "acr-scanner 0.9.0"
+    )
     assert "another configuration" not in message  # the configuration itself is unchanged
     assert run.done_shards() == [0]  # refused before anything of the old run was touched
 
@@ -240,15 +267,21 @@ def test_file_without_marker_is_pending_and_rewrite_leaves_one_copy(tmp_path):
     run.write_shard(1, shard_table(1), shard_stats(1))
     results = run.read_results()
     assert results.num_rows == 8 and len(set(results.column("span_id").to_pylist())) == 8
-    assert sorted(p.name for p in (run.path / "results").iterdir()) == ["part-00000.parquet",
-                                                                       "part-00001.parquet"]
+    assert sorted(p.name for p in (run.path / "results").iterdir()) == [
+        "part-00000.parquet",
+        "part-00001.parquet",
+    ]
 
 
 def test_stray_temp_files_are_ignored_and_cleaned(tmp_path):
     run, _ = prepared(tmp_path)
     run.write_shard(0, shard_table(0), shard_stats(0))
-    strays = [run.path / "results" / ".part-00001.parquet.123.abcd.tmp", run.path / "done" / ".00001.1.a.tmp",
-              run.path / "stats" / ".00001.json.1.b.tmp", run.path / ".plan.json.1.c.tmp"]
+    strays = [
+        run.path / "results" / ".part-00001.parquet.123.abcd.tmp",
+        run.path / "done" / ".00001.1.a.tmp",
+        run.path / "stats" / ".00001.json.1.b.tmp",
+        run.path / ".plan.json.1.c.tmp",
+    ]
     for stray in strays:
         stray.write_bytes(b"half a file")
     assert run.read_results().equals(shard_table(0)) and run.done_shards() == [0]
@@ -292,14 +325,38 @@ def test_status_before_any_shard_has_no_eta(tmp_path):
 
 def test_merge_stats_and_status_math(tmp_path):
     run, _ = prepared(tmp_path)
-    run.write_shard(0, shard_table(0), {"rows": 4, "spans": 4, "seconds": 2.0,
-                                        "status_counts": {"memorized": 1, "not_memorized": 3}, "host": "a"})
-    run.write_shard(1, shard_table(1), {"rows": 4, "spans": 4, "seconds": 6.0,
-                                        "status_counts": {"not_memorized": 2, "skipped": 2}, "ok": True})
+    run.write_shard(
+        0,
+        shard_table(0),
+        {
+            "rows": 4,
+            "spans": 4,
+            "seconds": 2.0,
+            "status_counts": {"memorized": 1, "not_memorized": 3},
+            "host": "a",
+        },
+    )
+    run.write_shard(
+        1,
+        shard_table(1),
+        {
+            "rows": 4,
+            "spans": 4,
+            "seconds": 6.0,
+            "status_counts": {"not_memorized": 2, "skipped": 2},
+            "ok": True,
+        },
+    )
     run.stats_path(2).write_text(json.dumps({"rows": 100, "seconds": 100.0}))  # killed shard: not done
     merged = run.merge_stats()
-    assert merged == {"rows": 8, "spans": 8, "seconds": 8.0, "shards_done": 2, "shards_total": 4,
-                      "status_counts": {"memorized": 1, "not_memorized": 5, "skipped": 2}}
+    assert merged == {
+        "rows": 8,
+        "spans": 8,
+        "seconds": 8.0,
+        "shards_done": 2,
+        "shards_total": 4,
+        "status_counts": {"memorized": 1, "not_memorized": 5, "skipped": 2},
+    }
     assert json.loads((run.path / "stats.json").read_text()) == merged
     status = run.status()
     assert status["rows"] == 8 and status["status_counts"]["not_memorized"] == 5
@@ -322,8 +379,9 @@ def _writer(path: str, ready) -> None:
     plan = run.prepare(CONFIG, FINGERPRINT, KILL_PLAN["num_docs"], KILL_PLAN["docs_per_shard"])
     ready.set()
     for shard in run.pending(plan):
-        run.write_shard(shard.shard, shard_table(shard.shard, rows=5 + shard.shard % 3),
-                        shard_stats(shard.shard))
+        run.write_shard(
+            shard.shard, shard_table(shard.shard, rows=5 + shard.shard % 3), shard_stats(shard.shard)
+        )
 
 
 def _check_consistent(run: RunDir) -> None:

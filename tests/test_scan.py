@@ -16,8 +16,26 @@ from scanner.cli.demo import demo_corpus
 from scanner.schema import WALL_CLOCK
 from scanner.studies.tiny import CANARIES
 
-SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--docs-per-shard", "3", "--min-match-rate", "0.95",
-        "--steps", "40", "--candidates", "64", "--top-k", "64", "--restarts", "0"]
+SCAN = [
+    "--span-tokens",
+    "12",
+    "--stride",
+    "2",
+    "--context-tokens",
+    "16",
+    "--docs-per-shard",
+    "3",
+    "--min-match-rate",
+    "0.95",
+    "--steps",
+    "40",
+    "--candidates",
+    "64",
+    "--top-k",
+    "64",
+    "--restarts",
+    "0",
+]
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +56,10 @@ def test_scan_writes_one_row_per_span_and_finds_the_canaries(scanned):
     assert [r["reason"] for r in table if r["status"] == "skipped"] == ["null text"]
     texts = pq.read_table(corpus).column("text").to_pylist()
     for row in table:
-        assert row["text"] == (texts[int(row["doc_id"].split("-")[1])] or "")[row["char_start"]:row["char_end"]]
+        assert (
+            row["text"]
+            == (texts[int(row["doc_id"].split("-")[1])] or "")[row["char_start"] : row["char_end"]]
+        )
     flagged = [r for r in table if r["memorized"]]
     assert flagged and all(r["verified_generation"] and r["acr"] > 1 for r in flagged)
     assert all(any(r["text"].strip() in c for c in CANARIES) for r in flagged), "nothing outside the canaries"
@@ -58,8 +79,12 @@ def test_relaunch_resumes_and_a_changed_configuration_is_refused(scanned, tiny_d
     again = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SCAN)
     assert again.returncode == 0, again.stderr
     assert pq.read_table(out / "results").equals(before)
-    changed = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SCAN[:-2], "--restarts", "1")
-    assert changed.returncode == 2 and "another configuration" in changed.stderr and "restarts" in changed.stderr
+    changed = cli(
+        "scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SCAN[:-2], "--restarts", "1"
+    )
+    assert (
+        changed.returncode == 2 and "another configuration" in changed.stderr and "restarts" in changed.stderr
+    )
 
 
 def test_status_export_report_and_verify(scanned, tmp_path):
@@ -100,7 +125,18 @@ def test_kill_9_at_several_points_then_relaunch_equals_an_uninterrupted_run(scan
     _, reference, _ = scanned
     corpus = demo_corpus(tmp_path / "corpus.parquet")  # same content as the reference run's corpus
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "scanner", "scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SCAN]
+    command = [
+        sys.executable,
+        "-m",
+        "scanner",
+        "scan",
+        str(corpus),
+        "--model",
+        str(tiny_dir),
+        "--out",
+        str(out),
+        *SCAN,
+    ]
     kills = 0
     for delay in (1.5, 4.0, 6.0, 8.0):  # before the model loads, then at different shards
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -120,14 +156,29 @@ def test_kill_9_at_several_points_then_relaunch_equals_an_uninterrupted_run(scan
 def test_spans_sharing_forwards_give_the_same_table(scanned, tiny_dir, tmp_path):
     corpus, reference, _ = scanned
     out = tmp_path / "run"
-    done = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SCAN, "--targets-per-forward", "3")
+    done = cli(
+        "scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SCAN, "--targets-per-forward", "3"
+    )
     assert done.returncode == 0, done.stderr
     got, want = pq.read_table(out / "results"), pq.read_table(reference / "results")
     # Rows equal but for what float rounding of other batch shapes can change: the prompt GCG found.
-    searched = ("acr", "prompt", "prompt_ids", "prompt_tokens", "thresholds", "min_margin", "steps", "forwards",
-                "rejected_matches", "generation_margin", "generation_margin_at", "fragile")
-    assert [{k: v for k, v in r.items() if k not in searched} for r in _comparable(got)] == \
-           [{k: v for k, v in r.items() if k not in searched} for r in _comparable(want)]
+    searched = (
+        "acr",
+        "prompt",
+        "prompt_ids",
+        "prompt_tokens",
+        "thresholds",
+        "min_margin",
+        "steps",
+        "forwards",
+        "rejected_matches",
+        "generation_margin",
+        "generation_margin_at",
+        "fragile",
+    )
+    assert [{k: v for k, v in r.items() if k not in searched} for r in _comparable(got)] == [
+        {k: v for k, v in r.items() if k not in searched} for r in _comparable(want)
+    ]
     assert all(r["verified_generation"] and r["acr"] > 1 for r in got.to_pylist() if r["memorized"])
     assert got.schema.metadata[b"targets_per_forward"] == b"3"
     assert want.schema.metadata[b"targets_per_forward"] == b"1"  # auto on the CPU
@@ -156,18 +207,25 @@ def test_max_candidates_searches_the_best_evidence_corpus_wide(tiny_dir, tmp_pat
     assert any(r["acr_kind"] == "certificate_bound" and r["memorized"] for r in rows)
 
 
-@pytest.mark.parametrize("table, args, message", [
-    ({"id": ["a"], "txt": ["hello"]}, [], "column 'text' not found"),
-    ({"id": ["a"], "text": [b"\x00\x01binary"]}, [], "not a string type"),
-    ({"id": ["a", "a"], "text": ["x", "y"]}, [], "--allow-duplicate-ids"),
-    ({"id": [], "text": []}, [], "has no rows"),
-], ids=["missing-column", "binary-column", "duplicate-ids", "empty-corpus"])
+@pytest.mark.parametrize(
+    "table, args, message",
+    [
+        ({"id": ["a"], "txt": ["hello"]}, [], "column 'text' not found"),
+        ({"id": ["a"], "text": [b"\x00\x01binary"]}, [], "not a string type"),
+        ({"id": ["a", "a"], "text": ["x", "y"]}, [], "--allow-duplicate-ids"),
+        ({"id": [], "text": []}, [], "has no rows"),
+    ],
+    ids=["missing-column", "binary-column", "duplicate-ids", "empty-corpus"],
+)
 def test_bad_corpora_exit_2_before_the_model_loads(tmp_path, table, args, message):
     import pyarrow as pa
 
     path = tmp_path / "c.parquet"
-    types = {"id": pa.string(), "text": pa.binary() if table.get("text") and isinstance(table["text"][0], bytes)
-             else pa.string(), "txt": pa.string()}
+    types = {
+        "id": pa.string(),
+        "text": pa.binary() if table.get("text") and isinstance(table["text"][0], bytes) else pa.string(),
+        "txt": pa.string(),
+    }
     pq.write_table(pa.table({k: pa.array(v, type=types[k]) for k, v in table.items()}), path)
     out = cli("scan", str(path), "--model", "/no/such/model", "--out", str(tmp_path / "run"), *args)
     assert out.returncode == 2 and message in out.stderr, out.stderr
@@ -181,12 +239,28 @@ def test_a_document_longer_than_the_model_context_is_scanned_in_spans(tiny_dir, 
     long_text = salad(__import__("random").Random(1), 1500)  # thousands of tokens; the model holds 256
     path = tmp_path / "long.parquet"
     pq.write_table(pa.table({"id": ["long"], "text": [long_text]}), path)
-    out = cli("scan", str(path), "--model", str(tiny_dir), "--out", str(tmp_path / "run"), "--span-tokens", "12",
-              "--context-tokens", "16", "--min-match-rate", "0.95", "--steps", "20", "--restarts", "0")
+    out = cli(
+        "scan",
+        str(path),
+        "--model",
+        str(tiny_dir),
+        "--out",
+        str(tmp_path / "run"),
+        "--span-tokens",
+        "12",
+        "--context-tokens",
+        "16",
+        "--min-match-rate",
+        "0.95",
+        "--steps",
+        "20",
+        "--restarts",
+        "0",
+    )
     assert out.returncode == 0, out.stderr
     rows = pq.read_table(tmp_path / "run" / "results").to_pylist()
     assert len(rows) > 200 and rows[-1]["token_end"] > 2000
-    assert all(r["text"] == long_text[r["char_start"]:r["char_end"]] for r in rows)
+    assert all(r["text"] == long_text[r["char_start"] : r["char_end"]] for r in rows)
 
 
 def test_kept_columns_logs_and_failed_rows_are_retried(tiny_dir, tmp_path, monkeypatch):
@@ -206,20 +280,30 @@ def test_kept_columns_logs_and_failed_rows_are_retried(tiny_dir, tmp_path, monke
     corpus = demo_corpus(tmp_path / "c.parquet")
     table = pq.read_table(corpus)
     pq.write_table(table.append_column("title", pa.array([f"t{i}" for i in range(table.num_rows)])), corpus)
-    config = ScanConfig(corpus=CorpusConfig(path=str(corpus), keep_columns=("title",)),
-                        model=ModelConfig(model=str(tiny_dir), device="cpu"), spans=SpanConfig(span_tokens=12, stride=2),
-                        screen=ScreenConfig(context_tokens=16), min_match_rate=0.8, docs_per_shard=3,
-                        max_candidates=2, search=SearchConfig(decide_steps=5, shrink_steps=5, restarts=0),
-                        calibration=CalibrationConfig(random_prompts=0), audit_sample=0)  # the search's retries only
+    config = ScanConfig(
+        corpus=CorpusConfig(path=str(corpus), keep_columns=("title",)),
+        model=ModelConfig(model=str(tiny_dir), device="cpu"),
+        spans=SpanConfig(span_tokens=12, stride=2),
+        screen=ScreenConfig(context_tokens=16),
+        min_match_rate=0.8,
+        docs_per_shard=3,
+        max_candidates=2,
+        search=SearchConfig(decide_steps=5, shrink_steps=5, restarts=0),
+        calibration=CalibrationConfig(random_prompts=0),
+        audit_sample=0,
+    )  # the search's retries only
     import scanner.search.miniprompt as miniprompt
 
     real = miniprompt.effective_cap  # the first call inside every span's search
-    monkeypatch.setattr(miniprompt, "effective_cap", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+    monkeypatch.setattr(
+        miniprompt, "effective_cap", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom"))
+    )
     out = tmp_path / "run"
     run_scan(config, str(out))
     rows = pq.read_table(out / "results").to_pylist()
-    assert [r["status"] for r in rows].count("failed") == 2 and all("boom" in r["reason"] for r in rows
-                                                                     if r["status"] == "failed")
+    assert [r["status"] for r in rows].count("failed") == 2 and all(
+        "boom" in r["reason"] for r in rows if r["status"] == "failed"
+    )
     assert json.loads(rows[0]["extra"]) == {"title": "t0"}
     assert "span" in (out / "logs" / "search-00000.log").read_text()  # the failure was logged per unit
     monkeypatch.setattr(miniprompt, "effective_cap", real)

@@ -26,9 +26,32 @@ from scanner.results.export import export_passages
 from scanner.schema import WALL_CLOCK, passages_schema
 from scanner.studies.tiny import CANARIES, salad
 
-SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--docs-per-shard", "2",
-        "--min-match-rate", "0.95", "--certificate-min-match", "0.5", "--steps", "20", "--candidates", "64",
-        "--top-k", "64", "--restarts", "0", "--max-candidates-per-doc", "3", "--extend-tokens", "40"]
+SCAN = [
+    "--span-tokens",
+    "12",
+    "--stride",
+    "2",
+    "--context-tokens",
+    "16",
+    "--docs-per-shard",
+    "2",
+    "--min-match-rate",
+    "0.95",
+    "--certificate-min-match",
+    "0.5",
+    "--steps",
+    "20",
+    "--candidates",
+    "64",
+    "--top-k",
+    "64",
+    "--restarts",
+    "0",
+    "--max-candidates-per-doc",
+    "3",
+    "--extend-tokens",
+    "40",
+]
 TWICE = f"{CANARIES[0]}\n{CANARIES[0]}"  # the second copy follows from the first, as in training
 
 
@@ -61,10 +84,10 @@ def test_the_memorized_windows_are_one_passage_extended_through_the_memorized_te
     assert len(memorized) > 1 and sorted(p["span_ids"]) == sorted(r["span_id"] for r in memorized)
     assert p["doc_id"] == "doc-0" and p["spans"] == len(memorized) and p["best_acr"] > 1
     text = texts[0]
-    assert p["text"] == text[p["char_start"]:p["char_end"]] and p["text"].strip() in TWICE
+    assert p["text"] == text[p["char_start"] : p["char_end"]] and p["text"].strip() in TWICE
     assert p["tokens"] == p["token_end"] - p["token_start"] and p["extend_budget"] == 40
-    extended = text[p["char_start"]:p["extended_char_end"]]
-    assert p["extension_text"] == text[p["char_end"]:p["extended_char_end"]] and p["extended_tokens"] > 0
+    extended = text[p["char_start"] : p["extended_char_end"]]
+    assert p["extension_text"] == text[p["char_end"] : p["extended_char_end"]] and p["extended_tokens"] > 0
     assert CANARIES[0] in extended, "the extension runs through the rest of the memorized text"
     assert extended.strip() in TWICE, "and stops where the unseen text begins"
     assert p["extension_prompt"] is not None and p["extension_engine"] == "hf"
@@ -72,8 +95,11 @@ def test_the_memorized_windows_are_one_passage_extended_through_the_memorized_te
     spans = {r["span_id"]: r for r in memorized}
     assert p["best_prompt_source"] == spans[p["best_span_id"]]["prompt_source"] is not None
     origin = spans[p["extension_span_id"]]
-    assert p["extension_prompt_source"] == ("work_text" if p["extension_prompt"] == origin["certificate_prompt"]
-                                            else origin["prompt_source"]) is not None
+    assert (
+        p["extension_prompt_source"]
+        == ("work_text" if p["extension_prompt"] == origin["certificate_prompt"] else origin["prompt_source"])
+        is not None
+    )
 
 
 def test_a_relaunch_rebuilds_the_passages_only_when_missing_or_stale(scanned, tiny_dir):
@@ -97,9 +123,29 @@ def test_under_ray_the_passages_are_built_in_one_ray_task(scanned, tiny_dir):
     path.unlink()
     with tempfile.TemporaryDirectory(prefix="ray-", dir="/tmp") as ray_tmp:  # Ray's socket paths stay short
         env = {**os.environ, "RAY_TMPDIR": ray_tmp, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-        done = subprocess.run([sys.executable, "-m", "scanner", "-v", "scan", str(corpus), "--model", str(tiny_dir),
-                               "--out", str(out), *SCAN, "--executor", "ray", "--num-actors", "1"], env=env,
-                              capture_output=True, text=True, timeout=900)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "scanner",
+                "-v",
+                "scan",
+                str(corpus),
+                "--model",
+                str(tiny_dir),
+                "--out",
+                str(out),
+                *SCAN,
+                "--executor",
+                "ray",
+                "--num-actors",
+                "1",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
     assert done.returncode == 0, done.stderr
     assert "passages built in one task" in done.stderr
     seconds = [c for c in before.column_names if c in WALL_CLOCK]
@@ -123,8 +169,9 @@ def test_export_passages_in_each_format(scanned, tmp_path, suffix):
             got = list(csv.DictReader(f))
         assert [json.loads(r["span_ids"]) for r in got] == [p["span_ids"] for p in want]
         got = [{**r, "tokens": int(r["tokens"])} for r in got]
-    assert [(r["passage_id"], r["text"], r["tokens"]) for r in got] == \
-           [(p["passage_id"], p["text"], p["tokens"]) for p in want]
+    assert [(r["passage_id"], r["text"], r["tokens"]) for r in got] == [
+        (p["passage_id"], p["text"], p["tokens"]) for p in want
+    ]
 
 
 def test_passage_export_refuses_span_options(scanned, tmp_path):
@@ -135,9 +182,22 @@ def test_passage_export_refuses_span_options(scanned, tmp_path):
 
 def test_csv_export_of_passages_defuses_formulas(tmp_path):
     row = {name: None for name in passages_schema().names}
-    row.update(passage_id="p", doc_id="=HYPERLINK(1)", char_start=0, char_end=3, token_start=0, token_end=1,
-               tokens=1, text="=1+1", best_span_id="s", span_ids=["s"], spans=1, other_spans_inside=0,
-               extend_budget=0, extend_s=0.0)
+    row.update(
+        passage_id="p",
+        doc_id="=HYPERLINK(1)",
+        char_start=0,
+        char_end=3,
+        token_start=0,
+        token_end=1,
+        tokens=1,
+        text="=1+1",
+        best_span_id="s",
+        span_ids=["s"],
+        spans=1,
+        other_spans_inside=0,
+        extend_budget=0,
+        extend_s=0.0,
+    )
     table = pa.Table.from_pylist([row], schema=passages_schema())
     assert export_passages(table, tmp_path / "p.csv") == 1
     [got] = list(csv.DictReader(open(tmp_path / "p.csv", newline="", encoding="utf-8")))
@@ -172,11 +232,20 @@ def test_report_writes_a_page_per_passage_in_the_books_surrounding_text(scanned,
     assert done.returncode == 0, done.stderr
     assert f'href="report-passages/{p["passage_id"]}.html"' in report.read_text(encoding="utf-8")
     page = (tmp_path / "report-passages" / f"{p['passage_id']}.html").read_text(encoding="utf-8")
-    book = html.unescape(re.sub(r"<[^>]+>", "", re.search(r'<div class="book">(.*?)</div>', page, re.S).group(1)))
+    book = html.unescape(
+        re.sub(r"<[^>]+>", "", re.search(r'<div class="book">(.*?)</div>', page, re.S).group(1))
+    )
     reach = p["extended_char_end"]
-    assert texts[0][p["char_start"] - 50:reach + 50] in book, "the passage, its extension and 50 characters each side"
+    assert texts[0][p["char_start"] - 50 : reach + 50] in book, (
+        "the passage, its extension and 50 characters each side"
+    )
     assert f"(ACR) is {best['acr']:.4g}" in page and f"by {best['generation_margin']:.4g} logits" in page
     assert best["prompt_source"] in page and "What the run drew it from" in page
-    moved = cli("report", str(out), "--out", str(tmp_path / "moved.html"), "--corpus", str(tmp_path / "gone.parquet"))
+    moved = cli(
+        "report", str(out), "--out", str(tmp_path / "moved.html"), "--corpus", str(tmp_path / "gone.parquet")
+    )
     assert moved.returncode == 0 and "show no surrounding text" in moved.stderr
-    assert "surrounding text is not shown" in (tmp_path / "moved-passages" / f"{p['passage_id']}.html").read_text()
+    assert (
+        "surrounding text is not shown"
+        in (tmp_path / "moved-passages" / f"{p['passage_id']}.html").read_text()
+    )

@@ -34,8 +34,14 @@ def reference_paper(y, succeeds, start=5, steps=200):
 def test_paper_order_on_a_scripted_oracle():
     # succeeds from 13 tokens on: 5 x, 10 x, 15 ok, 14 ok, 13 ok, 12 x -> stop at floor? no: floor is 10
     tried = drive(PaperSchedule(5 * 20, SearchConfig.paper()), lambda n: n >= 13)
-    assert [(a.length, a.steps) for a in tried] == [(5, 200), (10, 240), (15, 288), (14, 288), (13, 288),
-                                                   (12, 288), ]
+    assert [(a.length, a.steps) for a in tried] == [
+        (5, 200),
+        (10, 240),
+        (15, 288),
+        (14, 288),
+        (13, 288),
+        (12, 288),
+    ]
 
 
 @settings(max_examples=300)
@@ -78,14 +84,19 @@ def test_fast_schedule_decides_at_the_decision_length_first():
 def test_a_short_probe_comes_before_the_decision_length():
     # Unmemorized: one try at 5 tokens, then the decision length with its restarts, fresh as without a probe.
     tried = drive(FastSchedule(32, 160, SearchConfig(), has_template=True), lambda n: False)
-    assert [(a.length, a.tries, a.warm) for a in tried] == [(0, 1, "none"), (5, 1, "random"),
-                                                           (31, 1 + SearchConfig().restarts, "random")]
+    assert [(a.length, a.tries, a.warm) for a in tried] == [
+        (0, 1, "none"),
+        (5, 1, "random"),
+        (31, 1 + SearchConfig().restarts, "random"),
+    ]
     # Memorized: the probe proves ACR > tau and the descent starts below it; the decision length is skipped.
     schedule = FastSchedule(32, 160, SearchConfig(), has_template=False)
     assert [a.length for a in drive(schedule, lambda n: n >= 3)] == [5, 4, 3, 2]
     assert schedule.found and schedule.hi == 3
     # No probe at or above the decision length.
-    assert [a.length for a in drive(FastSchedule(5, 25, SearchConfig(), has_template=False), lambda n: False)] == [4]
+    assert [
+        a.length for a in drive(FastSchedule(5, 25, SearchConfig(), has_template=False), lambda n: False)
+    ] == [4]
 
 
 def test_fast_schedule_descends_with_warm_starts_after_a_success():
@@ -119,7 +130,9 @@ def test_bounding_unmemorized_text_finds_the_boundary_up_to_the_cap(y, k):
 
 @settings(max_examples=300)
 @given(st.integers(1, 80), st.integers(0, 400), st.floats(0.25, 4), st.booleans(), st.integers(0, 8))
-def test_a_schedule_resumed_at_its_decided_length_goes_on_as_the_uninterrupted_one(y, k, tau, template, probe):
+def test_a_schedule_resumed_at_its_decided_length_goes_on_as_the_uninterrupted_one(
+    y, k, tau, template, probe
+):
     """The scan decides every candidate (stopping at the first success) before it shrinks any: the
     shrinking search, resumed from the decided length, tries what the one-pass search would have."""
     config = SearchConfig(tau=tau, probe_length=probe)
@@ -127,15 +140,18 @@ def test_a_schedule_resumed_at_its_decided_length_goes_on_as_the_uninterrupted_o
     first = next((i for i, a in enumerate(whole) if a.length >= k), None)
     if first is None:
         return  # nothing succeeded: the verdict is the whole search, nothing to shrink
-    resumed = drive(make_schedule(y, 5 * y, config, has_template=template, decided_length=whole[first].length),
-                    lambda n: n >= k)
-    assert resumed == whole[first + 1:]
+    resumed = drive(
+        make_schedule(y, 5 * y, config, has_template=template, decided_length=whole[first].length),
+        lambda n: n >= k,
+    )
+    assert resumed == whole[first + 1 :]
 
 
 def test_the_paper_schedule_resumes_with_its_compounded_step_budget():
     whole = drive(PaperSchedule(5 * 20, SearchConfig.paper()), lambda n: n >= 13)  # 5 x, 10 x, 15 ok, ...
-    resumed = drive(make_schedule(20, 100, SearchConfig.paper(), has_template=False, decided_length=15),
-                    lambda n: n >= 13)
+    resumed = drive(
+        make_schedule(20, 100, SearchConfig.paper(), has_template=False, decided_length=15), lambda n: n >= 13
+    )
     assert resumed == whole[3:] and resumed[0].steps == 288
 
 

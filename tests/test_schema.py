@@ -41,18 +41,33 @@ PUBLISHED = [ROOT / "tests" / "published" / "results-v1.arrow-schema"]
 
 def test_committed_schemas_match_the_code(tmp_path):
     written = write_schemas(tmp_path)
-    assert sorted(p.name for p in written) == ["compare.arrow-schema", "compare.md", "ingested.arrow-schema",
-                                               "ingested.md", "passages.arrow-schema", "passages.md",
-                                               "results.arrow-schema", "results.md"]
+    assert sorted(p.name for p in written) == [
+        "compare.arrow-schema",
+        "compare.md",
+        "ingested.arrow-schema",
+        "ingested.md",
+        "passages.arrow-schema",
+        "passages.md",
+        "results.arrow-schema",
+        "results.md",
+    ]
     for path in written:
         committed = ROOT / "schemas" / path.name
         assert committed.is_file(), f"{committed} missing; run python -m scanner.schema schemas/"
-        assert committed.read_bytes() == path.read_bytes(), \
+        assert committed.read_bytes() == path.read_bytes(), (
             f"{committed} is stale; run python -m scanner.schema schemas/ and commit the result"
+        )
 
 
-@pytest.mark.parametrize("name, schema", [("results", results_schema), ("ingested", ingested_schema),
-                                          ("passages", passages_schema), ("compare", compare_schema)])
+@pytest.mark.parametrize(
+    "name, schema",
+    [
+        ("results", results_schema),
+        ("ingested", ingested_schema),
+        ("passages", passages_schema),
+        ("compare", compare_schema),
+    ],
+)
 def test_serialized_schema_round_trips(name, schema):
     data = (ROOT / "schemas" / f"{name}.arrow-schema").read_bytes()
     assert pa.ipc.read_schema(pa.py_buffer(data)).equals(schema(), check_metadata=True)
@@ -62,14 +77,17 @@ def test_serialized_schema_round_trips(name, schema):
 def test_published_columns_keep_their_name_type_and_nullability(path):
     published = pa.ipc.read_schema(pa.py_buffer(path.read_bytes()))
     schema = results_schema()
-    assert schema.names[:len(published)] == published.names, "columns are added at the end, never renamed"
+    assert schema.names[: len(published)] == published.names, "columns are added at the end, never renamed"
     for old in published:
         new = schema.field(old.name)
         assert (new.type, new.nullable) == (old.type, old.nullable), old.name
     assert schema.field("prompt_ids").type.value_type == pa.int32()
     entry = schema.field("thresholds").type.value_type
-    assert [(f.name, f.type) for f in entry] == [("name", pa.string()), ("tau", pa.float64()),
-                                                 ("memorized", pa.bool_())]
+    assert [(f.name, f.type) for f in entry] == [
+        ("name", pa.string()),
+        ("tau", pa.float64()),
+        ("memorized", pa.bool_()),
+    ]
 
 
 def test_every_results_column_declares_a_default_and_known_roles():
@@ -116,10 +134,17 @@ def test_the_version_is_in_the_schema_metadata_and_the_docs():
     assert f"(version {SCHEMA_VERSION})" in (ROOT / "schemas" / "results.md").read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("schema, nested", [(results_schema, ("thresholds.item.memorized", "prompt_ids.item",
-                                                             "attempts.item.steps", "attempts.item.stage")),
-                                            (ingested_schema, ("sections.item.path", "sections.item.char_end")),
-                                            (passages_schema, ("span_ids.item",))])
+@pytest.mark.parametrize(
+    "schema, nested",
+    [
+        (
+            results_schema,
+            ("thresholds.item.memorized", "prompt_ids.item", "attempts.item.steps", "attempts.item.stage"),
+        ),
+        (ingested_schema, ("sections.item.path", "sections.item.char_end")),
+        (passages_schema, ("span_ids.item",)),
+    ],
+)
 def test_every_field_nested_ones_too_has_a_description(schema, nested):
     paths = []
     for path, field in walk_fields(schema()):
@@ -130,9 +155,22 @@ def test_every_field_nested_ones_too_has_a_description(schema, nested):
 
 def test_the_ingested_corpus_columns_are_a_public_interface():
     schema = ingested_schema()
-    assert schema.names == ["doc_id", "title", "author", "language", "source_path", "source_format",
-                            "source_bytes", "source_sha256", "source_line", "encoding", "source_char_start",
-                            "sections", "meta", "text"]
+    assert schema.names == [
+        "doc_id",
+        "title",
+        "author",
+        "language",
+        "source_path",
+        "source_format",
+        "source_bytes",
+        "source_sha256",
+        "source_line",
+        "encoding",
+        "source_char_start",
+        "sections",
+        "meta",
+        "text",
+    ]
     # What scan's read stage picks by default: 'doc_id' as the id column, 'text' as a string text column.
     assert schema.field("text").type in TEXT_TYPES and not schema.field("text").nullable
     assert not schema.field("doc_id").nullable and "id" not in schema.names
@@ -141,12 +179,39 @@ def test_the_ingested_corpus_columns_are_a_public_interface():
 def test_the_passages_columns_are_a_public_interface():
     schema = passages_schema()
     assert schema.names == [
-        "passage_id", "doc_id", "doc_row", "char_start", "char_end", "token_start", "token_end", "tokens", "text",
-        "best_acr", "best_acr_kind", "best_prompt", "best_prompt_tokens", "best_span_id", "span_ids", "spans",
-        "other_spans_inside", "calibrated_spans", "extend_budget", "extended_token_end", "extended_char_end",
-        "extended_tokens", "extended_chars", "extension_text", "extension_prompt", "extension_span_id",
-        "extension_engine", "extend_s", "best_prompt_source", "extension_prompt_source", "copies_in_corpus",
-        "shared_text"]
+        "passage_id",
+        "doc_id",
+        "doc_row",
+        "char_start",
+        "char_end",
+        "token_start",
+        "token_end",
+        "tokens",
+        "text",
+        "best_acr",
+        "best_acr_kind",
+        "best_prompt",
+        "best_prompt_tokens",
+        "best_span_id",
+        "span_ids",
+        "spans",
+        "other_spans_inside",
+        "calibrated_spans",
+        "extend_budget",
+        "extended_token_end",
+        "extended_char_end",
+        "extended_tokens",
+        "extended_chars",
+        "extension_text",
+        "extension_prompt",
+        "extension_span_id",
+        "extension_engine",
+        "extend_s",
+        "best_prompt_source",
+        "extension_prompt_source",
+        "copies_in_corpus",
+        "shared_text",
+    ]
     # What a passage shares with the results keeps the results' type.
     for name in ("doc_id", "char_start", "char_end", "token_start", "token_end", "text"):
         assert schema.field(name).type == results_schema().field(name).type, name
@@ -172,7 +237,8 @@ def test_markdown_table_lists_every_field_with_its_description():
 
 
 def test_module_entry_point_writes_the_folder(tmp_path):
-    subprocess.run([sys.executable, "-m", "scanner.schema", str(tmp_path / "out")], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "scanner.schema", str(tmp_path / "out")], check=True, capture_output=True
+    )
     for name in ("results.md", "ingested.md", "passages.md"):
         assert (tmp_path / "out" / name).read_bytes() == (ROOT / "schemas" / name).read_bytes()

@@ -15,8 +15,16 @@ from scanner.studies.tiny import CANARIES, salad
 
 def span_at(doc, ids, offsets, start, end):
     a, b = offsets[start][0], offsets[end - 1][1]
-    return Span(doc_id="d", span_id=f"s{start}", token_start=start, token_end=end, char_start=a, char_end=b,
-                text=doc[a:b], target_ids=ids[start:end])
+    return Span(
+        doc_id="d",
+        span_id=f"s{start}",
+        token_start=start,
+        token_end=end,
+        char_start=a,
+        char_end=b,
+        text=doc[a:b],
+        target_ids=ids[start:end],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +50,7 @@ def test_memorized_span_stands_out_and_gets_a_certificate(engine, document):
     assert miss.greedy_match_rate < 0.6 and miss.certificate_tokens is None and not miss.discoverable
     assert hit.mean_nll < miss.mean_nll
     # the certificate, typed from the document's own text, really elicits the span by generation
-    prompt = doc[offsets[hit.certificate_start][0]:canary.char_start]
+    prompt = doc[offsets[hit.certificate_start][0] : canary.char_start]
     assert engine.verify(prompt, canary.target_ids).verified_generation
 
 
@@ -51,7 +59,7 @@ def test_padded_batch_equals_unpadded_forwards(engine, document):
     spans = [span_at(doc, ids, offsets, s, s + 8) for s in (2, 9, start)]  # different context lengths
     got = screen_spans(engine, ids, spans, ScreenConfig(context_tokens=6, max_rows=5, window="exact"))
     for span, result in zip(spans, got, strict=True):
-        context = ids[max(0, span.token_start - 6):span.token_start]
+        context = ids[max(0, span.token_start - 6) : span.token_start]
         seq = torch.tensor([[*engine.template.prefix_ids, *context, *span.target_ids]])
         logits = engine.logits(seq, keep=len(span.target_ids) + 1)[0, :-1]
         gold = torch.tensor(span.target_ids)
@@ -62,10 +70,16 @@ def test_padded_batch_equals_unpadded_forwards(engine, document):
 def test_two_phase_screen_keeps_every_likely_certificate_and_skips_the_rest(engine, document):
     doc, ids, offsets, start, end = document
     length = end - start
-    spans = [span_at(doc, ids, offsets, s, s + length) for s in range(start - 6, len(ids) - length, 3)]  # one starts at the canary
+    spans = [
+        span_at(doc, ids, offsets, s, s + length) for s in range(start - 6, len(ids) - length, 3)
+    ]  # one starts at the canary
     full_work, fast_work = ScreenWork(), ScreenWork()
-    full = screen_spans(engine, ids, spans, ScreenConfig(context_tokens=16, certificate_min_match=0.0), full_work)
-    fast = screen_spans(engine, ids, spans, ScreenConfig(context_tokens=16, certificate_min_match=0.5), fast_work)
+    full = screen_spans(
+        engine, ids, spans, ScreenConfig(context_tokens=16, certificate_min_match=0.0), full_work
+    )
+    fast = screen_spans(
+        engine, ids, spans, ScreenConfig(context_tokens=16, certificate_min_match=0.5), fast_work
+    )
     assert any(f.certificate_tokens is not None for f in full), "the canary must give a certificate"
     for f, q in zip(full, fast, strict=True):
         assert q.greedy_match_rate == f.greedy_match_rate and q.window_matches == f.window_matches
@@ -81,8 +95,9 @@ def test_two_phase_screen_keeps_every_likely_certificate_and_skips_the_rest(engi
 def shortest_certificate(engine, ids, span, context):
     """The exhaustive screen's certificate by brute force: every j from 1 up, one forward each."""
     for j in range(1, min(context, span.token_start) + 1):
-        seq = torch.tensor([[*engine.template.prefix_ids, *ids[span.token_start - j:span.token_start],
-                             *span.target_ids]])
+        seq = torch.tensor(
+            [[*engine.template.prefix_ids, *ids[span.token_start - j : span.token_start], *span.target_ids]]
+        )
         logits = engine.logits(seq, keep=len(span.target_ids) + 1)[0, :-1]
         if (logits.argmax(-1) == torch.tensor(span.target_ids)).all():
             return j
@@ -92,34 +107,56 @@ def shortest_certificate(engine, ids, span, context):
 def test_certificate_rounds_find_the_exhaustive_shortest_context(engine, document):
     """Rounds of doubling lengths stop a span at its first success, after every shorter j was tried:
     the shortest j, whether or not a longer context elicits whenever a shorter one does."""
-    assert rounds(32) == [(1, 2), (3, 4), (5, 8), (9, 16), (17, 32)] and rounds(0) == [] and rounds(1) == [(1, 1)]
+    assert (
+        rounds(32) == [(1, 2), (3, 4), (5, 8), (9, 16), (17, 32)]
+        and rounds(0) == []
+        and rounds(1) == [(1, 1)]
+    )
     doc, ids, offsets, start, end = document
-    spans = [span_at(doc, ids, offsets, s, s + 8) for s in range(start - 2, end - 8)]  # inside and around the canary
-    got = screen_spans(engine, ids, spans, ScreenConfig(context_tokens=12, window="exact", certificate_min_match=0.0,
-                                                        certificate_max_tokens=12))
+    spans = [
+        span_at(doc, ids, offsets, s, s + 8) for s in range(start - 2, end - 8)
+    ]  # inside and around the canary
+    got = screen_spans(
+        engine,
+        ids,
+        spans,
+        ScreenConfig(context_tokens=12, window="exact", certificate_min_match=0.0, certificate_max_tokens=12),
+    )
     want = [shortest_certificate(engine, ids, s, 12) for s in spans]
     assert [g.certificate_tokens for g in got] == want
     assert any(w is not None for w in want) and any(w is None for w in want)
-    assert [g.certificate_start for g in got] == [None if w is None else s.token_start - w
-                                                  for s, w in zip(spans, want, strict=True)]
+    assert [g.certificate_start for g in got] == [
+        None if w is None else s.token_start - w for s, w in zip(spans, want, strict=True)
+    ]
 
 
 def test_certificates_stop_one_token_short_of_the_span_by_default(engine, document):
     """A certificate as long as its span or longer proves no ACR > 1: by default none is tried, the
     shorter ones are the same, and the spans without one forward fewer tokens."""
     doc, ids, offsets, start, end = document
-    spans = [span_at(doc, ids, offsets, s, s + 3) for s in range(start + 1, end - 3)]  # short spans of the canary
+    spans = [
+        span_at(doc, ids, offsets, s, s + 3) for s in range(start + 1, end - 3)
+    ]  # short spans of the canary
     capped, whole = ScreenWork(), ScreenWork()
-    default = screen_spans(engine, ids, spans, ScreenConfig(context_tokens=8, window="exact", certificate_min_match=0.0),
-                           capped)
-    every = screen_spans(engine, ids, spans, ScreenConfig(context_tokens=8, window="exact", certificate_min_match=0.0,
-                                                          certificate_max_tokens=8), whole)
+    default = screen_spans(
+        engine, ids, spans, ScreenConfig(context_tokens=8, window="exact", certificate_min_match=0.0), capped
+    )
+    every = screen_spans(
+        engine,
+        ids,
+        spans,
+        ScreenConfig(context_tokens=8, window="exact", certificate_min_match=0.0, certificate_max_tokens=8),
+        whole,
+    )
     want = [shortest_certificate(engine, ids, s, 8) for s in spans]
     assert [g.certificate_tokens for g in every] == want
     assert any(w is not None and w >= 3 for w in want), want  # some certificate only a long context gives
     assert [g.certificate_tokens for g in default] == [w if w is not None and w < 3 else None for w in want]
     assert capped.tokens < whole.tokens
-    assert ScreenConfig(context_tokens=8).certificate_limit(16) == 8 and ScreenConfig().certificate_limit(16) == 15
+    assert (
+        ScreenConfig(context_tokens=8).certificate_limit(16) == 8
+        and ScreenConfig().certificate_limit(16) == 15
+    )
     with pytest.raises(Exception, match="--certificate-max-tokens -1 must be >= 0"):
         ScreenConfig(certificate_max_tokens=-1)
 
@@ -137,8 +174,13 @@ def test_the_screen_counts_what_it_forwarded_row_by_row(engine, document):
     doc, ids, offsets, start, end = document
     spans = [span_at(doc, ids, offsets, s, s + 8) for s in (2, 9, start)]
     work = ScreenWork()
-    got = screen_spans(engine, ids, spans, ScreenConfig(context_tokens=6, max_rows=5, window="exact",
-                                                      certificate_min_match=0.0), work)
+    got = screen_spans(
+        engine,
+        ids,
+        spans,
+        ScreenConfig(context_tokens=6, max_rows=5, window="exact", certificate_min_match=0.0),
+        work,
+    )
     template = len(engine.template.prefix_ids) + len(engine.template.suffix_ids)
 
     def tried(span, result):  # certificate lengths forwarded: all rounds, or through the one that found it
@@ -157,28 +199,44 @@ def test_the_screen_counts_what_it_forwarded_row_by_row(engine, document):
         return out
 
     def matched(span, j, cut):
-        seq = torch.tensor([[*engine.template.prefix_ids, *ids[span.token_start - j:span.token_start],
-                             *span.target_ids[:cut]]])
-        return bool((engine.logits(seq, keep=cut + 1)[0, :-1].argmax(-1) == torch.tensor(span.target_ids[:cut])).all())
+        seq = torch.tensor(
+            [
+                [
+                    *engine.template.prefix_ids,
+                    *ids[span.token_start - j : span.token_start],
+                    *span.target_ids[:cut],
+                ]
+            ]
+        )
+        return bool(
+            (engine.logits(seq, keep=cut + 1)[0, :-1].argmax(-1) == torch.tensor(span.target_ids[:cut])).all()
+        )
 
     certificate = [rows(s, r) for s, r in zip(spans, got, strict=True)]
     contexts = [min(6, s.token_start) for s in spans]
-    assert any(len(c) > len(tried(s, r)) for s, r, c in zip(spans, got, certificate, strict=True)), "none went on"
+    assert any(len(c) > len(tried(s, r)) for s, r, c in zip(spans, got, certificate, strict=True)), (
+        "none went on"
+    )
     assert work.rows == sum(2 + len(c) for c in certificate)
-    assert work.tokens == sum(2 * (template + 8) + c + sum(template + j + n for j, n in rows_)
-                              for c, rows_ in zip(contexts, certificate, strict=True))
+    assert work.tokens == sum(
+        2 * (template + 8) + c + sum(template + j + n for j, n in rows_)
+        for c, rows_ in zip(contexts, certificate, strict=True)
+    )
     assert work.head_positions == sum(16 + sum(n for _, n in rows_) for rows_ in certificate)
     assert work.padded_tokens >= work.tokens  # HF's batches of 5 rows, right-padded to their longest
 
 
 def test_certificate_rows_cut_at_the_windows_first_miss_give_the_same_certificates_for_fewer_tokens(
-        engine, document, monkeypatch):
+    engine, document, monkeypatch
+):
     """A certificate row goes first through the span's first token its window missed, and on only where it
     matched there: the certificates are the brute-force shortest still, for fewer forwarded tokens."""
     import scanner.stages.screen as screen
 
     def window(bits):
-        return TokenScores(matches=torch.tensor([b == "1" for b in bits]), nll=torch.zeros(len(bits)), topk=None)
+        return TokenScores(
+            matches=torch.tensor([b == "1" for b in bits]), nll=torch.zeros(len(bits)), topk=None
+        )
 
     assert screen.cuts(window("1101")) == [3, 4] and screen.cuts(window("0111")) == [1, 4]
     assert screen.cuts(window("1111")) == [4] and screen.cuts(window("1110")) == [4]

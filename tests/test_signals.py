@@ -24,13 +24,38 @@ from scanner.schema import WALL_CLOCK
 from scanner.studies.tiny import salad
 
 # Two candidates in one unit; each search runs its whole schedule (about a second on an idle core).
-SLOW = ["--span-tokens", "12", "--stride", "12", "--context-tokens", "16", "--min-match-rate", "0", "--steps", "5",
-        "--candidates", "96", "--top-k", "64", "--restarts", "0", "--no-early-reject", "--calibration-prompts", "0",
-        "--unit-size", "2", "--docs-per-shard", "1"]
+SLOW = [
+    "--span-tokens",
+    "12",
+    "--stride",
+    "12",
+    "--context-tokens",
+    "16",
+    "--min-match-rate",
+    "0",
+    "--steps",
+    "5",
+    "--candidates",
+    "96",
+    "--top-k",
+    "64",
+    "--restarts",
+    "0",
+    "--no-early-reject",
+    "--calibration-prompts",
+    "0",
+    "--unit-size",
+    "2",
+    "--docs-per-shard",
+    "1",
+]
 
 
 def comparable(run: Path) -> list[dict]:
-    rows = [{k: v for k, v in r.items() if k not in WALL_CLOCK} for r in pq.read_table(run / "results").to_pylist()]
+    rows = [
+        {k: v for k, v in r.items() if k not in WALL_CLOCK}
+        for r in pq.read_table(run / "results").to_pylist()
+    ]
     return sorted(rows, key=lambda r: r["span_id"])
 
 
@@ -48,9 +73,21 @@ def uninterrupted(tiny_dir, tmp_path_factory):
 
 
 def scan(corpus: Path, tiny_dir, out: Path, **env) -> subprocess.Popen:
-    command = [sys.executable, "-m", "scanner", "scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SLOW]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **env})
+    command = [
+        sys.executable,
+        "-m",
+        "scanner",
+        "scan",
+        str(corpus),
+        "--model",
+        str(tiny_dir),
+        "--out",
+        str(out),
+        *SLOW,
+    ]
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env}
+    )
 
 
 def signal_mid_search(proc: subprocess.Popen, out: Path, signum: int) -> str:
@@ -70,26 +107,32 @@ def unit_stats(out: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((out / "search" / "stats").glob("*.json"))]
 
 
-def test_sigterm_mid_search_exits_75_and_the_relaunch_gives_the_uninterrupted_table(uninterrupted, tiny_dir,
-                                                                                    tmp_path):
+def test_sigterm_mid_search_exits_75_and_the_relaunch_gives_the_uninterrupted_table(
+    uninterrupted, tiny_dir, tmp_path
+):
     corpus, want = uninterrupted
     out = tmp_path / "run"
     proc = scan(corpus, tiny_dir, out)
     err = signal_mid_search(proc, out, signal.SIGTERM)
     assert proc.returncode == 75, err[-3000:]
-    assert "SIGTERM received" in err and "relaunch the same command to go on" in err and "Traceback" not in err
+    assert (
+        "SIGTERM received" in err and "relaunch the same command to go on" in err and "Traceback" not in err
+    )
     assert not (out / "lock").exists() and not list((out / "progress").glob("*.json"))
     assert not list((out / "done").glob("*")), "no results shard is written from an unfinished search"
     (first,) = unit_stats(out)  # the unit running committed (a search it had not started: a cut of 0 steps)
     cut = first.get("cut", {})
-    assert all(c["steps"] == 0 for c in cut.values()), "within the grace the running search reached its verdict"
+    assert all(c["steps"] == 0 for c in cut.values()), (
+        "within the grace the running search reached its verdict"
+    )
     again = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SLOW)
     assert again.returncode == 0, again.stderr[-3000:]
     assert comparable(out) == want
 
 
-def test_sigusr1_past_the_grace_cuts_the_search_resumably_and_the_relaunch_finishes_it(uninterrupted, tiny_dir,
-                                                                                      tmp_path):
+def test_sigusr1_past_the_grace_cuts_the_search_resumably_and_the_relaunch_finishes_it(
+    uninterrupted, tiny_dir, tmp_path
+):
     corpus, want = uninterrupted
     out = tmp_path / "run"
     proc = scan(corpus, tiny_dir, out, ACR_STOP_GRACE_S="0")
@@ -106,14 +149,17 @@ def test_sigusr1_past_the_grace_cuts_the_search_resumably_and_the_relaunch_finis
     assert not any("cut" in s for s in unit_stats(out))
 
 
-def test_failed_rows_exit_5_with_their_counts_and_the_relaunch_that_retries_them_exits_0(uninterrupted, tiny_dir,
-                                                                                        tmp_path, monkeypatch):
+def test_failed_rows_exit_5_with_their_counts_and_the_relaunch_that_retries_them_exits_0(
+    uninterrupted, tiny_dir, tmp_path, monkeypatch
+):
     import scanner.search.miniprompt as miniprompt
 
     corpus, want = uninterrupted
     out = tmp_path / "run"
     real = miniprompt.effective_cap  # the first call inside every span's search
-    monkeypatch.setattr(miniprompt, "effective_cap", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+    monkeypatch.setattr(
+        miniprompt, "effective_cap", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom"))
+    )
     failed = cli("scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SLOW, "--steps", "1")
     assert failed.returncode == 5, failed.stderr[-3000:]
     searched = sum(r["status"] in ("memorized", "not_memorized") for r in want)

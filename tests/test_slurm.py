@@ -30,17 +30,23 @@ ROOT = Path(__file__).resolve().parents[1]
 SLURM_LOCAL = ROOT / "cluster" / "slurm-local.sh"
 SBATCH = ROOT / "cluster" / "slurm.sbatch"
 INSTALL = "apt-get install --no-install-recommends slurmctld slurmd slurm-client munge"
-MISSING = [tool for tool in ("slurmctld", "slurmd", "sbatch", "scontrol", "munged") if shutil.which(tool) is None]
+MISSING = [
+    tool for tool in ("slurmctld", "slurmd", "sbatch", "scontrol", "munged") if shutil.which(tool) is None
+]
 if MISSING:
-    pytest.skip(f"Slurm is not installed ({', '.join(MISSING)} not found); install it: {INSTALL}",
-                allow_module_level=True)
+    pytest.skip(
+        f"Slurm is not installed ({', '.join(MISSING)} not found); install it: {INSTALL}",
+        allow_module_level=True,
+    )
 
 # tests/test_ray.py's search: a strict screen, two searched candidates, one torch thread per actor
 # (equal tables need it), no recall audit (its count follows measured seconds). One document per
 # shard, so that a requeue can land between shards.
-SCAN_ARGS = ("--span-tokens 12 --stride 2 --context-tokens 16 --min-match-rate 0.8 --steps 10 --candidates 64 "
-             "--top-k 64 --restarts 0 --docs-per-shard 1 --max-candidates 2 --unit-size 1 --device cpu "
-             "--threads 1 --audit-sample 0 --num-actors 2 --cpus-per-actor 1")
+SCAN_ARGS = (
+    "--span-tokens 12 --stride 2 --context-tokens 16 --min-match-rate 0.8 --steps 10 --candidates 64 "
+    "--top-k 64 --restarts 0 --docs-per-shard 1 --max-candidates 2 --unit-size 1 --device cpu "
+    "--threads 1 --audit-sample 0 --num-actors 2 --cpus-per-actor 1"
+)
 # What a user on CPU nodes overrides of the script's #SBATCH lines (which ask for GPU nodes).
 SUBMIT = ["--nodes=1", "--gpus-per-node=0", "--cpus-per-task=2"]
 JOB_LIMIT_S = 600  # a broken slurmd leaves a job pending forever: every wait has a deadline
@@ -70,20 +76,35 @@ def job_env(slurm, tiny_dir, tmp_path_factory):
     """The environment a user exports before `sbatch`: this virtualenv and checkout, corpus and model."""
     root = tmp_path_factory.mktemp("slurm")
     corpus = demo_corpus(root / "corpus.parquet")
-    return root, {**os.environ, "SLURM_CONF": slurm, "ACR_ENV": sys.prefix, "PYTHONPATH": str(ROOT),
-                  "CORPUS": str(corpus), "MODEL": str(tiny_dir), "SCAN_ARGS": SCAN_ARGS,
-                  "RAY_PORT": str(free_port()), "ACR_AUDIT_SAMPLE": "0"}
+    return root, {
+        **os.environ,
+        "SLURM_CONF": slurm,
+        "ACR_ENV": sys.prefix,
+        "PYTHONPATH": str(ROOT),
+        "CORPUS": str(corpus),
+        "MODEL": str(tiny_dir),
+        "SCAN_ARGS": SCAN_ARGS,
+        "RAY_PORT": str(free_port()),
+        "ACR_AUDIT_SAMPLE": "0",
+    }
 
 
 def submit(root: Path, env: dict, run_dir: Path) -> str:
-    out = subprocess.run(["sbatch", "--parsable", *SUBMIT, f"--output={root}/%x-%j.out", str(SBATCH)],
-                         env={**env, "RUN_DIR": str(run_dir)}, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        ["sbatch", "--parsable", *SUBMIT, f"--output={root}/%x-%j.out", str(SBATCH)],
+        env={**env, "RUN_DIR": str(run_dir)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.strip().split(";")[0]
 
 
 def job_fields(job: str, env: dict) -> dict[str, str]:
-    shown = subprocess.run(["scontrol", "show", "job", job], env=env, capture_output=True, text=True, timeout=60)
+    shown = subprocess.run(
+        ["scontrol", "show", "job", job], env=env, capture_output=True, text=True, timeout=60
+    )
     return dict(re.findall(r"(\w+)=(\S*)", shown.stdout))
 
 
@@ -113,7 +134,10 @@ FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_
 
 def comparable(run: Path) -> list[dict]:
     """Rows by span_id without the wall-clock columns, which differ between any two runs."""
-    rows = [{k: v for k, v in r.items() if k not in WALL_CLOCK} for r in pq.read_table(run / "results").to_pylist()]
+    rows = [
+        {k: v for k, v in r.items() if k not in WALL_CLOCK}
+        for r in pq.read_table(run / "results").to_pylist()
+    ]
     return sorted(rows, key=lambda r: r["span_id"])
 
 
@@ -150,23 +174,38 @@ def test_a_requeue_mid_scan_resumes_and_gives_the_uninterrupted_table(uninterrup
     start = time.monotonic()
     job = submit(root, env, run)
     # Mid-scan: once a screen shard is committed, while results are still missing.
-    fields = wait_for(job, env, lambda f: any((run / "screen").glob("part-*.parquet")) or f.get("JobState") in FINISHED,
-                      "screening")
+    fields = wait_for(
+        job,
+        env,
+        lambda f: any((run / "screen").glob("part-*.parquet")) or f.get("JobState") in FINISHED,
+        "screening",
+    )
     assert fields["JobState"] == "RUNNING", log_of(root, job)[-3000:]
-    assert len(list((run / "done").glob("*"))) < 7, "the scan finished before the requeue; the test lost its point"
+    assert len(list((run / "done").glob("*"))) < 7, (
+        "the scan finished before the requeue; the test lost its point"
+    )
     requeued_at, requeued = time.monotonic() - start, time.time()
     subprocess.run(["scontrol", "requeue", job], env=env, check=True, timeout=60)
-    fields = wait_for(job, env, lambda f: f.get("JobState") in FINISHED and f.get("Restarts") == "1",
-                      "finished after its requeue")
+    fields = wait_for(
+        job,
+        env,
+        lambda f: f.get("JobState") in FINISHED and f.get("Restarts") == "1",
+        "finished after its requeue",
+    )
     seconds = time.monotonic() - start
     assert (fields["JobState"], fields["ExitCode"]) == ("COMPLETED", "0:0"), log_of(root, job)[-3000:]
     assert comparable(run) == comparable(reference)
     # Both attempts in one log (--open-mode=append); the relaunch kept the committed screen shards.
     to_screen = [int(n) for n in re.findall(r"(\d+) of 7 shards still to screen", log_of(root, job))]
     assert len(to_screen) == 2 and to_screen[0] == 7 and to_screen[1] < 7, to_screen
-    figures = {"uninterrupted_s": round(reference_s, 1), "requeued_at_s": round(requeued_at, 1),
-               "requeued_job_s": round(seconds, 1), "held_after_requeue_s": held_after(requeued, fields),
-               "rows": len(comparable(run)), "shards_to_screen": to_screen}
+    figures = {
+        "uninterrupted_s": round(reference_s, 1),
+        "requeued_at_s": round(requeued_at, 1),
+        "requeued_job_s": round(seconds, 1),
+        "held_after_requeue_s": held_after(requeued, fields),
+        "rows": len(comparable(run)),
+        "shards_to_screen": to_screen,
+    }
     print(json.dumps(figures))
     if os.environ.get("ACR_SLURM_FIGURES"):
         Path(os.environ["ACR_SLURM_FIGURES"]).write_text(json.dumps(figures, indent=1) + "\n")

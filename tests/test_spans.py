@@ -11,8 +11,10 @@ from scanner.errors import InputError
 from scanner.stages.read import Document
 from scanner.stages.spans import make_spans, span_id, tokenize_document, windows
 
-TEXT = ("Call me Ishmael. Some years ago, never mind how long precisely, having little or no money in my "
-        "purse, and nothing particular to interest me on shore, I thought I would sail about a little.")
+TEXT = (
+    "Call me Ishmael. Some years ago, never mind how long precisely, having little or no money in my "
+    "purse, and nothing particular to interest me on shore, I thought I would sail about a little."
+)
 
 
 @pytest.fixture(scope="module")
@@ -32,11 +34,14 @@ def test_span_texts_are_document_slices_and_windows_are_adjacent(tokenizer):
     assert len(spans) == len(ids) // 8  # the short tail is dropped with min_tokens = span_tokens
     for i, span in enumerate(spans):
         assert (span.token_start, span.token_end) == (8 * i, 8 * i + 8)
-        assert span.target_ids == ids[span.token_start:span.token_end]
-        assert (span.char_start, span.char_end) == (offsets[span.token_start][0], offsets[span.token_end - 1][1])
-        assert span.text == TEXT[span.char_start:span.char_end]
+        assert span.target_ids == ids[span.token_start : span.token_end]
+        assert (span.char_start, span.char_end) == (
+            offsets[span.token_start][0],
+            offsets[span.token_end - 1][1],
+        )
+        assert span.text == TEXT[span.char_start : span.char_end]
         assert span.skip_reason is None and not span.skipped
-    assert "".join(s.text for s in spans) == TEXT[:spans[-1].char_end]
+    assert "".join(s.text for s in spans) == TEXT[: spans[-1].char_end]
 
 
 def test_targets_reproduce_the_document_tokenization(tokenizer):
@@ -52,8 +57,9 @@ def test_stride_and_min_tokens(tokenizer):
     assert all(s.token_end - s.token_start == 10 for s in overlapping)
     with_tail = make_spans(doc(TEXT), tokenizer, SpanConfig(span_tokens=10, min_tokens=1), "tiny")
     assert with_tail[-1].token_end == n and with_tail[-1].char_end == len(TEXT)
-    assert [s.target_ids for s in with_tail] == [tokenize_document(TEXT, tokenizer)[0][i:i + 10]
-                                                 for i in range(0, n, 10)]
+    assert [s.target_ids for s in with_tail] == [
+        tokenize_document(TEXT, tokenizer)[0][i : i + 10] for i in range(0, n, 10)
+    ]
     with pytest.raises(InputError, match="--allow-gaps"):
         SpanConfig(span_tokens=4, stride=10)
     sparse = make_spans(doc(TEXT), tokenizer, SpanConfig(span_tokens=4, stride=10, allow_gaps=True), "tiny")
@@ -79,12 +85,19 @@ def test_span_ids_are_stable_and_distinct(tokenizer):
     assert span_id("", "d1", 0, 8, "tiny") == first[0]
     assert span_id("f:0", "a1", 2, 8, "t") != span_id("f:0", "a", 12, 8, "t")
     # Two corpus rows sharing an id (--allow-duplicate-ids) never share span ids.
-    rows = [[s.span_id for s in make_spans(Document(doc_id="d1", text=TEXT, row=f"f:{i}"), tokenizer, config, "tiny")]
-            for i in (0, 1)]
+    rows = [
+        [
+            s.span_id
+            for s in make_spans(Document(doc_id="d1", text=TEXT, row=f"f:{i}"), tokenizer, config, "tiny")
+        ]
+        for i in (0, 1)
+    ]
     assert not set(rows[0]) & set(rows[1])
 
 
-@pytest.mark.parametrize(("text", "reason"), [(None, "null text"), ("", "empty text"), (" \n\t", "empty text")])
+@pytest.mark.parametrize(
+    ("text", "reason"), [(None, "null text"), ("", "empty text"), (" \n\t", "empty text")]
+)
 def test_null_and_empty_documents_yield_one_skipped_span(tokenizer, text, reason):
     (span,) = make_spans(doc(text), tokenizer, SpanConfig(), "tiny")
     assert span.skip_reason == reason and span.skipped
@@ -107,7 +120,7 @@ def test_short_document_is_skipped_with_its_count(tokenizer):
 def test_non_ascii_text_keeps_document_slices(tokenizer):
     text = "Naïve café — 日本語 text. " * 4
     for span in make_spans(doc(text), tokenizer, SpanConfig(span_tokens=5, min_tokens=1), "tiny"):
-        assert span.text == text[span.char_start:span.char_end] and span.text
+        assert span.text == text[span.char_start : span.char_end] and span.text
 
 
 def test_config_validation():
@@ -121,9 +134,14 @@ def test_config_validation():
 
 
 @settings(max_examples=60, deadline=None)
-@given(text=st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126) | st.sampled_from("\n\t"),
-                    min_size=1, max_size=300),
-       span_tokens=st.integers(1, 12))
+@given(
+    text=st.text(
+        alphabet=st.characters(min_codepoint=32, max_codepoint=126) | st.sampled_from("\n\t"),
+        min_size=1,
+        max_size=300,
+    ),
+    span_tokens=st.integers(1, 12),
+)
 def test_span_texts_recover_the_document_tokens_in_order(tokenizer, text, span_tokens):
     ids, _ = tokenize_document(text, tokenizer)
     spans = make_spans(doc(text), tokenizer, SpanConfig(span_tokens=span_tokens, min_tokens=1), "tiny")
@@ -132,5 +150,5 @@ def test_span_texts_recover_the_document_tokens_in_order(tokenizer, text, span_t
         return
     assert [t for s in spans for t in s.target_ids] == ids
     assert "".join(s.text for s in spans) == text
-    assert all(s.text == text[s.char_start:s.char_end] for s in spans)
+    assert all(s.text == text[s.char_start : s.char_end] for s in spans)
     assert [s.token_start for s in spans] == list(range(0, len(ids), span_tokens))

@@ -17,8 +17,14 @@ def tok(loaded):
 
 
 def snapshot(tokenizer):
-    return (tokenizer.chat_template, tokenizer.pad_token, tokenizer.padding_side, len(tokenizer),
-            json.dumps(tokenizer.special_tokens_map, sort_keys=True), tokenizer.backend_tokenizer.to_str())
+    return (
+        tokenizer.chat_template,
+        tokenizer.pad_token,
+        tokenizer.padding_side,
+        len(tokenizer),
+        json.dumps(tokenizer.special_tokens_map, sort_keys=True),
+        tokenizer.backend_tokenizer.to_str(),
+    )
 
 
 def test_bos_policy_is_explicit(tok):
@@ -38,7 +44,7 @@ def test_chat_template_puts_free_tokens_in_the_user_turn(tok):
     assert SLOT not in t.prefix_text + t.suffix_text
     ids = typed_ids(tok, t, [" age"])[0]
     assert ids[: len(t.prefix_ids)] == list(t.prefix_ids)
-    assert ids[len(ids) - len(t.suffix_ids):] == list(t.suffix_ids)
+    assert ids[len(ids) - len(t.suffix_ids) :] == list(t.suffix_ids)
     assert snapshot(tok) == before, "the caller's tokenizer must not change"
 
 

@@ -22,8 +22,9 @@ SPEC = CorpusSpec(counts=(1, 64), canaries_per_count=2, heldout=2, max_chars=40_
 SIZE = ModelSize(name="ci", hidden=64, layers=2, heads=4, batch=8, lr=6e-3)
 # One short attempt at the decision length; a short descent (the ACR of a memorized canary only needs
 # to beat the failure convention |y| / cap of a once-seen one).
-SEARCH = SearchConfig(decide_steps=25, shrink_steps=10, restarts=0,
-                      gcg=GCGConfig(top_k=64, num_candidates=48, patience=15))
+SEARCH = SearchConfig(
+    decide_steps=25, shrink_steps=10, restarts=0, gcg=GCGConfig(top_k=64, num_candidates=48, patience=15)
+)
 
 
 @pytest.fixture(scope="module")
@@ -72,12 +73,23 @@ def test_longest_copy_counts_consecutive_target_tokens_in_the_prompt():
 
 
 def test_duplicated_canaries_compress_better_and_random_text_never_does(corpus, study_engine):
-    rows = [{"model": "ci", **measure_target(study_engine, {"group": "canary", "count": n, "text": t}, SEARCH, 8)}
-            for t, n in corpus.canaries]
+    rows = [
+        {"model": "ci", **measure_target(study_engine, {"group": "canary", "count": n, "text": t}, SEARCH, 8)}
+        for t, n in corpus.canaries
+    ]
     rng = random.Random(0)
-    rows += [{"model": "ci", **measure_target(study_engine, {"group": "random", "count": 0,
-                                                               "text": random_control(study_engine, 30, rng)},
-                                               SEARCH, 8)} for _ in range(2)]
+    rows += [
+        {
+            "model": "ci",
+            **measure_target(
+                study_engine,
+                {"group": "random", "count": 0, "text": random_control(study_engine, 30, rng)},
+                SEARCH,
+                8,
+            ),
+        }
+        for _ in range(2)
+    ]
     summary = {(s["group"], s["count"]): s for s in summarize(rows)}
     assert summary["canary", 64]["avg_acr"] > summary["canary", 1]["avg_acr"], rows
     assert summary["canary", 64]["memorized"] > 0, rows

@@ -33,8 +33,12 @@ def vllm_test(test):
 def vllm_engine(tiny_dir):
     from scanner.engine.vllm import VLLMEngine
 
-    fast = VLLMEngine(ModelConfig(model=str(tiny_dir), device="cpu"),
-                      EngineConfig(verify="vllm", screen="vllm"), dtype="float32", device="cpu").setup()
+    fast = VLLMEngine(
+        ModelConfig(model=str(tiny_dir), device="cpu"),
+        EngineConfig(verify="vllm", screen="vllm"),
+        dtype="float32",
+        device="cpu",
+    ).setup()
     yield fast
     fast.close()
 
@@ -103,10 +107,15 @@ def test_hf_and_vllm_screens_agree(both):
     from scanner.stages.spans import make_spans, tokenize_document
 
     hf, fast = both
-    doc = Document(doc_id="d", text="Red car walk home. " + CANARIES[2] + " Town road lead early.", extra=None)
+    doc = Document(
+        doc_id="d", text="Red car walk home. " + CANARIES[2] + " Town road lead early.", extra=None
+    )
     ids, offsets = tokenize_document(doc.text, hf.tokenizer)
-    spans = [s for s in make_spans(doc, hf.tokenizer, SpanConfig(span_tokens=10, stride=3), "t", (ids, offsets))
-             if not s.skipped]
+    spans = [
+        s
+        for s in make_spans(doc, hf.tokenizer, SpanConfig(span_tokens=10, stride=3), "t", (ids, offsets))
+        if not s.skipped
+    ]
     for window in ("stream", "exact"):  # streamed chunks (the default here) and one row per window
         config = ScreenConfig(context_tokens=12, window=window, certificate_min_match=0.0)
         same_screen(screen_spans(hf, ids, spans, config), screen_spans(fast, ids, spans, config))
@@ -115,11 +124,15 @@ def test_hf_and_vllm_screens_agree(both):
 def same_screen(a, b) -> None:
     assert [s.greedy_match_rate for s in a] == [s.greedy_match_rate for s in b]
     assert [s.mean_nll for s in a] == pytest.approx([s.mean_nll for s in b], abs=1e-3)
-    assert [(s.discoverable, s.certificate_tokens) for s in a] == [(s.discoverable, s.certificate_tokens) for s in b]
+    assert [(s.discoverable, s.certificate_tokens) for s in a] == [
+        (s.discoverable, s.certificate_tokens) for s in b
+    ]
     assert any(s.certificate_tokens for s in a), "the canary's spans have certificates"
     # p_z from vLLM's top-k prompt log-probs equals the HF screen's, from the full logits
     assert [s.pz_greedy for s in a] == [s.pz_greedy for s in b]
-    finite = [(x.log_pz_topk, y.log_pz_topk) for x, y in zip(a, b, strict=True) if x.log_pz_topk != float("-inf")]
+    finite = [
+        (x.log_pz_topk, y.log_pz_topk) for x, y in zip(a, b, strict=True) if x.log_pz_topk != float("-inf")
+    ]
     assert finite and [x for x, _ in finite] == pytest.approx([y for _, y in finite], abs=1e-3)
     assert [x.log_pz_topk == float("-inf") for x in a] == [y.log_pz_topk == float("-inf") for y in b]
 
@@ -129,8 +142,11 @@ def test_acr_records_name_the_verifying_engine(both, fast_config):
     from scanner.run.measure import measure_many
 
     _, fast = both
-    record = next(measure_many(ModelConfig(model="tiny"), PromptConfig(), fast_config,
-                               [{"text": CANARIES[2]}], engine=fast))
+    record = next(
+        measure_many(
+            ModelConfig(model="tiny"), PromptConfig(), fast_config, [{"text": CANARIES[2]}], engine=fast
+        )
+    )
     assert record["memorized"] and record["verified_generation"]
     assert record["verify_engine"] == "vllm" and record["verify_version"]
     assert record["verify_dtype"] == "float32" and record["verify_flags"]["device"] == "cpu"
@@ -143,19 +159,60 @@ def test_scan_verified_and_screened_by_vllm(tiny_dir, tmp_path):
 
     corpus = demo_corpus(tmp_path / "corpus.parquet")
     out = tmp_path / "run"
-    args = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--docs-per-shard", "4",
-            "--min-match-rate", "0.95", "--steps", "40", "--candidates", "64", "--top-k", "64", "--restarts", "0",
-            "--max-candidates", "6"]
-    done = subprocess.run([sys.executable, "-m", "scanner", "scan", str(corpus), "--model", str(tiny_dir),
-                           "--device", "cpu", "--out", str(out), "--verify-engine", "vllm",
-                           "--screen-engine", "vllm", *args], capture_output=True, text=True, timeout=900)
+    args = [
+        "--span-tokens",
+        "12",
+        "--stride",
+        "2",
+        "--context-tokens",
+        "16",
+        "--docs-per-shard",
+        "4",
+        "--min-match-rate",
+        "0.95",
+        "--steps",
+        "40",
+        "--candidates",
+        "64",
+        "--top-k",
+        "64",
+        "--restarts",
+        "0",
+        "--max-candidates",
+        "6",
+    ]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scanner",
+            "scan",
+            str(corpus),
+            "--model",
+            str(tiny_dir),
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+            "--verify-engine",
+            "vllm",
+            "--screen-engine",
+            "vllm",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = pq.read_table(out / "results").to_pylist()
     searched = [r for r in rows if r["status"] in ("memorized", "not_memorized")]
     flagged = [r for r in rows if r["memorized"]]
     assert flagged and all(any(r["text"].strip() in c for c in CANARIES) for r in flagged)
-    assert all(r["verify_engine"] == "vllm" and r["verify_version"] and r["verify_dtype"] == "float32"
-               for r in searched)
+    assert all(
+        r["verify_engine"] == "vllm" and r["verify_version"] and r["verify_dtype"] == "float32"
+        for r in searched
+    )
     assert all(json.loads(r["verify_flags"])["device"] == "cpu" for r in searched)
     assert all(r["verify_disagrees"] is not None and r["rejected_matches"] is not None for r in flagged)
     assert {r["screen_engine"] for r in rows if r["status"] != "skipped"} == {"vllm"}
@@ -163,11 +220,17 @@ def test_scan_verified_and_screened_by_vllm(tiny_dir, tmp_path):
     assert json.loads(provenance["verify_engine"])["engine"] == "vllm"
     assert all(r["generation_margin"] is not None and r["fragile"] is not None for r in flagged)
     # the evidence re-checked by the other engine: HF generation of every prompt vLLM verified
-    again = subprocess.run([sys.executable, "-m", "scanner", "verify", str(out), "--verify-engine", "hf"],
-                           capture_output=True, text=True, timeout=900)
+    again = subprocess.run(
+        [sys.executable, "-m", "scanner", "verify", str(out), "--verify-engine", "hf"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert again.returncode == 0, again.stdout + again.stderr[-3000:]
-    assert (f"{len(flagged)}/{len(flagged)} flagged spans reproduce under hf float32 on cpu (the scan verified "
-            "with vllm float32)") in again.stdout
+    assert (
+        f"{len(flagged)}/{len(flagged)} flagged spans reproduce under hf float32 on cpu (the scan verified "
+        "with vllm float32)"
+    ) in again.stdout
 
 
 def test_engine_settings_are_checked_and_auto_resolves_to_hf_on_cpu():
@@ -198,8 +261,12 @@ def test_a_failed_vllm_start_leaves_the_environment_as_it_was(tiny_dir):
     keys = ("VLLM_BATCH_INVARIANT", "VLLM_CPU_KVCACHE_SPACE")
     before = {k: os.environ.get(k) for k in keys}
     # Asked for a GPU the installed vLLM does not run on: refused after the environment was set.
-    fast = VLLMEngine(ModelConfig(model=str(tiny_dir)), EngineConfig(verify="vllm", deterministic=True),
-                      dtype="float32", device="cuda")
+    fast = VLLMEngine(
+        ModelConfig(model=str(tiny_dir)),
+        EngineConfig(verify="vllm", deterministic=True),
+        dtype="float32",
+        device="cuda",
+    )
     with pytest.raises(InputError, match="the installed vLLM runs on"):
         fast.setup()
     assert {k: os.environ.get(k) for k in keys} == before

@@ -34,15 +34,47 @@ from scanner.storage.status import _left_by_budget
 from scanner.storage.store import Store
 from scanner.studies.tiny import salad
 
-SCAN = ["--span-tokens", "12", "--stride", "2", "--context-tokens", "16", "--min-match-rate", "0.8", "--steps", "10",
-        "--candidates", "64", "--top-k", "64", "--restarts", "0", "--calibration-prompts", "0", "--unit-size", "1",
-        "--docs-per-shard", "1"]
+SCAN = [
+    "--span-tokens",
+    "12",
+    "--stride",
+    "2",
+    "--context-tokens",
+    "16",
+    "--min-match-rate",
+    "0.8",
+    "--steps",
+    "10",
+    "--candidates",
+    "64",
+    "--top-k",
+    "64",
+    "--restarts",
+    "0",
+    "--calibration-prompts",
+    "0",
+    "--unit-size",
+    "1",
+    "--docs-per-shard",
+    "1",
+]
 SALAD_DOCS = 9  # 10 shards: the screen takes long enough to be caught in the middle
-OLD_KEYS = {"shards_done", "shards_total", "rows", "status_counts", "elapsed_s", "spans_per_s", "eta_s", "phases"}
+OLD_KEYS = {
+    "shards_done",
+    "shards_total",
+    "rows",
+    "status_counts",
+    "elapsed_s",
+    "spans_per_s",
+    "eta_s",
+    "phases",
+}
 
 
 def cli(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "scanner", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "scanner", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def corpus(root: Path) -> Path:
@@ -68,7 +100,9 @@ def freeze_when(proc, run: Path, ready, copy: Path, timeout: float = 300) -> Non
     """Stop the scan once `ready(run)`, copy its run directory (mtimes kept), let it go on."""
     deadline = time.monotonic() + timeout
     while not ready(run):
-        assert proc.poll() is None and time.monotonic() < deadline, "the scan ended before the state was reached"
+        assert proc.poll() is None and time.monotonic() < deadline, (
+            "the scan ended before the state was reached"
+        )
         time.sleep(0.01)
     proc.send_signal(signal.SIGSTOP)
     try:
@@ -100,8 +134,18 @@ def without(done: Path, copy: Path, *, keep: dict[str, int], remove=()) -> Path:
 def runs(tiny_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("watch")
     out = root / "run"
-    command = [sys.executable, "-m", "scanner", "scan", str(corpus(root)), "--model", str(tiny_dir), "--out",
-               str(out), *SCAN]
+    command = [
+        sys.executable,
+        "-m",
+        "scanner",
+        "scan",
+        str(corpus(root)),
+        "--model",
+        str(tiny_dir),
+        "--out",
+        str(out),
+        *SCAN,
+    ]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         freeze_when(proc, out, screening, root / "screen")
@@ -111,9 +155,15 @@ def runs(tiny_dir, tmp_path_factory):
         proc.kill()
     assert proc.returncode == 0, err[-3000:]
     states = {"screen": root / "screen", "search": root / "search", "complete": out}
-    states["certify"] = without(out, root / "certify", keep={"certify/done": 2, "search/done": 0, "tighten/done": 0,
-                                "done": 0}, remove=("search_plan.json", "tighten_plan.json", "passages.parquet"))
-    states["tighten"] = without(out, root / "tighten", keep={"tighten/done": 1, "done": 0}, remove=("passages.parquet",))
+    states["certify"] = without(
+        out,
+        root / "certify",
+        keep={"certify/done": 2, "search/done": 0, "tighten/done": 0, "done": 0},
+        remove=("search_plan.json", "tighten_plan.json", "passages.parquet"),
+    )
+    states["tighten"] = without(
+        out, root / "tighten", keep={"tighten/done": 1, "done": 0}, remove=("passages.parquet",)
+    )
     states["write"] = without(out, root / "write", keep={"done": 3}, remove=("passages.parquet",))
     states["passages"] = without(out, root / "passages", keep={}, remove=("passages.parquet",))
     states["killed"] = without(out, root / "killed", keep={"done": 3}, remove=("passages.parquet",))
@@ -139,8 +189,11 @@ def test_a_scan_stopped_in_its_screen(runs):
     run = runs["screen"]
     done = len(markers(run, "screen/done"))
     assert 1 <= done < 1 + SALAD_DOCS, "the screen was not caught in the middle; the test lost its point"
-    tokens = sum(json.loads(p.read_text())["tokens"] for p in (run / "screen/stats").glob("*.json")
-                 if (run / "screen/done" / p.stem).exists())
+    tokens = sum(
+        json.loads(p.read_text())["tokens"]
+        for p in (run / "screen/stats").glob("*.json")
+        if (run / "screen/done" / p.stem).exists()
+    )
     got = status(run)
     assert set(got) >= OLD_KEYS | {"phase", "progress"} and got["phase"] == "screen"
     screen = got["progress"]["screen"]
@@ -150,9 +203,14 @@ def test_a_scan_stopped_in_its_screen(runs):
     assert got["elapsed_s"] > 0  # the screen parts' work time, though no result is written yet
     cost = got["cost"]
     assert cost["screen"]["parts"] == done and cost["screen"]["corpus_tokens"] == tokens
-    assert cost["certify"] is cost["search"] is cost["passages"] is cost["verification"] is None  # not run yet
+    assert (
+        cost["certify"] is cost["search"] is cost["passages"] is cost["verification"] is None
+    )  # not run yet
     shown = frame(run)
-    assert "phase: screen" in shown and f"screen      {done}/10 shards, {done}/10 documents, {tokens} tokens" in shown
+    assert (
+        "phase: screen" in shown
+        and f"screen      {done}/10 shards, {done}/10 documents, {tokens} tokens" in shown
+    )
     assert "certify     waiting" in shown and "passages    waiting" in shown and "tokens/s" in shown
     assert re.search(r"ETA         (\d+ min )?\d+ s to the end of the screen", shown), shown
 
@@ -160,8 +218,10 @@ def test_a_scan_stopped_in_its_screen(runs):
 def test_a_scan_stopped_in_its_certificates(runs):
     run = runs["certify"]
     total = units(run, "certify_plan.json")
-    settled = sum(json.loads((run / "certify/stats" / f"{p.name}.json").read_text())["settled"]
-                  for p in markers(run, "certify/done"))
+    settled = sum(
+        json.loads((run / "certify/stats" / f"{p.name}.json").read_text())["settled"]
+        for p in markers(run, "certify/done")
+    )
     got = status(run)
     assert got["phase"] == "certify" and total > 2
     certify = got["progress"]["certify"]
@@ -177,7 +237,9 @@ def test_a_scan_stopped_in_its_search(runs):
     run = runs["search"]
     done, total = len(markers(run, "search/done")), units(run, "search_plan.json")
     assert 1 <= done < total, "the search was not caught in the middle; the test lost its point"
-    stats = [json.loads((run / "search/stats" / f"{p.name}.json").read_text()) for p in markers(run, "search/done")]
+    stats = [
+        json.loads((run / "search/stats" / f"{p.name}.json").read_text()) for p in markers(run, "search/done")
+    ]
     got = status(run)
     assert got["phase"] == "search"
     search = got["progress"]["search"]
@@ -204,7 +266,13 @@ def test_a_scan_stopped_while_it_shrinks_the_decided_prompts(runs):
     assert (tighten["candidates_done"], tighten["candidates_total"]) == (1, total)
     stats = json.loads((run / "tighten/stats/00000.json").read_text())
     assert tighten["budget"]["spent"] == search["budget"]["spent"] + stats["steps"]
-    assert got["phases"]["tighten_units"] == {"done": 1, "cut": 0, "candidates_cut": 0, "searches_cut": 0, "total": total}
+    assert got["phases"]["tighten_units"] == {
+        "done": 1,
+        "cut": 0,
+        "candidates_cut": 0,
+        "searches_cut": 0,
+        "total": total,
+    }
     shown = frame(run)
     assert "phase: tighten" in shown and f"tighten     1/{total} decided prompts shrunk" in shown
     assert re.search(r"ETA         (\d+ min )?\d+ s to the end of the tightening", shown), shown
@@ -212,15 +280,22 @@ def test_a_scan_stopped_while_it_shrinks_the_decided_prompts(runs):
     decided = {r["span_id"]: r for r in Store(run, "search").rows()}
     bounds = [decided[span]["acr"] for unit in plan for _, span, _ in unit]
     assert bounds == sorted(bounds, reverse=True), "the best bound is shrunk first"
-    assert all(decided[span]["acr_kind"] == "decision_bound" and prompt == decided[span]["prompt"]
-               for unit in plan for _, span, prompt in unit)
+    assert all(
+        decided[span]["acr_kind"] == "decision_bound" and prompt == decided[span]["prompt"]
+        for unit in plan
+        for _, span, prompt in unit
+    )
 
 
 def test_the_budget_ends_the_search_before_the_plan_when_it_pays_for_fewer_candidates():
     # 40 steps for 2 candidates: the 60 left pay for 3 more, fewer than the 10 planned.
     assert _left_by_budget(Budget("steps", 100), spent=40, mine=40, done=2, left=10) == 3
-    assert _left_by_budget(Budget("steps", 100), spent=40, mine=40, done=2, left=2) == 3  # the plan ends first
-    assert _left_by_budget(Budget("steps", 100), spent=120, mine=120, done=2, left=10) == 0  # spent: no unit starts
+    assert (
+        _left_by_budget(Budget("steps", 100), spent=40, mine=40, done=2, left=2) == 3
+    )  # the plan ends first
+    assert (
+        _left_by_budget(Budget("steps", 100), spent=120, mine=120, done=2, left=10) == 0
+    )  # spent: no unit starts
     assert _left_by_budget(Budget("seconds", 60), spent=0, mine=0, done=0, left=10) == 10  # nothing known yet
     # tightening after verdicts that spent 60: its own 10 steps for 2 candidates, 30 left, pay for 6
     assert _left_by_budget(Budget("steps", 100), spent=70, mine=10, done=2, left=10) == 6
@@ -232,7 +307,11 @@ def test_a_scan_stopped_writing_its_results(runs):
     write = got["progress"]["write"]
     assert (write["shards_done"], write["shards_total"]) == (3, 10) and got["eta_s"] > 0
     shown = frame(runs["write"])
-    assert "phase: write" in shown and "write       3/10 shards written" in shown and "passages    waiting" in shown
+    assert (
+        "phase: write" in shown
+        and "write       3/10 shards written" in shown
+        and "passages    waiting" in shown
+    )
     searched = units(runs["write"], "search_plan.json")
     assert f"search      {searched}/{searched} candidates decided" in shown
 
@@ -251,8 +330,12 @@ def test_a_scan_before_its_passages_and_a_complete_one(runs):
 
 
 def documents(run: Path, engine) -> dict[str, list[int]]:
-    texts = dict(zip(*pq.read_table(run.parent / "corpus.parquet", columns=["id", "text"]).to_pydict().values(),
-                     strict=True))
+    texts = dict(
+        zip(
+            *pq.read_table(run.parent / "corpus.parquet", columns=["id", "text"]).to_pydict().values(),
+            strict=True,
+        )
+    )
     return {doc: tokenize_document(text, engine.tokenizer)[0] for doc, text in texts.items()}
 
 
@@ -274,7 +357,11 @@ def certificate_rows(stream: DocumentStream, row: dict, engine) -> list[tuple[in
     whole where it matched that far (stages/screen.py cuts)."""
     start, end, found = row["token_start"], row["token_end"], row["certificate_tokens"]
     limit = min(16, end - start - 1)  # no certificate as long as its span (ScreenConfig.certificate_limit)
-    last = min(limit, start) if found is None else min(start, next(hi for lo, hi in rounds(limit) if lo <= found <= hi))
+    last = (
+        min(limit, start)
+        if found is None
+        else min(start, next(hi for lo, hi in rounds(limit) if lo <= found <= hi))
+    )
     ids = stream.ids
     window = stream_windows(engine, stream, [(start, end)], ScreenConfig(context_tokens=16))[0][0]
     cut = cuts(window)[0]
@@ -282,8 +369,12 @@ def certificate_rows(stream: DocumentStream, row: dict, engine) -> list[tuple[in
     for j in range(1, last + 1):
         out.append((j, cut))
         if cut < end - start:
-            seq = torch.tensor([[*engine.template.prefix_ids, *ids[start - j:start], *ids[start:start + cut]]])
-            if (engine.logits(seq, keep=cut + 1)[0, :-1].argmax(-1) == torch.tensor(ids[start:start + cut])).all():
+            seq = torch.tensor(
+                [[*engine.template.prefix_ids, *ids[start - j : start], *ids[start : start + cut]]]
+            )
+            if (
+                engine.logits(seq, keep=cut + 1)[0, :-1].argmax(-1) == torch.tensor(ids[start : start + cut])
+            ).all():
                 out.append((j, end - start))
     return out
 
@@ -300,15 +391,23 @@ def test_a_finished_scan_records_what_its_screen_forwarded(runs, engine):
     rows = [r for r in Store(run, "screen").rows() if r["greedy_match_rate"] is not None]
     ids = documents(run, engine)
     chunks = streamed_chunks(ids, rows, engine)
-    streams = {doc: DocumentStream(doc_ids, overlap=28, chunk=255) for doc, doc_ids in ids.items()}  # chunks once
-    followed = [(r["target_tokens"], certificate_rows(streams[r["doc_id"]], r, engine))
-                for r in rows if r["discoverable"] is not None]
+    streams = {
+        doc: DocumentStream(doc_ids, overlap=28, chunk=255) for doc, doc_ids in ids.items()
+    }  # chunks once
+    followed = [
+        (r["target_tokens"], certificate_rows(streams[r["doc_id"]], r, engine))
+        for r in rows
+        if r["discoverable"] is not None
+    ]
     assert 0 < len(followed) < len(rows)  # the canary's spans went on, the salad's did not
     assert any(n < t for t, c in followed for _, n in c), "no certificate row was cut: the count tests less"
     assert screen["screen_rows"] == len(chunks) + sum(1 + len(c) for _, c in followed)
     assert screen["forwarded_tokens"] == sum(n for n, _ in chunks) + sum(
-        fixed + t + sum(fixed + j + n for j, n in c) for t, c in followed)
-    assert screen["head_positions"] == sum(p for _, p in chunks) + sum(t + sum(n for _, n in c) for t, c in followed)
+        fixed + t + sum(fixed + j + n for j, n in c) for t, c in followed
+    )
+    assert screen["head_positions"] == sum(p for _, p in chunks) + sum(
+        t + sum(n for _, n in c) for t, c in followed
+    )
     assert screen["padded_tokens"] >= screen["forwarded_tokens"] >= screen["corpus_tokens"] > 0
     assert screen["reencoding"] == pytest.approx(screen["forwarded_tokens"] / screen["corpus_tokens"])
     assert screen["candidate_share"] == pytest.approx(screen["candidates"] / screen["spans"])
@@ -334,8 +433,11 @@ def test_a_finished_scan_records_its_search_by_outcome_and_stage(runs):
     assert outcomes["rejected_early"]["candidates"] == sum(bool(r["rejected_early"]) for r in rows)
     assert stages["deciding"]["candidates"] == len(rows) - outcomes["failed"]["candidates"]
     assert search["per_candidate"]["steps"] == pytest.approx(search["steps"] / len(rows))
-    assert 0 < cost["verification"]["seconds"] == pytest.approx(cost["verification"]["certify_s"]
-                                                                + cost["verification"]["search_s"])
+    assert (
+        0
+        < cost["verification"]["seconds"]
+        == pytest.approx(cost["verification"]["certify_s"] + cost["verification"]["search_s"])
+    )
     shrunk, tighten = Store(run, "tighten").rows(), cost["tighten"]
     assert shrunk and tighten["stages"]["deciding"]["steps"] == tighten["stages"]["deciding"]["forwards"] == 0
     assert tighten["stages"]["shrinking"]["steps"] == sum(r["steps"] for r in shrunk) == tighten["steps"]
@@ -346,8 +448,9 @@ def test_a_finished_scan_records_its_search_by_outcome_and_stage(runs):
         assert final[r["span_id"]]["steps"] == decided[r["span_id"]]["steps"] + r["steps"]
         assert final[r["span_id"]]["acr_kind"] == "searched_min"
     calibrated = Store(run, "certify").rows() + rows + shrunk
-    assert cost["calibration"]["seconds"] == pytest.approx(sum((r["calibration_s"] or 0) + (r["reference_s"] or 0)
-                                                               for r in calibrated))
+    assert cost["calibration"]["seconds"] == pytest.approx(
+        sum((r["calibration_s"] or 0) + (r["reference_s"] or 0) for r in calibrated)
+    )
     assert cost["passages"]["passages"] == pq.read_table(run / "passages.parquet").num_rows
     assert status(runs["passages"])["cost"]["passages"] is None  # not built yet
 
@@ -356,7 +459,9 @@ def test_watch_of_a_complete_run_shows_one_frame_and_ends(runs):
     out = cli("status", str(runs["complete"]), "--watch", "--interval", "0.1")
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("phase: complete") == 1 and "ETA         finished" in out.stdout
-    assert "passages    built" in out.stdout and re.search(r"results     \d+ spans \(memorized \d+", out.stdout)
+    assert "passages    built" in out.stdout and re.search(
+        r"results     \d+ spans \(memorized \d+", out.stdout
+    )
 
 
 def test_the_search_logs_one_line_per_candidate(runs):
@@ -364,20 +469,29 @@ def test_the_search_logs_one_line_per_candidate(runs):
     for marker in markers(run, "search/done"):
         stats = json.loads((run / "search/stats" / f"{marker.name}.json").read_text())
         log = (run / "logs" / f"search-{marker.name}.log").read_text()
-        lines = re.findall(r"INFO scanner\.run\.shard: span \w+: (memorized|not_memorized|failed)(, rejected early)?, "
-                           r"(prompt tokens \d+|no prompt found), steps \d+, [\d.]+ s", log)
+        lines = re.findall(
+            r"INFO scanner\.run\.shard: span \w+: (memorized|not_memorized|failed)(, rejected early)?, "
+            r"(prompt tokens \d+|no prompt found), steps \d+, [\d.]+ s",
+            log,
+        )
         assert len(lines) == stats["candidates"]
         starts = re.findall(r"span \w+ \(candidate (\d+)/(\d+), \d+ tokens\) starts, prompt cap \d+", log)
-        assert [(int(i), int(n)) for i, n in starts] == [(i, stats["candidates"]) for i in range(1, len(lines) + 1)]
+        assert [(int(i), int(n)) for i, n in starts] == [
+            (i, stats["candidates"]) for i in range(1, len(lines) + 1)
+        ]
         assert re.search(r"span \w+: length \d+ .* after \d+/\d+ steps, best right \d+/\d+", log), log
         assert sum(outcome == "memorized" for outcome, _, _ in lines) == stats["memorized"]
 
 
 def test_ctrl_c_leaves_the_watch_with_exit_0(runs):
     # Ctrl-C as from a terminal, whatever the runner's own SIGINT (a runner started with & ignores it)
-    proc = subprocess.Popen([sys.executable, "-m", "scanner", "status", str(runs["search"]), "--watch",
-                             "--interval", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scanner", "status", str(runs["search"]), "--watch", "--interval", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         first = proc.stdout.readline()  # the first frame is out: the command is inside its loop
         assert "phase: search" in first
@@ -394,13 +508,29 @@ def test_watch_waits_for_a_run_that_has_no_plan_yet_or_no_folder_yet(tmp_path):
     out = cli("status", str(tmp_path / "run"), "--watch", "--iterations", "2", "--interval", "0.1")
     assert out.returncode == 0 and out.stdout.count("phase: starting  (") == 2 and "shard plan" in out.stdout
     # started before the scan made its folder (a batch job's watcher): waits, then follows it
-    proc = subprocess.Popen([sys.executable, "-m", "scanner", "status", str(tmp_path / "later"), "--watch",
-                             "--iterations", "40", "--interval", "0.25"], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "scanner",
+            "status",
+            str(tmp_path / "later"),
+            "--watch",
+            "--iterations",
+            "40",
+            "--interval",
+            "0.25",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     first = proc.stdout.readline()  # its first frame, drawn before the folder exists
     (tmp_path / "later").mkdir()
     shown, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0 and "waiting for a scan to make it" in first and "phase: starting  (" in shown
-    assert cli("status", str(tmp_path / "nope")).returncode == 2, "without --watch a missing folder is refused"
+    assert cli("status", str(tmp_path / "nope")).returncode == 2, (
+        "without --watch a missing folder is refused"
+    )
     (tmp_path / "file").write_text("not a run")
     for command in (["status", str(tmp_path / "file"), "--watch"], ["status", str(tmp_path / "file")]):
         refused = cli(*command)

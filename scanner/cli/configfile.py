@@ -22,15 +22,24 @@ from scanner.cli.output import UNSAFE, terminal_safe
 from scanner.cli.sections import OTHER, option, sections
 from scanner.errors import InputError
 
-FIX = "the keys are the option names of `acr-scan {name} --help` without the dashes, e.g. search-budget = \"2h\""
+FIX = (
+    'the keys are the option names of `acr-scan {name} --help` without the dashes, e.g. search-budget = "2h"'
+)
 
 
 def config_option(f):
     """--config FILE on a command: its options (and arguments) read from a TOML file."""
-    return option(OTHER, "--config", "config", is_eager=True, expose_value=False, callback=load_config,
-                  metavar="FILE",
-                  help="A TOML file of options, e.g. search-budget = \"2h\" (docs/config.md); the command "
-                       "line overrides it.")(f)
+    return option(
+        OTHER,
+        "--config",
+        "config",
+        is_eager=True,
+        expose_value=False,
+        callback=load_config,
+        metavar="FILE",
+        help='A TOML file of options, e.g. search-budget = "2h" (docs/config.md); the command '
+        "line overrides it.",
+    )(f)
 
 
 def load_config(ctx: click.Context, param: click.Parameter, path: str | None) -> None:
@@ -44,14 +53,18 @@ def load_config(ctx: click.Context, param: click.Parameter, path: str | None) ->
 def read_toml(path: str) -> dict:
     file = Path(path)
     if not file.is_file():
-        raise InputError(f"--config {path}: no such file; pass a TOML file of options (acr-scan config RUN "
-                         "writes one from a run)")
+        raise InputError(
+            f"--config {path}: no such file; pass a TOML file of options (acr-scan config RUN "
+            "writes one from a run)"
+        )
     try:
         with file.open("rb") as handle:
             return tomllib.load(handle)
     except tomllib.TOMLDecodeError as err:
-        raise InputError(f"--config {path} is not valid TOML ({err}); write one key = value per line, "
-                         "strings in quotes, e.g. model = \"HuggingFaceTB/SmolLM2-135M\"") from err
+        raise InputError(
+            f"--config {path} is not valid TOML ({err}); write one key = value per line, "
+            'strings in quotes, e.g. model = "HuggingFaceTB/SmolLM2-135M"'
+        ) from err
     except UnicodeDecodeError as err:
         raise InputError(f"--config {path} is not UTF-8 text; save it as UTF-8") from err
 
@@ -85,13 +98,17 @@ def file_defaults(ctx: click.Context, values: dict, path: str) -> dict:
     for key, value in values.items():
         param = known.get(key.replace("-", "_"))
         if isinstance(value, dict) and param is None:
-            raise InputError(f"--config {path}: [{key}] is a table; the file holds its keys at the top level, "
-                             f"without tables: {FIX.format(name=ctx.command.name)}")
+            raise InputError(
+                f"--config {path}: [{key}] is a table; the file holds its keys at the top level, "
+                f"without tables: {FIX.format(name=ctx.command.name)}"
+            )
         if param is None:
             raise InputError(unknown_key(ctx.command, key, path, known))
         if param.name in out:  # search-budget and search_budget both: which one was meant is unknowable
-            raise InputError(f"--config {path}: {key_name(param)} is set twice (as '{key}' and another spelling); "
-                             "keep one of them")
+            raise InputError(
+                f"--config {path}: {key_name(param)} is set twice (as '{key}' and another spelling); "
+                "keep one of them"
+            )
         out[param.name] = checked(ctx, param, key, value, path)
     return out
 
@@ -107,8 +124,10 @@ def checked(ctx: click.Context, param: click.Parameter, key: str, value, path: s
     """The file's value in the form the option takes; InputError naming the key, the file and the fix."""
     if not fits(param, value):
         given = f"{key} = {toml_value(value)}" if is_scalar(value) else key
-        raise InputError(f"--config {path}: {given} is {kind(value)}; {key_name(param)} takes {expected_type(param)}, "
-                         f"e.g. {example(param)}")
+        raise InputError(
+            f"--config {path}: {given} is {kind(value)}; {key_name(param)} takes {expected_type(param)}, "
+            f"e.g. {example(param)}"
+        )
     text = str(value) if isinstance(param.type, click.types.StringParamType) else value
     try:
         return param.type_cast_value(ctx, text)
@@ -158,8 +177,14 @@ def example(param: click.Parameter) -> str:
 
 
 def kind(value) -> str:
-    names = {bool: "true or false", int: "a whole number", float: "a number", str: "a string", list: "an array",
-             dict: "a table"}
+    names = {
+        bool: "true or false",
+        int: "a whole number",
+        float: "a number",
+        str: "a string",
+        list: "an array",
+        dict: "a table",
+    }
     return next((text for t, text in names.items() if isinstance(value, t)), type(value).__name__)
 
 
@@ -192,41 +217,85 @@ def _escaped(c: str) -> str:
 # by `acr-scan config`. Three options need more than a field: corpus (the argument), keep-columns (a
 # comma-separated list) and steps (decide_steps or paper_steps, by the schedule): option_values has them.
 FIELDS = {
-    "model": "model.model", "revision": "model.revision", "device": "model.device", "dtype": "model.dtype",
-    "threads": "model.threads", "trust_remote_code": "model.trust_remote_code",
-    "chat": "prompt.chat", "system_prompt": "prompt.system_prompt", "instruction": "prompt.instruction",
-    "bos": "prompt.bos", "allow_non_ascii": "prompt.allow_non_ascii",
-    "schedule": "search.schedule", "tau": "search.tau", "seed": "search.seed", "cap_factor": "search.cap_factor",
-    "top_k": "search.gcg.top_k", "candidates": "search.gcg.num_candidates", "loss": "search.gcg.loss",
-    "restarts": "search.restarts", "fragile_margin": "search.fragile_margin",
-    "draft_model": "search.gcg.draft.model", "probe_size": "search.gcg.draft.probe_size",
-    "probe_reduction": "search.gcg.draft.reduction", "probe_min_kept": "search.gcg.draft.min_kept",
-    "bound_unmemorized": "search.bound_unmemorized", "early_reject": "search.early_reject",
-    "reject_after": "search.reject_after", "reject_min_right": "search.reject_min_right",
+    "model": "model.model",
+    "revision": "model.revision",
+    "device": "model.device",
+    "dtype": "model.dtype",
+    "threads": "model.threads",
+    "trust_remote_code": "model.trust_remote_code",
+    "chat": "prompt.chat",
+    "system_prompt": "prompt.system_prompt",
+    "instruction": "prompt.instruction",
+    "bos": "prompt.bos",
+    "allow_non_ascii": "prompt.allow_non_ascii",
+    "schedule": "search.schedule",
+    "tau": "search.tau",
+    "seed": "search.seed",
+    "cap_factor": "search.cap_factor",
+    "top_k": "search.gcg.top_k",
+    "candidates": "search.gcg.num_candidates",
+    "loss": "search.gcg.loss",
+    "restarts": "search.restarts",
+    "fragile_margin": "search.fragile_margin",
+    "draft_model": "search.gcg.draft.model",
+    "probe_size": "search.gcg.draft.probe_size",
+    "probe_reduction": "search.gcg.draft.reduction",
+    "probe_min_kept": "search.gcg.draft.min_kept",
+    "bound_unmemorized": "search.bound_unmemorized",
+    "early_reject": "search.early_reject",
+    "reject_after": "search.reject_after",
+    "reject_min_right": "search.reject_min_right",
     "reject_stall": "search.reject_stall",
-    "verify_engine": "engines.verify", "screen_engine": "engines.screen",
-    "vllm_gpu_memory": "engines.gpu_memory_utilization", "deterministic": "engines.deterministic",
+    "verify_engine": "engines.verify",
+    "screen_engine": "engines.screen",
+    "vllm_gpu_memory": "engines.gpu_memory_utilization",
+    "deterministic": "engines.deterministic",
     "targets_per_forward": "engines.targets_per_forward",
-    "reference_model": "calibration.reference_model", "reference_margin": "calibration.nll_margin",
+    "reference_model": "calibration.reference_model",
+    "reference_margin": "calibration.nll_margin",
     "calibration_prompts": "calibration.random_prompts",
-    "text_column": "corpus.text_column", "id_column": "corpus.id_column",
+    "text_column": "corpus.text_column",
+    "id_column": "corpus.id_column",
     "allow_duplicate_ids": "corpus.allow_duplicate_ids",
-    "span_tokens": "spans.span_tokens", "stride": "spans.stride", "allow_gaps": "spans.allow_gaps",
-    "anchors": "spans.anchors", "anchor_min_run": "spans.anchor_min_run", "anchor_max_gap": "spans.anchor_max_gap",
-    "pz_top_k": "screen.extraction.top_k", "pz_temperature": "screen.extraction.temperature",
-    "pz_n": "screen.extraction.n", "pz_p": "screen.extraction.p",
-    "context_tokens": "screen.context_tokens", "certificate_min_match": "screen.certificate_min_match",
-    "certificate_max_tokens": "screen.certificate_max_tokens", "screen_window": "screen.window",
+    "span_tokens": "spans.span_tokens",
+    "stride": "spans.stride",
+    "allow_gaps": "spans.allow_gaps",
+    "anchors": "spans.anchors",
+    "anchor_min_run": "spans.anchor_min_run",
+    "anchor_max_gap": "spans.anchor_max_gap",
+    "pz_top_k": "screen.extraction.top_k",
+    "pz_temperature": "screen.extraction.temperature",
+    "pz_n": "screen.extraction.n",
+    "pz_p": "screen.extraction.p",
+    "context_tokens": "screen.context_tokens",
+    "certificate_min_match": "screen.certificate_min_match",
+    "certificate_max_tokens": "screen.certificate_max_tokens",
+    "screen_window": "screen.window",
     "chunk_tokens": "screen.chunk_tokens",
-    "min_match_rate": "min_match_rate", "max_candidates_per_doc": "max_candidates_per_doc",
-    "max_candidates": "max_candidates", "search_budget": "search_budget", "audit_sample": "audit_sample",
-    "tighten": "tighten", "unit_size": "unit_size", "docs_per_shard": "docs_per_shard",
+    "min_match_rate": "min_match_rate",
+    "max_candidates_per_doc": "max_candidates_per_doc",
+    "max_candidates": "max_candidates",
+    "search_budget": "search_budget",
+    "audit_sample": "audit_sample",
+    "tighten": "tighten",
+    "unit_size": "unit_size",
+    "docs_per_shard": "docs_per_shard",
     "work_text_tokens": "work_text_tokens",
 }
 # Options of `scan` that are not part of a run's configuration: where it runs and where it writes, and the
 # passages' settings (a relaunch may change them; passages.parquet alone is rebuilt).
-NOT_RECORDED = ("out", "executor", "ray_address", "num_actors", "gpus_per_actor", "cpus_per_actor", "max_retries",
-                "hung_after", "extend_tokens", "shared_text_min_docs")
+NOT_RECORDED = (
+    "out",
+    "executor",
+    "ray_address",
+    "num_actors",
+    "gpus_per_actor",
+    "cpus_per_actor",
+    "max_retries",
+    "hung_after",
+    "extend_tokens",
+    "shared_text_min_docs",
+)
 
 
 def option_values(config) -> dict:
@@ -277,18 +346,25 @@ def run_toml(run_dir: str, command: click.Command) -> tuple[str, list[str]]:
 def render(command: click.Command, values: dict, run_dir: str, missing: list[str]) -> str:
     """The TOML text: a header saying what the file is, the corpus, then each option by --help's sections."""
     name = command.name
-    lines = [f"# The configuration of the run in {terminal_safe(run_dir)} (its run_config.json), as a file for",
-             f"# `acr-scan {name} --config FILE --out NEW_RUN`: the same run again, options on the command line",
-             "# overriding these. Not part of a run's configuration, so not here: --out, the executor's and the",
-             "# passages' options."]
+    lines = [
+        f"# The configuration of the run in {terminal_safe(run_dir)} (its run_config.json), as a file for",
+        f"# `acr-scan {name} --config FILE --out NEW_RUN`: the same run again, options on the command line",
+        "# overriding these. Not part of a run's configuration, so not here: --out, the executor's and the",
+        "# passages' options.",
+    ]
     if missing:
-        lines += ["#", "# Settings of this run that no option sets (so a scan with this file sets them otherwise;",
-                  "# scanner.scan(scanner.saved_config(RUN_DIR), NEW_RUN) keeps them):",
-                  *(f"#   {terminal_safe(field)}" for field in missing)]
+        lines += [
+            "#",
+            "# Settings of this run that no option sets (so a scan with this file sets them otherwise;",
+            "# scanner.scan(scanner.saved_config(RUN_DIR), NEW_RUN) keeps them):",
+            *(f"#   {terminal_safe(field)}" for field in missing),
+        ]
     lines += ["", f"corpus = {toml_value(values['corpus'])}"]
     ctx = click.Context(command, info_name=name)
     for section, params in sections(command, ctx, shown=lambda p: p.name in values and p.name != "corpus"):
-        written = [f"{key_name(p)} = {toml_value(values[p.name])}" for p in params if values[p.name] is not None]
+        written = [
+            f"{key_name(p)} = {toml_value(values[p.name])}" for p in params if values[p.name] is not None
+        ]
         if written:
             lines += ["", f"# {section}", *written]
     return "\n".join(lines) + "\n"

@@ -14,8 +14,9 @@ from scanner.config import GCGConfig, ModelConfig, SearchConfig
 from scanner.studies.tiny import CANARIES, TinySpec, build_tiny, salad
 
 # Sized for a 2-core CPU and a 64-wide model: small batches are cheap, long runs are not.
-CPU_SEARCH = SearchConfig(decide_steps=150, shrink_steps=80, restarts=1,
-                          gcg=GCGConfig(top_k=64, num_candidates=96, patience=40))
+CPU_SEARCH = SearchConfig(
+    decide_steps=150, shrink_steps=80, restarts=1, gcg=GCGConfig(top_k=64, num_candidates=96, patience=40)
+)
 
 
 def default_workdir() -> Path:
@@ -51,8 +52,10 @@ def run_demo(*, workdir: str | None, seed: int, as_json: bool, echo: Callable[[s
     if not as_json:
         for group in dict.fromkeys(t["group"] for t in targets):
             hits = [r for r in records if r["group"] == group]
-            echo(f"  {group}: {sum(r['memorized'] for r in hits)}/{len(hits)} memorized, "
-                 f"{sum(r['calibrated_memorized'] for r in hits)} calibrated memorized")
+            echo(
+                f"  {group}: {sum(r['memorized'] for r in hits)}/{len(hits)} memorized, "
+                f"{sum(r['calibrated_memorized'] for r in hits)} calibrated memorized"
+            )
         scan_demo(where, model_dir, seed, echo)
     return records
 
@@ -73,17 +76,25 @@ def scan_demo(where: Path, model_dir: Path, seed: int, echo: Callable[[str], Non
     root = where / "demo-scan"
     shutil.rmtree(root, ignore_errors=True)  # a demonstration starts clean; real runs resume instead
     corpus = demo_corpus(root / "corpus.parquet", seed)
-    config = ScanConfig(corpus=CorpusConfig(path=str(corpus)), model=ModelConfig(model=str(model_dir), device="cpu"),
-                        spans=SpanConfig(span_tokens=12, stride=2), screen=ScreenConfig(context_tokens=16),
-                        search=SearchConfig(**{**CPU_SEARCH.__dict__, "seed": seed}), min_match_rate=0.95,
-                        docs_per_shard=3, audit_sample=0)  # no recall audit: its draws of the demo's salad can flag unseen text
+    config = ScanConfig(
+        corpus=CorpusConfig(path=str(corpus)),
+        model=ModelConfig(model=str(model_dir), device="cpu"),
+        spans=SpanConfig(span_tokens=12, stride=2),
+        screen=ScreenConfig(context_tokens=16),
+        search=SearchConfig(**{**CPU_SEARCH.__dict__, "seed": seed}),
+        min_match_rate=0.95,
+        docs_per_shard=3,
+        audit_sample=0,
+    )  # no recall audit: its draws of the demo's salad can flag unseen text
     echo("")
     echo(f"scanning the demo corpus {corpus} ...")
     result = api.scan(config, root / "run")
     run, table = RunDir(result.run_dir), result.table
     passages = read_passages(run)
     around = surroundings_of(run, table, passages, None, CONTEXT_CHARS)
-    write_report(table, run_summary(run), root / "report.html", passages, around, work_text_tokens(run), run.recall())
+    write_report(
+        table, run_summary(run), root / "report.html", passages, around, work_text_tokens(run), run.recall()
+    )
     count = export(table, root / "flagged.jsonl")
     echo(summary_line(result.stats, str(root / "run")))
     echo(f"{count} memorized spans with their prompts: {root / 'flagged.jsonl'}")

@@ -13,15 +13,19 @@ def path_label(info: dict) -> str:
 
 
 def scan_label(rows: list[dict]) -> str:
-    paths = sorted({f"{r.get('verify_engine')} {r.get('verify_dtype')}" for r in rows if r.get("verify_engine")})
+    paths = sorted(
+        {f"{r.get('verify_engine')} {r.get('verify_dtype')}" for r in rows if r.get("verify_engine")}
+    )
     return ", ".join(paths) or "unrecorded"
 
 
 def _disagreement(check, where: str) -> str:
     row = check.row
     why = "; the prompt string types into other ids than the evidence records" if check.retyped else ""
-    return (f"NOT REPRODUCED {row.get('doc_id')} {row.get('span_id')} tokens {row.get('token_start')}: "
-            f"{check.matched}/{len(row['target_ids'])} tokens matched under {where}{why}; prompt {row['prompt']!r}")
+    return (
+        f"NOT REPRODUCED {row.get('doc_id')} {row.get('span_id')} tokens {row.get('token_start')}: "
+        f"{check.matched}/{len(row['target_ids'])} tokens matched under {where}{why}; prompt {row['prompt']!r}"
+    )
 
 
 def _margins_line(recheck) -> str:
@@ -29,9 +33,11 @@ def _margins_line(recheck) -> str:
     if not measured:
         return "no generation margin measured"
     weakest = min(measured, key=lambda c: c.generation_margin)
-    return (f"{len(recheck.fragile)} fragile under this path (generation margin below {recheck.fragile_below:g}); "
-            f"smallest margin {weakest.generation_margin:.4f} ({weakest.row.get('span_id')} token "
-            f"{weakest.generation_margin_at})")
+    return (
+        f"{len(recheck.fragile)} fragile under this path (generation margin below {recheck.fragile_below:g}); "
+        f"smallest margin {weakest.generation_margin:.4f} ({weakest.row.get('span_id')} token "
+        f"{weakest.generation_margin_at})"
+    )
 
 
 def recheck_lines(recheck) -> list[str]:
@@ -40,8 +46,10 @@ def recheck_lines(recheck) -> list[str]:
     rows = [c.row for c in recheck.checks]
     lines = [_disagreement(c, where) for c in recheck.disagreements]
     good = len(recheck.checks) - len(recheck.disagreements)
-    lines.append(f"{good}/{len(recheck.checks)} flagged spans reproduce under {where} "
-                 f"(the scan verified with {scan_label(rows)})")
+    lines.append(
+        f"{good}/{len(recheck.checks)} flagged spans reproduce under {where} "
+        f"(the scan verified with {scan_label(rows)})"
+    )
     lines.append(_margins_line(recheck))
     return lines
 
@@ -49,13 +57,21 @@ def recheck_lines(recheck) -> list[str]:
 def _published_line(digest: str, expect: str | None, signer: str | None) -> str:
     """What tied the manifest to its publisher: --expect, --signer, or nothing (a rewritten manifest,
     its files re-hashed, passes every other check)."""
-    checked = [what for what, given in (("the expected digest (--expect)", expect), (f"its signature by {signer}", signer))
-               if given]
+    checked = [
+        what
+        for what, given in (
+            ("the expected digest (--expect)", expect),
+            (f"its signature by {signer}", signer),
+        )
+        if given
+    ]
     if checked:
         return f"manifest.json sha256 {digest}, checked against {' and '.join(checked)}"
-    return (f"manifest.json sha256 {digest}: NOT checked against a published figure; a rewritten manifest "
-            "passes the checks above, so compare it with the figure published with the evidence "
-            "(--expect SHA256) or check its signature (--signer KEY.pub)")
+    return (
+        f"manifest.json sha256 {digest}: NOT checked against a published figure; a rewritten manifest "
+        "passes the checks above, so compare it with the figure published with the evidence "
+        "(--expect SHA256) or check its signature (--signer KEY.pub)"
+    )
 
 
 def completeness_line(bundle: str) -> str:
@@ -75,13 +91,16 @@ def completeness_line(bundle: str) -> str:
         return f"the bundle has no readable {DENOMINATORS}: it does not say whether its scan was complete"
     if counts.get("complete") is True:
         return f"the scan was complete when exported; {line}"
-    return (f"PARTIAL: the scan was unfinished when exported (phase {counts.get('phase')}, "
-            f"{counts.get('shards_done')} of {counts.get('shards_total')} shards): the evidence covers its finished "
-            f"part only; {line}")
+    return (
+        f"PARTIAL: the scan was unfinished when exported (phase {counts.get('phase')}, "
+        f"{counts.get('shards_done')} of {counts.get('shards_total')} shards): the evidence covers its finished "
+        f"part only; {line}"
+    )
 
 
-def verify_lines(recheck, table=None, bundle: str | None = None, expect: str | None = None,
-                 signer: str | None = None) -> list[str]:
+def verify_lines(
+    recheck, table=None, bundle: str | None = None, expect: str | None = None, signer: str | None = None
+) -> list[str]:
     """A bundle's problems first (files, model, recipe), then the re-check's lines."""
     lines = [f"PROBLEM {problem}" for problem in recheck.problems]
     if bundle is not None:
@@ -91,8 +110,11 @@ def verify_lines(recheck, table=None, bundle: str | None = None, expect: str | N
         from scanner.results.verify import bundle_file
 
         digest = sha256_bytes(bundle_file(Path(bundle), MANIFEST).read_bytes())
-        state = (f"{len(recheck.problems)} problem(s) in the bundle" if recheck.problems else
-                 "bundle intact: every file matches its manifest, the model's files match model.json")
+        state = (
+            f"{len(recheck.problems)} problem(s) in the bundle"
+            if recheck.problems
+            else "bundle intact: every file matches its manifest, the model's files match model.json"
+        )
         lines += [state, _published_line(digest, expect, signer), completeness_line(bundle)]
     lines += recheck_lines(recheck)
     if table is not None:  # a run's: the flagged spans by whose words their prompts hold, and the counts
@@ -100,12 +122,24 @@ def verify_lines(recheck, table=None, bundle: str | None = None, expect: str | N
         from scanner.results.verify import prompt_source_line
 
         failures = [check.row for check in recheck.disagreements]
-        lines += [prompt_source_line(table, failures), denominators_line(denominators(table)), calibration_line(table)]
+        lines += [
+            prompt_source_line(table, failures),
+            denominators_line(denominators(table)),
+            calibration_line(table),
+        ]
     return lines
 
 
-def verify_main(run, bundle: str | None, model: str | None, dtype: str | None, verify_engine: str | None,
-                fragile_margin: float | None, expect: str | None = None, signer: str | None = None) -> int:
+def verify_main(
+    run,
+    bundle: str | None,
+    model: str | None,
+    dtype: str | None,
+    verify_engine: str | None,
+    fragile_margin: float | None,
+    expect: str | None = None,
+    signer: str | None = None,
+) -> int:
     """Run the re-check, print it, return the exit code (0: all reproduce and the bundle is intact; 3: not)."""
     from scanner.errors import require
     from scanner.results.verify import verify_bundle, verify_run
@@ -124,18 +158,31 @@ def verify_main(run, bundle: str | None, model: str | None, dtype: str | None, v
     return 0 if recheck.ok else 3
 
 
-def export_bundle(run, bundle: str, tau: str, calibrated: bool, model: str | None, sign: str | None = None,
-                  leave_out_shared: bool = False) -> None:
+def export_bundle(
+    run,
+    bundle: str,
+    tau: str,
+    calibrated: bool,
+    model: str | None,
+    sign: str | None = None,
+    leave_out_shared: bool = False,
+) -> None:
     from pathlib import Path
 
     from scanner.results.bundle import MANIFEST, write_bundle
 
-    done = write_bundle(run, bundle, tau=tau, calibrated=calibrated, model=model, sign=sign,
-                        leave_out_shared=leave_out_shared)
+    done = write_bundle(
+        run, bundle, tau=tau, calibrated=calibrated, model=model, sign=sign, leave_out_shared=leave_out_shared
+    )
     signed = f", signed ({MANIFEST}.sig)" if done["signed"] else ""
-    echo(f"bundle of {done['rows']} rows written to {bundle} ({done['files']} files{signed}); {MANIFEST} sha256 "
-         f"{done['manifest_sha256']} (publish it with the evidence); re-check it with: python "
-         f"{Path(bundle) / 'recheck.py'} --model MODEL --expect {done['manifest_sha256']}")
+    echo(
+        f"bundle of {done['rows']} rows written to {bundle} ({done['files']} files{signed}); {MANIFEST} sha256 "
+        f"{done['manifest_sha256']} (publish it with the evidence); re-check it with: python "
+        f"{Path(bundle) / 'recheck.py'} --model MODEL --expect {done['manifest_sha256']}"
+    )
     if not done["complete"]:
-        echo("warning: the scan is unfinished; the bundle says so (denominators.json) and covers its "
-                   "finished part only", err=True)
+        echo(
+            "warning: the scan is unfinished; the bundle says so (denominators.json) and covers its "
+            "finished part only",
+            err=True,
+        )

@@ -56,12 +56,16 @@ def read_targets(texts: tuple[str, ...], file: str | None) -> list[dict]:
             raise InputError(f"--file {file}: no such file")
         lines = _text_lines(path)
         if path.suffix == ".jsonl":
-            targets += [_json_target(file, number, line) for number, line in enumerate(lines, 1) if line.strip()]
+            targets += [
+                _json_target(file, number, line) for number, line in enumerate(lines, 1) if line.strip()
+            ]
         else:
             targets += [{"text": line} for line in lines if line.strip()]
     if not targets and file:
-        raise InputError(f"--file {file} holds no target text (it is empty, or blank lines only); put one text per "
-                         "line (.txt), or one {\"text\": ...} object per line (.jsonl)")
+        raise InputError(
+            f"--file {file} holds no target text (it is empty, or blank lines only); put one text per "
+            'line (.txt), or one {"text": ...} object per line (.jsonl)'
+        )
     if not targets:
         raise InputError("no target text; pass TEXT arguments or --file")
     return targets
@@ -75,17 +79,20 @@ def _text_lines(path: Path) -> list[str]:
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1
         column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
-        raise InputError(f"--file {path} line {line}: not valid UTF-8 (byte 0x{data[err.start]:02x} at column "
-                         f"{column}); save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from err
+        raise InputError(
+            f"--file {path} line {line}: not valid UTF-8 (byte 0x{data[err.start]:02x} at column "
+            f"{column}); save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+        ) from err
 
 
 def _json_target(file: str, number: int, line: str) -> dict:
-    expected = "expected one JSON object per line with a 'text' string, like {\"text\": \"...\"}"
+    expected = 'expected one JSON object per line with a \'text\' string, like {"text": "..."}'
     try:
         row = json.loads(line)
     except json.JSONDecodeError as err:
-        raise InputError(f"--file {file} line {number}: not JSON ({err.msg} at column {err.colno}); "
-                         f"{expected}") from err
+        raise InputError(
+            f"--file {file} line {number}: not JSON ({err.msg} at column {err.colno}); {expected}"
+        ) from err
     if not isinstance(row, dict) or not isinstance(row.get("text"), str):
         raise InputError(f"--file {file} line {number}: {expected}")
     return row
@@ -126,9 +133,29 @@ class SafeFormatter(logging.Formatter):
 
 # The options most runs set, listed first in each command's --help (sections.py MAIN).
 ACR_LEAD = ("model", "file", "as_json", "device", "dtype", "schedule", "tau")
-SCAN_LEAD = ("config", "model", "out", "device", "dtype", "span_tokens", "search_budget", "executor", "ray_address")
-PLAN_LEAD = ("config", "model", "out", "sample", "screen_sample", "workers", "device", "search_budget", "executor",
-             "as_json")
+SCAN_LEAD = (
+    "config",
+    "model",
+    "out",
+    "device",
+    "dtype",
+    "span_tokens",
+    "search_budget",
+    "executor",
+    "ray_address",
+)
+PLAN_LEAD = (
+    "config",
+    "model",
+    "out",
+    "sample",
+    "screen_sample",
+    "workers",
+    "device",
+    "search_budget",
+    "executor",
+    "as_json",
+)
 COMPARE_LEAD = ("config", "model", "out", "device", "spans", "file", "executor")
 
 
@@ -137,7 +164,12 @@ COMPARE_LEAD = ("config", "model", "out", "device", "spans", "file", "executor")
 @search_options
 @engine_options(screen=False)
 @calibration_options
-@option(TARGETS, "--natural-prefix", default=None, help="A prompt string known to precede the text (a certificate).")
+@option(
+    TARGETS,
+    "--natural-prefix",
+    default=None,
+    help="A prompt string known to precede the text (a certificate).",
+)
 @option(TARGETS, "--file", "file", default=None, help=".txt (a target per line) or .jsonl ({'text': ...}).")
 @option(TARGETS, "--json", "as_json", is_flag=True, help="One JSON object per target.")
 @click.argument("texts", nargs=-1)
@@ -160,9 +192,15 @@ def acr_command(texts, file, as_json, natural_prefix, **options) -> None:
         from scanner.cli.progress import TargetsLine, on_terminal
 
         observer = TargetsLine([t["text"] for t in targets]) if on_terminal() else None
-    records = api.measure_iter(targets, model_config(options), prompt=prompt_config(options),
-                               search=search_config(options), engines=engine_config(options),
-                               calibration=calibration_config(options), observer=observer)
+    records = api.measure_iter(
+        targets,
+        model_config(options),
+        prompt=prompt_config(options),
+        search=search_config(options),
+        engines=engine_config(options),
+        calibration=calibration_config(options),
+        observer=observer,
+    )
     emit_records(records, as_json)
 
 
@@ -205,8 +243,11 @@ def scan_command(corpus, out, **options) -> None:
         for task, error in sorted(failed.items(), key=str):
             name = f"shard {task:05d}" if isinstance(task, int) else task
             echo(f"{name} failed after {executor.max_retries} retries: {error}", err=True)
-        click.echo(f"{len(failed)} shard(s) or unit(s) failed and stay pending; relaunch the same command to "
-                   "retry them (finished work is kept)", err=True)
+        click.echo(
+            f"{len(failed)} shard(s) or unit(s) failed and stay pending; relaunch the same command to "
+            "retry them (finished work is kept)",
+            err=True,
+        )
         sys.exit(4)
     exit_on_failed_rows(stats["run"]["failed_rows"])
 
@@ -220,24 +261,48 @@ def exit_on_failed_rows(failed: dict[str, int]) -> None:
     if not failed:
         return
     counts = ", ".join(f"{kind} {n}" for kind, n in sorted(failed.items()))
-    click.echo(f"{sum(failed.values())} span(s) failed ({counts}; their errors are in the results' reason "
-               "column and logs/); relaunch the same command to retry them (finished work is kept)", err=True)
+    click.echo(
+        f"{sum(failed.values())} span(s) failed ({counts}; their errors are in the results' reason "
+        "column and logs/); relaunch the same command to retry them (finished work is kept)",
+        err=True,
+    )
     sys.exit(FAILED_ROWS)
 
 
 @cli.command("plan", cls=SectionedCommand, lead=PLAN_LEAD)
 @config_option
 @click.argument("corpus")
-@option(PLAN, "--sample", required=True,
-        help="Candidates to search of those the scan would search: a share with a decimal point (0.1) or a "
-             "count (50), drawn every k-th along the scan's rank from a --seed offset.")
-@option(PLAN, "--screen-sample", default="1.0", show_default=True,
-        help="Documents to screen (and to draw the candidates from): a share (0.25) or a count (50), drawn with "
-             "--seed; the screen is a small share of a scan, and all of it makes the candidates exact.")
-@option(PLAN, "--workers", type=int, default=1, show_default=True,
-        help="Workers (GPUs, Ray actors) the whole scan would run on, for its wall time.")
-@option(PLAN, "--efficiency", type=float, default=0.85, show_default=True,
-        help="Parallel efficiency assumed for --workers (bench/cluster/scale.py measures it).")
+@option(
+    PLAN,
+    "--sample",
+    required=True,
+    help="Candidates to search of those the scan would search: a share with a decimal point (0.1) or a "
+    "count (50), drawn every k-th along the scan's rank from a --seed offset.",
+)
+@option(
+    PLAN,
+    "--screen-sample",
+    default="1.0",
+    show_default=True,
+    help="Documents to screen (and to draw the candidates from): a share (0.25) or a count (50), drawn with "
+    "--seed; the screen is a small share of a scan, and all of it makes the candidates exact.",
+)
+@option(
+    PLAN,
+    "--workers",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Workers (GPUs, Ray actors) the whole scan would run on, for its wall time.",
+)
+@option(
+    PLAN,
+    "--efficiency",
+    type=float,
+    default=0.85,
+    show_default=True,
+    help="Parallel efficiency assumed for --workers (bench/cluster/scale.py measures it).",
+)
 @option(PLAN, "--json", "as_json", is_flag=True, help="The projection as one JSON object.")
 @all_scan_options
 def plan_command(corpus, out, sample, screen_sample, workers, efficiency, as_json, **options) -> None:
@@ -260,33 +325,61 @@ def plan_command(corpus, out, sample, screen_sample, workers, efficiency, as_jso
     bar = ProgressBar(Path(out) / "run")  # the bar of `scan`, on the sample's run
     try:
         with on_signals():  # a stopped plan exits 75 as a scan does; its relaunch goes on
-            plan = plan_scan(config, out, sample, workers=workers, efficiency=efficiency,
-                             executor=executor_config(options), passages=passage_config(options), progress=bar,
-                             screen_sample=screen_sample)
+            plan = plan_scan(
+                config,
+                out,
+                sample,
+                workers=workers,
+                efficiency=efficiency,
+                executor=executor_config(options),
+                passages=passage_config(options),
+                progress=bar,
+                screen_sample=screen_sample,
+            )
     finally:
         bar.close()
     click.echo(json.dumps(plan, indent=1) if as_json else "\n".join(plan_lines(plan)))
     if plan["failed"]:
-        click.echo(f"{len(plan['failed'])} shard(s) or unit(s) of the sample failed; the projection leaves them "
-                   "out: relaunch the same command to retry them", err=True)
+        click.echo(
+            f"{len(plan['failed'])} shard(s) or unit(s) of the sample failed; the projection leaves them "
+            "out: relaunch the same command to retry them",
+            err=True,
+        )
         sys.exit(4)
 
 
 @cli.command("ingest")
 @click.argument("sources", nargs=-1, required=True)
-@click.option("--out", "out", required=True, help="The Parquet corpus to write (atomically), e.g. corpus.parquet.")
-@click.option("--log", "log_path", default=None,
-              help="Where skipped, ignored and noted sources are listed (JSONL); default: beside --out, "
-                   "<name>.ingest-log.jsonl.")
+@click.option(
+    "--out", "out", required=True, help="The Parquet corpus to write (atomically), e.g. corpus.parquet."
+)
+@click.option(
+    "--log",
+    "log_path",
+    default=None,
+    help="Where skipped, ignored and noted sources are listed (JSONL); default: beside --out, "
+    "<name>.ingest-log.jsonl.",
+)
 @click.option("--text-field", default="text", show_default=True, help="JSONL: the field that holds the text.")
-@click.option("--id-field", default=None, help="JSONL: the field that holds the document id; default: file:line.")
+@click.option(
+    "--id-field", default=None, help="JSONL: the field that holds the document id; default: file:line."
+)
 @click.option("--title-field", default=None, help="JSONL: a field with the title.")
 @click.option("--author-field", default=None, help="JSONL: a field with the author.")
-@click.option("--strip", multiple=True, type=click.Choice(["gutenberg"]),
-              help="Remove boilerplate: gutenberg = Project Gutenberg's header and licence footer.")
-@click.option("--encoding", default=None,
-              help="Text files that are not UTF-8: decode with this codec instead of detecting it.")
-def ingest_command(sources, out, log_path, text_field, id_field, title_field, author_field, strip, encoding) -> None:
+@click.option(
+    "--strip",
+    multiple=True,
+    type=click.Choice(["gutenberg"]),
+    help="Remove boilerplate: gutenberg = Project Gutenberg's header and licence footer.",
+)
+@click.option(
+    "--encoding",
+    default=None,
+    help="Text files that are not UTF-8: decode with this codec instead of detecting it.",
+)
+def ingest_command(
+    sources, out, log_path, text_field, id_field, title_field, author_field, strip, encoding
+) -> None:
     """Turn text, EPUB and JSONL files into one Parquet corpus.
 
     \b
@@ -297,19 +390,37 @@ def ingest_command(sources, out, log_path, text_field, id_field, title_field, au
     """
     from scanner.ingest import IngestConfig, ingest
 
-    config = IngestConfig(sources=tuple(sources), out=out, log=log_path, text_field=text_field, id_field=id_field,
-                          title_field=title_field, author_field=author_field, strip=tuple(dict.fromkeys(strip)),
-                          encoding=encoding)
+    config = IngestConfig(
+        sources=tuple(sources),
+        out=out,
+        log=log_path,
+        text_field=text_field,
+        id_field=id_field,
+        title_field=title_field,
+        author_field=author_field,
+        strip=tuple(dict.fromkeys(strip)),
+        encoding=encoding,
+    )
     click.echo(ingest(config).line())
 
 
 @cli.command("status")
 @click.argument("run_dir")
-@click.option("--workers", type=int, default=1, show_default=True,
-              help="Shards running at once (the Ray actors), for the ETA.")
-@click.option("--watch", is_flag=True,
-              help="A live view (the phase, each phase's counts, throughput, ETA) until the run is complete; Ctrl-C leaves.")
-@click.option("--interval", type=float, default=10.0, show_default=True, help="--watch: seconds between refreshes.")
+@click.option(
+    "--workers",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Shards running at once (the Ray actors), for the ETA.",
+)
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="A live view (the phase, each phase's counts, throughput, ETA) until the run is complete; Ctrl-C leaves.",
+)
+@click.option(
+    "--interval", type=float, default=10.0, show_default=True, help="--watch: seconds between refreshes."
+)
 @click.option("--iterations", type=int, default=None, help="--watch: stop after this many refreshes.")
 def status_command(run_dir, workers, watch, interval, iterations) -> None:
     """Show where a run stands (JSON, or a live view with --watch).
@@ -336,11 +447,23 @@ def status_command(run_dir, workers, watch, interval, iterations) -> None:
         counts = run.status(workers)
         for shard, why in counts["damaged_shards"].items():
             click.echo(f"warning: shard {shard} is not counted: {why}", err=True)
-        click.echo(json.dumps({**counts, "phases": phase_counts(run), "phase": now.pop("phase"),
-                               "eta_s": now.pop("eta_s"), "elapsed_s": now.pop("elapsed_s"),
-                               "scan_process": now.pop("scan_process"), "progress": now,
-                               "running": running(run.path), "recall": run.recall(),
-                               "cost": run_cost(run)}, indent=1))
+        click.echo(
+            json.dumps(
+                {
+                    **counts,
+                    "phases": phase_counts(run),
+                    "phase": now.pop("phase"),
+                    "eta_s": now.pop("eta_s"),
+                    "elapsed_s": now.pop("elapsed_s"),
+                    "scan_process": now.pop("scan_process"),
+                    "progress": now,
+                    "running": running(run.path),
+                    "recall": run.recall(),
+                    "cost": run_cost(run),
+                },
+                indent=1,
+            )
+        )
         return
     from scanner.cli.watch import watch as watch_run
 
@@ -373,8 +496,11 @@ def config_command(run_dir) -> None:
 
     text, missing = run_toml(run_dir, scan_command)
     if missing:
-        echo(f"warning: {len(missing)} setting(s) of this run have no option, so a scan with this file sets "
-             f"them otherwise: {', '.join(missing)} (listed at the file's top)", err=True)
+        echo(
+            f"warning: {len(missing)} setting(s) of this run have no option, so a scan with this file sets "
+            f"them otherwise: {', '.join(missing)} (listed at the file's top)",
+            err=True,
+        )
     click.echo(text, nl=False)
 
 
@@ -383,23 +509,51 @@ def config_command(run_dir) -> None:
 @click.option("--out", "out", default=None, help=".csv, .jsonl or .parquet (by extension).")
 @click.option("--tau", default="1", show_default=True, help="1, gzip, zlib, lzma, smaz or a number.")
 @click.option("--all", "all_rows", is_flag=True, help="Every row, not only the memorized spans.")
-@click.option("--calibrated", is_flag=True, help="Only calibrated memorization: memorized and not predictable.")
-@click.option("--passages", is_flag=True,
-              help="The memorized passages (merged spans with their extension) instead of spans.")
-@click.option("--free-prompts-only", "free_only", is_flag=True,
-              help="Only elicitations whose prompt holds none of the work's text (prompt_source free).")
-@click.option("--bundle", default=None, help="A new folder: the flagged spans as a bundle anyone re-verifies "
-              "(evidence, configuration, model hashes, manifest, a standalone recheck.py).")
-@click.option("--model", "model", default=None, help="--bundle: where the model is now (default: the run's); "
-              "refused unless its files are the bytes the run recorded.")
-@click.option("--sign", "sign", default=None, help="--bundle: sign manifest.json with this ssh-ed25519 private key "
-              "(manifest.json.sig, as `ssh-keygen -Y sign` writes it); a passphrase is read from "
-              "ACR_SIGN_PASSPHRASE, else asked on the terminal.")
-@click.option("--without-shared-text", "no_shared", is_flag=True,
-              help="Leave out shared text: passages many documents hold (a header, a licence; the passages' "
-                   "shared_text, --shared-text-min-docs of the scan) and their spans.")
-def export_command(run_dir, out, tau, all_rows, calibrated, passages, free_only, bundle, model, sign,
-                   no_shared) -> None:
+@click.option(
+    "--calibrated", is_flag=True, help="Only calibrated memorization: memorized and not predictable."
+)
+@click.option(
+    "--passages",
+    is_flag=True,
+    help="The memorized passages (merged spans with their extension) instead of spans.",
+)
+@click.option(
+    "--free-prompts-only",
+    "free_only",
+    is_flag=True,
+    help="Only elicitations whose prompt holds none of the work's text (prompt_source free).",
+)
+@click.option(
+    "--bundle",
+    default=None,
+    help="A new folder: the flagged spans as a bundle anyone re-verifies "
+    "(evidence, configuration, model hashes, manifest, a standalone recheck.py).",
+)
+@click.option(
+    "--model",
+    "model",
+    default=None,
+    help="--bundle: where the model is now (default: the run's); "
+    "refused unless its files are the bytes the run recorded.",
+)
+@click.option(
+    "--sign",
+    "sign",
+    default=None,
+    help="--bundle: sign manifest.json with this ssh-ed25519 private key "
+    "(manifest.json.sig, as `ssh-keygen -Y sign` writes it); a passphrase is read from "
+    "ACR_SIGN_PASSPHRASE, else asked on the terminal.",
+)
+@click.option(
+    "--without-shared-text",
+    "no_shared",
+    is_flag=True,
+    help="Leave out shared text: passages many documents hold (a header, a licence; the passages' "
+    "shared_text, --shared-text-min-docs of the scan) and their spans.",
+)
+def export_command(
+    run_dir, out, tau, all_rows, calibrated, passages, free_only, bundle, model, sign, no_shared
+) -> None:
     """Export the flagged spans with their prompts.
 
     \b
@@ -416,16 +570,19 @@ def export_command(run_dir, out, tau, all_rows, calibrated, passages, free_only,
 
     if is_comparison(run_dir):  # a comparison exports its table, both models' identities beside it
         if bundle is not None or out is None:
-            raise InputError(f"{run_dir} is a comparison (acr-scan compare): pass --out FILE (.csv, .jsonl, .parquet); "
-                             "for a bundle of B's evidence, scan the corpus with B and export that run's --bundle")
+            raise InputError(
+                f"{run_dir} is a comparison (acr-scan compare): pass --out FILE (.csv, .jsonl, .parquet); "
+                "for a bundle of B's evidence, scan the corpus with B and export that run's --bundle"
+            )
         count = export_compare(run_dir, out)
         click.echo(f"{count} compared spans written to {out}; both models' identities in {out}.models.json")
         return
     if sign is not None and bundle is None:
         raise InputError(f"--sign {sign} signs a bundle; pass --bundle DIR")
     if (out is None) == (bundle is None) or (bundle is not None and (all_rows or passages)):
-        raise InputError("pass --out FILE or --bundle DIR (one of them; --bundle takes neither --all nor "
-                         "--passages)")
+        raise InputError(
+            "pass --out FILE or --bundle DIR (one of them; --bundle takes neither --all nor --passages)"
+        )
     run = readable_run(run_dir)
     table = run.read_results()
     about = {"work_text_tokens": work_text_tokens(run), "without_shared_text": no_shared}
@@ -438,18 +595,38 @@ def export_command(run_dir, out, tau, all_rows, calibrated, passages, free_only,
     from scanner.results.report_shared import shared_spans, treatment
     from scanner.storage.passages import passages_if_built, read_passages
 
-    built = read_passages(run) if no_shared or passages else passages_if_built(run)  # the former names the fix
+    built = (
+        read_passages(run) if no_shared or passages else passages_if_built(run)
+    )  # the former names the fix
     shared = treatment(table, built, no_shared)
     if passages:
         if tau != "1" or all_rows:
-            raise InputError("--tau and --all select spans; --passages exports every passage of the run's "
-                             "verdict (drop --tau/--all, or drop --passages)")
-        count = export_passages(without_shared(built) if no_shared else built, out, calibrated=calibrated,
-                                free_only=free_only, results=table, about=about, shared=shared)
+            raise InputError(
+                "--tau and --all select spans; --passages exports every passage of the run's "
+                "verdict (drop --tau/--all, or drop --passages)"
+            )
+        count = export_passages(
+            without_shared(built) if no_shared else built,
+            out,
+            calibrated=calibrated,
+            free_only=free_only,
+            results=table,
+            about=about,
+            shared=shared,
+        )
         click.echo(f"{count} passages written to {out}")
     else:
-        count = export(table, out, tau=tau, all_rows=all_rows, calibrated=calibrated, free_only=free_only,
-                       about=about, leave_out=shared_spans(built) if no_shared else None, shared=shared)
+        count = export(
+            table,
+            out,
+            tau=tau,
+            all_rows=all_rows,
+            calibrated=calibrated,
+            free_only=free_only,
+            about=about,
+            leave_out=shared_spans(built) if no_shared else None,
+            shared=shared,
+        )
         click.echo(f"{count} rows written to {out}")
     click.echo(f"{denominators_line(denominators(table))}; counts in {denominators_path(out)}")
     click.echo(calibration_line(table))
@@ -463,17 +640,31 @@ def readable_run(run_dir: str):
     run.require_run()
     done, total = len(run.done_shards()), len(run.load_plan())
     if done < total:
-        click.echo(f"warning: the run in {run_dir} is unfinished: {done} of {total} shards done; what "
-                   "follows covers the finished shards only (relaunch the scan to finish it)", err=True)
+        click.echo(
+            f"warning: the run in {run_dir} is unfinished: {done} of {total} shards done; what "
+            "follows covers the finished shards only (relaunch the scan to finish it)",
+            err=True,
+        )
     return run
 
 
 @cli.command("report")
 @click.argument("run_dir")
-@click.option("--out", "out", required=True, help="The HTML file to write; a page per finding goes to OUT-STEM-passages/.")
-@click.option("--corpus", "corpus", default=None, help="Where the scanned corpus lies now (default: the scan's path).")
-@click.option("--context-chars", default=1200, show_default=True,
-              help="Characters of the book each side of a passage (0: the passage alone).")
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    help="The HTML file to write; a page per finding goes to OUT-STEM-passages/.",
+)
+@click.option(
+    "--corpus", "corpus", default=None, help="Where the scanned corpus lies now (default: the scan's path)."
+)
+@click.option(
+    "--context-chars",
+    default=1200,
+    show_default=True,
+    help="Characters of the book each side of a passage (0: the passage alone).",
+)
 def report_command(run_dir, out, corpus, context_chars) -> None:
     """Write a run's HTML report.
 
@@ -493,14 +684,21 @@ def report_command(run_dir, out, corpus, context_chars) -> None:
     if is_comparison(run_dir):
         click.echo(f"comparison report written to {write_compare_report(run_dir, out)}")
         return
-    if context_chars < 0:  # a negative reach cut the passage itself, and every page said the corpus was absent
-        raise InputError(f"--context-chars {context_chars}: must be 0 or more (0: the passage alone); "
-                         "pass e.g. --context-chars 1200")
+    if (
+        context_chars < 0
+    ):  # a negative reach cut the passage itself, and every page said the corpus was absent
+        raise InputError(
+            f"--context-chars {context_chars}: must be 0 or more (0: the passage alone); "
+            "pass e.g. --context-chars 1200"
+        )
     run = readable_run(run_dir)
     passages = read_passages(run) if passages_path(run).is_file() else None
     if passages is None:
-        click.echo(f"note: {run_dir} has no passages table yet; the report lists single spans (relaunch the "
-                   "scan command to build it)", err=True)
+        click.echo(
+            f"note: {run_dir} has no passages table yet; the report lists single spans (relaunch the "
+            "scan command to build it)",
+            err=True,
+        )
     table = run.read_results()
     around = surroundings_of(run, table, passages, corpus, context_chars)
     write_report(table, run_summary(run), out, passages, around, work_text_tokens(run), run.recall())
@@ -510,16 +708,35 @@ def report_command(run_dir, out, corpus, context_chars) -> None:
 @cli.command("verify")
 @click.argument("run_dir", required=False)
 @click.option("--model", "model", default=None, help="Default: the run's model (--bundle: required).")
-@click.option("--bundle", default=None, help="A folder of `export --bundle`: its manifest, model files and rows.")
-@click.option("--dtype", type=click.Choice(DTYPES), default=None,
-              help="Re-check on another numeric path, e.g. float32 against a bf16 scan (default: the run's).")
-@click.option("--verify-engine", type=click.Choice(ENGINES[1:]), default=None,
-              help="Re-check with this engine's generation: hf or vllm (default: the run's).")
-@click.option("--fragile-margin", type=float, default=None,
-              help="Generation margin (logits) below which a success is fragile (default: the run's).")
-@click.option("--expect", default=None, help="--bundle: the manifest.json sha256 published with the evidence.")
-@click.option("--signer", default=None, help="--bundle: the signer's ssh-ed25519 public key file; manifest.json.sig "
-              "must be its signature.")
+@click.option(
+    "--bundle", default=None, help="A folder of `export --bundle`: its manifest, model files and rows."
+)
+@click.option(
+    "--dtype",
+    type=click.Choice(DTYPES),
+    default=None,
+    help="Re-check on another numeric path, e.g. float32 against a bf16 scan (default: the run's).",
+)
+@click.option(
+    "--verify-engine",
+    type=click.Choice(ENGINES[1:]),
+    default=None,
+    help="Re-check with this engine's generation: hf or vllm (default: the run's).",
+)
+@click.option(
+    "--fragile-margin",
+    type=float,
+    default=None,
+    help="Generation margin (logits) below which a success is fragile (default: the run's).",
+)
+@click.option(
+    "--expect", default=None, help="--bundle: the manifest.json sha256 published with the evidence."
+)
+@click.option(
+    "--signer",
+    default=None,
+    help="--bundle: the signer's ssh-ed25519 public key file; manifest.json.sig must be its signature.",
+)
 def verify_command(run_dir, model, bundle, dtype, verify_engine, fragile_margin, expect, signer) -> None:
     """Re-check flagged prompts by greedy generation.
 
@@ -547,28 +764,71 @@ def verify_command(run_dir, model, bundle, dtype, verify_engine, fragile_margin,
 @cli.command("compare", cls=SectionedCommand, lead=COMPARE_LEAD)
 @config_option
 @click.argument("run_dir")
-@option(COMPARE, "--out", "out", required=True, help="A new folder for the comparison (or its own, to resume).")
-@option(MODEL, "--model", "model", required=True,
-        help="Model B (HF hub id, local directory or .gguf) with run A's tokenizer: fine-tuned, unlearned, quantized...")
+@option(
+    COMPARE, "--out", "out", required=True, help="A new folder for the comparison (or its own, to resume)."
+)
+@option(
+    MODEL,
+    "--model",
+    "model",
+    required=True,
+    help="Model B (HF hub id, local directory or .gguf) with run A's tokenizer: fine-tuned, unlearned, quantized...",
+)
 @option(MODEL, "--revision", default=None, help="Hub revision of B.")
 @option(MODEL, "--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N.")
 @option(MODEL, "--dtype", default="auto", show_default=True, type=click.Choice(DTYPES))
 @option(MODEL, "--threads", type=int, default=None, help="CPU threads for torch.")
 @option(MODEL, "--trust-remote-code", is_flag=True, help="Allow B's repository's own code to run.")
-@option(COMPARE, "--spans", default=None,
-        help="Comma-separated span_id values of RUN to measure (default: its memorized and certified spans, "
-             "and the spans it searched and found not memorized, as controls).")
-@option(COMPARE, "--file", "file", default=None,
-        help="Compare the spans of RUN that lie inside these texts: an `acr --file` list, .txt (a text per line) or "
-             ".jsonl ({'text': ...}).")
-@option(COMPARE, "--corpus", "corpus", default=None, help="Where RUN's corpus lies now (default: the scan's path).")
-@option(COMPARE, "--tighten", is_flag=True,
-        help="Shrink below each verdict on B (default: both searches stop at their verdict, as a scan's do).")
+@option(
+    COMPARE,
+    "--spans",
+    default=None,
+    help="Comma-separated span_id values of RUN to measure (default: its memorized and certified spans, "
+    "and the spans it searched and found not memorized, as controls).",
+)
+@option(
+    COMPARE,
+    "--file",
+    "file",
+    default=None,
+    help="Compare the spans of RUN that lie inside these texts: an `acr --file` list, .txt (a text per line) or "
+    ".jsonl ({'text': ...}).",
+)
+@option(
+    COMPARE,
+    "--corpus",
+    "corpus",
+    default=None,
+    help="Where RUN's corpus lies now (default: the scan's path).",
+)
+@option(
+    COMPARE,
+    "--tighten",
+    is_flag=True,
+    help="Shrink below each verdict on B (default: both searches stop at their verdict, as a scan's do).",
+)
 @option(COMPARE, "--unit-size", type=int, default=8, show_default=True, help="Spans per resumable unit.")
 @b_template_options
 @executor_options
-def compare_command(run_dir, out, model, revision, device, dtype, threads, trust_remote_code, spans, file, corpus,
-                    tighten, unit_size, chat, system_prompt, instruction, **options) -> None:
+def compare_command(
+    run_dir,
+    out,
+    model,
+    revision,
+    device,
+    dtype,
+    threads,
+    trust_remote_code,
+    spans,
+    file,
+    corpus,
+    tighten,
+    unit_size,
+    chat,
+    system_prompt,
+    instruction,
+    **options,
+) -> None:
     """Measure a scan's spans on a second model (before/after).
 
     \b
@@ -588,8 +848,14 @@ def compare_command(run_dir, out, model, revision, device, dtype, threads, trust
 
     readable_run(run_dir)
     chosen = tuple(s.strip() for s in spans.split(",") if s.strip()) if spans is not None else None
-    b = ModelConfig(model=model, revision=revision, device=device, dtype=dtype, threads=threads,
-                    trust_remote_code=trust_remote_code)
+    b = ModelConfig(
+        model=model,
+        revision=revision,
+        device=device,
+        dtype=dtype,
+        threads=threads,
+        trust_remote_code=trust_remote_code,
+    )
     template = {"chat": chat or None, "system_prompt": system_prompt, "instruction": instruction}
     targets = tuple(t["text"] for t in read_targets((), file)) if file is not None else None
     config = compare_config(run_dir, b, chosen, tighten, unit_size, corpus, template, targets)
@@ -598,7 +864,9 @@ def compare_command(run_dir, out, model, revision, device, dtype, threads, trust
     if summary["failed"]:
         for task, error in sorted(summary["failed"].items(), key=str):
             echo(f"{task} failed: {error}", err=True)
-        click.echo("some spans or units failed and stay pending; relaunch the same command to retry them", err=True)
+        click.echo(
+            "some spans or units failed and stay pending; relaunch the same command to retry them", err=True
+        )
         sys.exit(4)
     click.echo(compare_line(summary, out))
 
@@ -606,15 +874,22 @@ def compare_command(run_dir, out, model, revision, device, dtype, threads, trust
 def compare_line(summary: dict, out: str) -> str:
     classes = ", ".join(f"{k} {v}" for k, v in summary["classes"].items() if v)
     cost = summary["warm_vs_cold"]
-    return (f"{summary['spans']} spans compared into {out}: {classes or 'none'}; warm vs cold search over "
-            f"{cost['spans']} spans with A's prompt: forwards {cost['warm']['forwards']} vs {cost['cold']['forwards']}, "
-            f"seconds {cost['warm']['s']:.1f} vs {cost['cold']['s']:.1f}")
+    return (
+        f"{summary['spans']} spans compared into {out}: {classes or 'none'}; warm vs cold search over "
+        f"{cost['spans']} spans with A's prompt: forwards {cost['warm']['forwards']} vs {cost['cold']['forwards']}, "
+        f"seconds {cost['warm']['s']:.1f} vs {cost['cold']['s']:.1f}"
+    )
 
 
 @cli.command("demo")
 @click.option("--workdir", default=None, help="Where the tiny model is trained (default: a cache folder).")
-@click.option("--seed", type=int, default=0, show_default=True,
-              help="Seed of the tiny model's training, the demo's texts and its searches.")
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of the tiny model's training, the demo's texts and its searches.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per target.")
 def demo_command(workdir, seed, as_json) -> None:
     """Run the embedded demo on a tiny model.
@@ -640,7 +915,7 @@ def environment_fault(err: OSError) -> bool:
 
 FIXES = {
     errno.ENOSPC: "free space on that file system (or point --out elsewhere), then relaunch the same "
-                  "command: finished work is kept",
+    "command: finished work is kept",
     errno.EDQUOT: "free space within your quota (or point --out elsewhere), then relaunch the same command",
     errno.EACCES: "choose a path you may write (and read), or change its permissions",
     errno.EPERM: "choose a path you may write (and read), or change its permissions",
@@ -650,7 +925,7 @@ FIXES = {
     errno.EISDIR: "a folder stands where a file is needed; name a file",
     errno.ENAMETOOLONG: "choose a shorter path",
     errno.ENOENT: "a folder on that path does not exist or was removed meanwhile; create it or choose "
-                  "another path",
+    "another path",
 }
 
 
@@ -664,8 +939,9 @@ def main() -> None:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:
         # Ctrl-C. Every commit is atomic, so an interrupted scan loses at most its unfinished shards.
-        click.echo("interrupted; a scan's finished shards are kept: relaunch the same command to resume",
-                   err=True)
+        click.echo(
+            "interrupted; a scan's finished shards are kept: relaunch the same command to resume", err=True
+        )
         sys.exit(130)
     except Stopped as err:  # SIGTERM / SIGUSR1: a batch system's "relaunch me", apart from Ctrl-C's 130
         echo(f"stopped: {err}", err=True)

@@ -49,8 +49,10 @@ def emit_records(records, as_json: bool) -> None:
 
 def summary_line(stats: dict, out: str) -> str:
     counts = ", ".join(f"{k} {v}" for k, v in sorted(stats.get("status_counts", {}).items()))
-    return (f"{stats.get('spans', 0)} spans in {stats.get('shards_done', 0)}/{stats.get('shards_total', 0)} "
-            f"shards ({counts}); results in {Path(out) / 'results'}")
+    return (
+        f"{stats.get('spans', 0)} spans in {stats.get('shards_done', 0)}/{stats.get('shards_total', 0)} "
+        f"shards ({counts}); results in {Path(out) / 'results'}"
+    )
 
 
 def audit_line(out: str) -> str | None:
@@ -64,15 +66,22 @@ def audit_line(out: str) -> str | None:
     if not plan:
         return None
     if not plan.get("size"):
-        return (f"recall audit: none drawn, no recall stated (--audit-sample {plan.get('sample')}: {plan.get('why')}); "
-                "--audit-sample N asks for N searches")
+        return (
+            f"recall audit: none drawn, no recall stated (--audit-sample {plan.get('sample')}: {plan.get('why')}); "
+            "--audit-sample N asks for N searches"
+        )
     if not recall:
         return f"recall audit: {plan.get('size')} searches drawn, none committed yet"
     said = recall.get("recall")
-    stated = (f"recall {said:.0%} ({recall['recall_low']:.0%} to {recall['recall_high']:.0%})" if said is not None
-              else "no recall in all (a stratum had no draw)")
-    return (f"recall audit: {recall.get('drawn')} searched (--audit-sample {plan.get('sample')}), "
-            f"{recall.get('hits')} memorized; {stated}; recall.json")
+    stated = (
+        f"recall {said:.0%} ({recall['recall_low']:.0%} to {recall['recall_high']:.0%})"
+        if said is not None
+        else "no recall in all (a stratum had no draw)"
+    )
+    return (
+        f"recall audit: {recall.get('drawn')} searched (--audit-sample {plan.get('sample')}), "
+        f"{recall.get('hits')} memorized; {stated}; recall.json"
+    )
 
 
 def calibration_line(table) -> str:
@@ -86,10 +95,14 @@ def calibration_line(table) -> str:
 def run_summary(run) -> dict:
     config = run.saved_config()
     status = run.status()
-    return {"model": config["config"]["model"]["model"], "corpus": config["config"]["corpus"]["path"],
-            "shards": f"{status['shards_done']}/{status['shards_total']}", "spans": status["rows"],
-            **{f"{k} spans": v for k, v in sorted(status["status_counts"].items())},
-            "work time (s)": round(status["elapsed_s"] or 0.0, 1)}
+    return {
+        "model": config["config"]["model"]["model"],
+        "corpus": config["config"]["corpus"]["path"],
+        "shards": f"{status['shards_done']}/{status['shards_total']}",
+        "spans": status["rows"],
+        **{f"{k} spans": v for k, v in sorted(status["status_counts"].items())},
+        "work time (s)": round(status["elapsed_s"] or 0.0, 1),
+    }
 
 
 def work_text_tokens(run) -> int:

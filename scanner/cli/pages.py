@@ -17,17 +17,27 @@ def _corpus(run, path: str | None):
     saved = run.saved_config()
     corpus = dict(saved["config"]["corpus"])
     where = path or corpus["path"]
-    config = CorpusConfig(path=where, text_column=corpus.get("text_column", "text"),
-                          id_column=corpus.get("id_column"), allow_duplicate_ids=corpus.get("allow_duplicate_ids", False))
+    config = CorpusConfig(
+        path=where,
+        text_column=corpus.get("text_column", "text"),
+        id_column=corpus.get("id_column"),
+        allow_duplicate_ids=corpus.get("allow_duplicate_ids", False),
+    )
     try:
         opened = open_corpus(config)
     except InputError as err:
-        echo(f"note: the pages show no surrounding text: the corpus {where} cannot be read ({err}); pass "
-                   "--corpus PATH where it now lies", err=True)
+        echo(
+            f"note: the pages show no surrounding text: the corpus {where} cannot be read ({err}); pass "
+            "--corpus PATH where it now lies",
+            err=True,
+        )
         return None
     if saved.get("corpus_fingerprint") and opened.fingerprint() != saved["corpus_fingerprint"]:
-        echo(f"note: the pages show no surrounding text: the corpus {where} is not the one the scan read "
-                   "(its fingerprint differs); pass --corpus PATH of the scanned files", err=True)
+        echo(
+            f"note: the pages show no surrounding text: the corpus {where} is not the one the scan read "
+            "(its fingerprint differs); pass --corpus PATH of the scanned files",
+            err=True,
+        )
         return None
     return opened
 
@@ -43,6 +53,16 @@ def surroundings_of(run, table, passages, corpus_path: str | None, chars: int) -
     corpus = _corpus(run, corpus_path)
     if corpus is None:
         return {}
-    wanted = [Wanted(page=f.page, key=f.key, shard=f.span.get("shard") or 0, char_start=f.where["char_start"],
-                     char_end=f.where["char_end"], text=f.where["text"], reach=f.reach) for f in finds]
+    wanted = [
+        Wanted(
+            page=f.page,
+            key=f.key,
+            shard=f.span.get("shard") or 0,
+            char_start=f.where["char_start"],
+            char_end=f.where["char_end"],
+            text=f.where["text"],
+            reach=f.reach,
+        )
+        for f in finds
+    ]
     return surroundings(corpus, run.load_plan(), wanted, chars)

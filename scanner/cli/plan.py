@@ -3,8 +3,12 @@ and where each comes from (scanner/run/plan.py computes them; --json prints the 
 
 from __future__ import annotations
 
-OUTCOME_NAMES = {"memorized": "memorized", "not_memorized": "not memorized", "rejected_early": "rejected early",
-                 "failed": "failed"}
+OUTCOME_NAMES = {
+    "memorized": "memorized",
+    "not_memorized": "not memorized",
+    "rejected_early": "rejected early",
+    "failed": "failed",
+}
 
 
 def _number(value, unit: str = "") -> str:
@@ -27,32 +31,38 @@ def _line(label: str, fig: dict, unit: str = "", source: bool = True) -> str:
 def plan_lines(plan: dict) -> list[str]:
     s, c, p = plan["sample"], plan["corpus"], plan["projection"]
     f = p["figures"]
-    lines = [f"screened: {s['documents']} of {s['of']} documents (seed {s['seed']}), {s['bytes']:,} bytes, "
-             f"{s['tokens']:,} tokens -> {s['path']}, scanned into {s['run']}",
-             f"searched: {s['drawn']} of the {s['population']} candidates the scan would search ({s['caps']})",
-             f"corpus: {c['documents']:,} documents, {c['bytes']:,} bytes ({c['source']})",
-             f"projection of the whole scan, x{p['scale']['value']:,.2f} ({p['scale']['source']}); "
-             f"range: {p['range']}; each figure {f['corpus_tokens']['source']} unless said:",
-             _line("corpus tokens", f["corpus_tokens"], source=False),
-             _line("screen worker-seconds", f["screen_s"], "s", source=False),
-             _line("candidates", f["candidates"], source=False),
-             _line("settled by certificates", f["certified"], source=False),
-             _line("certify worker-seconds", f["certify_s"], "s", source=False)]
+    lines = [
+        f"screened: {s['documents']} of {s['of']} documents (seed {s['seed']}), {s['bytes']:,} bytes, "
+        f"{s['tokens']:,} tokens -> {s['path']}, scanned into {s['run']}",
+        f"searched: {s['drawn']} of the {s['population']} candidates the scan would search ({s['caps']})",
+        f"corpus: {c['documents']:,} documents, {c['bytes']:,} bytes ({c['source']})",
+        f"projection of the whole scan, x{p['scale']['value']:,.2f} ({p['scale']['source']}); "
+        f"range: {p['range']}; each figure {f['corpus_tokens']['source']} unless said:",
+        _line("corpus tokens", f["corpus_tokens"], source=False),
+        _line("screen worker-seconds", f["screen_s"], "s", source=False),
+        _line("candidates", f["candidates"], source=False),
+        _line("settled by certificates", f["certified"], source=False),
+        _line("certify worker-seconds", f["certify_s"], "s", source=False),
+    ]
     for name, label in OUTCOME_NAMES.items():
         if (f.get(f"{name}.candidates") or {}).get("value"):  # outcomes the sample saw
             lines.append(_line(f"searched, {label}", f[f"{name}.candidates"], source=False))
             lines.append(_line("  their search seconds", f[f"{name}.seconds"], "s", source=False))
-    lines += [_line("search steps (all candidates)", f["search_steps"], source=False),
-              _line("search worker-seconds, all", f["search_s"], "s", source=False),
-              _line("  under the caps", p["search_s"], "s", source=False),
-              _line(f"recall audit, {p['audit_s']['searches']} searches", p["audit_s"], "s"),
-              _line("passages (certified, drawn)", f["passages"], source=False),
-              _line("passage worker-seconds", f["passage_s"], "s", source=False),
-              _line("worker-seconds in all", p["worker_s"], "s", source=False),
-              _line("wall time", p["wall_s"], "s"),
-              _line("worker-hours (GPU-h on GPUs)", p["worker_h"])]
+    lines += [
+        _line("search steps (all candidates)", f["search_steps"], source=False),
+        _line("search worker-seconds, all", f["search_s"], "s", source=False),
+        _line("  under the caps", p["search_s"], "s", source=False),
+        _line(f"recall audit, {p['audit_s']['searches']} searches", p["audit_s"], "s"),
+        _line("passages (certified, drawn)", f["passages"], source=False),
+        _line("passage worker-seconds", f["passage_s"], "s", source=False),
+        _line("worker-seconds in all", p["worker_s"], "s", source=False),
+        _line("wall time", p["wall_s"], "s"),
+        _line("worker-hours (GPU-h on GPUs)", p["worker_h"]),
+    ]
     if p["searched_share"]["value"] < 1:
-        lines.append(f"  searched: {p['searched_share']['value']:.0%} of the candidates ({p['searched_share']['source']})")
+        lines.append(
+            f"  searched: {p['searched_share']['value']:.0%} of the candidates ({p['searched_share']['source']})"
+        )
     lines += _budget_lines(p["budget"])
     lines.append("inputs:")
     lines += [f"  {name} = {_input(v['value'])}  ({_source(v)})" for name, v in plan["inputs"].items()]
@@ -76,7 +86,9 @@ def _budget_lines(budget: dict) -> list[str]:
     lines = [_line(f"budget to search all ({budget['kind']})", budget["needed"], unit, source=False)]
     if budget["given"] is not None:
         covers = budget["covers"]
-        lines.append(f"  --search-budget given: {_number(budget['given'], unit)} {budget['kind']}, reaching "
-                     f"{covers['value']:.0%} [{covers['low']:.0%} .. {covers['high']:.0%}] of the candidates "
-                     f"({covers['source']})")
+        lines.append(
+            f"  --search-budget given: {_number(budget['given'], unit)} {budget['kind']}, reaching "
+            f"{covers['value']:.0%} [{covers['low']:.0%} .. {covers['high']:.0%}] of the candidates "
+            f"({covers['source']})"
+        )
     return lines

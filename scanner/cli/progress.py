@@ -67,14 +67,18 @@ class ProgressBar:
             return
         self.bar.update(stats["documents"])
         spans_per_s = stats["spans"] / stats["seconds"] if stats["seconds"] else 0.0
-        self.bar.set_postfix(spans=self.totals["spans"], candidates=self.totals["candidates"],
-                             spans_s=f"{spans_per_s:.1f}")
+        self.bar.set_postfix(
+            spans=self.totals["spans"], candidates=self.totals["candidates"], spans_s=f"{spans_per_s:.1f}"
+        )
 
     def finish(self, stats: dict) -> None:
         """The run's totals once it returned (its merged stats: every shard, resumed ones too)."""
         if self.bar is not None:
-            self.bar.set_postfix(spans=stats.get("spans", 0), candidates=stats.get("candidates", 0),
-                                 memorized=stats.get("memorized", 0))
+            self.bar.set_postfix(
+                spans=stats.get("spans", 0),
+                candidates=stats.get("candidates", 0),
+                memorized=stats.get("memorized", 0),
+            )
 
     def _poll(self) -> None:
         while not self._stop.wait(POLL_S):
@@ -99,11 +103,15 @@ def _units_text(units: list[dict]) -> str:
     text = running_line(units[0]) if units else ""
     if len(units) > 1:
         text = f"{len(units)} units running; {text}"
-    return text[:max(shutil.get_terminal_size().columns - 1, 20)]
+    return text[: max(shutil.get_terminal_size().columns - 1, 20)]
 
 
-def run_with_progress(config: ScanConfig, out: str, executor: ExecutorConfig | None = None,
-                      passages: PassageConfig | None = None) -> api.ScanResult:
+def run_with_progress(
+    config: ScanConfig,
+    out: str,
+    executor: ExecutorConfig | None = None,
+    passages: PassageConfig | None = None,
+) -> api.ScanResult:
     """scanner.scan with the bar (and, on a terminal, the running units) on stderr."""
     bar = ProgressBar(out)
     try:
@@ -116,7 +124,7 @@ def run_with_progress(config: ScanConfig, out: str, executor: ExecutorConfig | N
 
 def _printable(text: str, limit: int = 32) -> str:
     """A target's start as one terminal-safe line (control characters shown as '?')."""
-    short = text if len(text) <= limit else text[:limit - 1] + "…"
+    short = text if len(text) <= limit else text[: limit - 1] + "…"
     return "".join(c if c.isprintable() else "?" for c in short)
 
 
@@ -133,7 +141,7 @@ class StatusLine:
             return
         self.shown = time.monotonic()
         width = shutil.get_terminal_size().columns
-        self.stream.write("\r\033[K" + text[:max(width - 1, 20)])
+        self.stream.write("\r\033[K" + text[: max(width - 1, 20)])
         self.stream.flush()
         self.drawn = True
 
@@ -165,12 +173,16 @@ class TargetsLine(SearchObserver):
         """The live line, what changes first (a narrow terminal cuts its end)."""
         step = f"step {p.step}/{p.steps}" if p.steps else "no GCG steps"
         best = "" if p.prompt_tokens is None else f", shortest prompt {p.prompt_tokens}"
-        return (f"{self._name(p)}: length {p.length}, {step}, right {p.right}/{p.target_tokens}, "
-                f"{_duration(p.elapsed())}{best}  {self._text(p)}")
+        return (
+            f"{self._name(p)}: length {p.length}, {step}, right {p.right}/{p.target_tokens}, "
+            f"{_duration(p.elapsed())}{best}  {self._text(p)}"
+        )
 
     def started(self, p: SearchProgress) -> None:
-        self.line.show(f"{self._name(p)}: {p.target_tokens} tokens, prompt lengths up to {p.cap}  {self._text(p)}",
-                       force=True)
+        self.line.show(
+            f"{self._name(p)}: {p.target_tokens} tokens, prompt lengths up to {p.cap}  {self._text(p)}",
+            force=True,
+        )
 
     def length_started(self, p: SearchProgress) -> None:
         self.line.show(self._now(p), force=True)
@@ -180,8 +192,10 @@ class TargetsLine(SearchObserver):
 
     def length_finished(self, p: SearchProgress) -> None:
         restart = f" (restart {p.trial})" if p.trial else ""
-        self.line.keep(f"{self._name(p)}: length {p.length}{restart} {p.outcome} after {p.step}/{p.steps} steps, "
-                       f"best right {p.right}/{p.target_tokens}, {_duration(p.elapsed())} elapsed")
+        self.line.keep(
+            f"{self._name(p)}: length {p.length}{restart} {p.outcome} after {p.step}/{p.steps} steps, "
+            f"best right {p.right}/{p.target_tokens}, {_duration(p.elapsed())} elapsed"
+        )
 
     def finished(self, p: SearchProgress) -> None:
         self.line.clear()  # the result's row follows on stdout

@@ -27,16 +27,35 @@ PASSAGES = "Passages"
 EXECUTOR = "Executor"
 OTHER = "Other"
 # The order of the headings in --help; a command shows those it has options in.
-SECTIONS = (MAIN, CORPUS, TARGETS, PLAN, COMPARE, MODEL, PROMPT, SPANS, EXTRACTION, SEARCH, REJECT, BUDGET, ENGINE,
-            CALIBRATION, PASSAGES, EXECUTOR, OTHER)
+SECTIONS = (
+    MAIN,
+    CORPUS,
+    TARGETS,
+    PLAN,
+    COMPARE,
+    MODEL,
+    PROMPT,
+    SPANS,
+    EXTRACTION,
+    SEARCH,
+    REJECT,
+    BUDGET,
+    ENGINE,
+    CALIBRATION,
+    PASSAGES,
+    EXECUTOR,
+    OTHER,
+)
 
 
 class SectionOption(click.Option):
     def __init__(self, *decls, section: str, **attrs) -> None:
         super().__init__(*decls, **attrs)
         if section not in SECTIONS:  # a typo would drop the option from --help
-            raise ValueError(f"option {self.opts}: unknown help section {section!r}; use one of "
-                             f"scanner/cli/sections.py's SECTIONS {SECTIONS}")
+            raise ValueError(
+                f"option {self.opts}: unknown help section {section!r}; use one of "
+                f"scanner/cli/sections.py's SECTIONS {SECTIONS}"
+            )
         self.section = section
 
 
@@ -50,7 +69,9 @@ def section_of(param: click.Parameter) -> str:
     return getattr(param, "section", OTHER)
 
 
-def sections(command: click.Command, ctx: click.Context, shown=None) -> list[tuple[str, list[click.Parameter]]]:
+def sections(
+    command: click.Command, ctx: click.Context, shown=None
+) -> list[tuple[str, list[click.Parameter]]]:
     """(heading, options) in --help's order: the command's `lead` under MAIN in the order it names them,
     then the rest by their declared section. `shown(param)`: which options to list (default: those
     --help shows, hidden ones left out)."""
@@ -78,11 +99,14 @@ class SectionedCommand(click.Command):
         self.lead = tuple(lead)
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(section, [p.get_help_record(ctx) for p in params]) for section, params in sections(self, ctx)]
+        rows = [
+            (section, [p.get_help_record(ctx) for p in params]) for section, params in sections(self, ctx)
+        ]
         # One first-column width for every section, as one flat list had: write_dl sizes each call alone.
         widths = measure_table([row for _, section in rows for row in section])
         width = min(widths[0], 30) if widths else 0
         for section, records in rows:
             with formatter.section(section):
-                formatter.write_dl([(first.ljust(width), second) if second else (first, second)
-                                    for first, second in records])
+                formatter.write_dl(
+                    [(first.ljust(width), second) if second else (first, second) for first, second in records]
+                )

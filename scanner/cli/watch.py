@@ -36,7 +36,9 @@ def _duration(seconds: float) -> str:
     seconds = round(seconds)
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
-    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
+    return (
+        f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
+    )
 
 
 def _of(done, total) -> str:
@@ -44,8 +46,10 @@ def _of(done, total) -> str:
 
 
 def _screen(s: dict) -> str:
-    return (f"{_of(s['shards_done'], s['shards_total'])} shards, {_of(s['docs_done'], s['docs_total'])} documents, "
-            f"{s['tokens']} tokens, {s['spans']} spans, {s['candidates']} candidates")
+    return (
+        f"{_of(s['shards_done'], s['shards_total'])} shards, {_of(s['docs_done'], s['docs_total'])} documents, "
+        f"{s['tokens']} tokens, {s['spans']} spans, {s['candidates']} candidates"
+    )
 
 
 def _certify(s: dict) -> str:
@@ -55,16 +59,33 @@ def _certify(s: dict) -> str:
 
 def _search(s: dict) -> str:
     budget = s["budget"]
-    spent = (f"{budget['spent']:g} {budget['kind']} (no budget)" if budget["total"] is None
-             else f"{budget['spent']:g} of {budget['total']:g} {budget['kind']}")
+    spent = (
+        f"{budget['spent']:g} {budget['kind']} (no budget)"
+        if budget["total"] is None
+        else f"{budget['spent']:g} of {budget['total']:g} {budget['kind']}"
+    )
     cost = "" if s["s_per_candidate"] is None else f", {s['s_per_candidate']:.2f} s per candidate"
     stop = s.get("stopped")  # its numbers only: status validated them as integers
-    stopped = "" if not stop else (f"; stopped by the auto budget, {stop['memorized']} memorized of the last "
-                                   f"{stop['window']} decided")
-    cut = (f", {s['candidates_cut']} cut by the budget ({s['searches_cut']} searches stopped mid-way: a relaunch "
-           "with a larger --search-budget goes on from where they stood)") if s.get("candidates_cut") else ""
-    return (f"{_of(s['candidates_done'], s['candidates_total'])} candidates decided, {s['memorized']} "
-            f"memorized, budget spent {spent}{cost}{cut}{stopped}")
+    stopped = (
+        ""
+        if not stop
+        else (
+            f"; stopped by the auto budget, {stop['memorized']} memorized of the last "
+            f"{stop['window']} decided"
+        )
+    )
+    cut = (
+        (
+            f", {s['candidates_cut']} cut by the budget ({s['searches_cut']} searches stopped mid-way: a relaunch "
+            "with a larger --search-budget goes on from where they stood)"
+        )
+        if s.get("candidates_cut")
+        else ""
+    )
+    return (
+        f"{_of(s['candidates_done'], s['candidates_total'])} candidates decided, {s['memorized']} "
+        f"memorized, budget spent {spent}{cost}{cut}{stopped}"
+    )
 
 
 def _audit(s: dict) -> str:
@@ -74,15 +95,19 @@ def _audit(s: dict) -> str:
         return f"drawn once every candidate the budget allows has its verdict (--audit-sample {s['sample']})"
     if not s["candidates_total"]:
         return f"none drawn: {s['why'] or 'nothing left to draw from'}"
-    return f"{_of(s['candidates_done'], s['candidates_total'])} drawn spans searched, {s['memorized']} memorized"
+    return (
+        f"{_of(s['candidates_done'], s['candidates_total'])} drawn spans searched, {s['memorized']} memorized"
+    )
 
 
 def _tighten(s: dict) -> str:
     if s["units_total"] is None:
         return "planned once every candidate has its verdict"
     cost = "" if s["s_per_candidate"] is None else f", {s['s_per_candidate']:.2f} s per candidate"
-    return (f"{_of(s['candidates_done'], s['candidates_total'])} decided prompts shrunk, budget spent "
-            f"{s['budget']['spent']:g} {s['budget']['kind']} in all{cost}")
+    return (
+        f"{_of(s['candidates_done'], s['candidates_total'])} decided prompts shrunk, budget spent "
+        f"{s['budget']['spent']:g} {s['budget']['kind']} in all{cost}"
+    )
 
 
 def _write(s: dict) -> str:
@@ -93,8 +118,15 @@ def _passages(s: dict) -> str:
     return "built" if s["built"] else "not built yet"
 
 
-LINES = {"screen": _screen, "certify": _certify, "search": _search, "audit": _audit, "tighten": _tighten, "write": _write,
-         "passages": _passages}
+LINES = {
+    "screen": _screen,
+    "certify": _certify,
+    "search": _search,
+    "audit": _audit,
+    "tighten": _tighten,
+    "write": _write,
+    "passages": _passages,
+}
 
 
 def _rate(snap: dict) -> str:
@@ -113,9 +145,15 @@ def _rate(snap: dict) -> str:
     return f"unknown until the first parts of {ENDS[phase]} are done"
 
 
-ENDS = {"screen": "the screen", "certify": "the certificates", "search": "the verdicts", "audit": "the recall audit",
-        "tighten": "the tightening",
-        "write": "the write", "passages": "the passages"}
+ENDS = {
+    "screen": "the screen",
+    "certify": "the certificates",
+    "search": "the verdicts",
+    "audit": "the recall audit",
+    "tighten": "the tightening",
+    "write": "the write",
+    "passages": "the passages",
+}
 
 
 def _eta(snap: dict) -> str:
@@ -126,8 +164,11 @@ def _eta(snap: dict) -> str:
         return "unknown (one task builds passages.parquet)" if phase == "passages" else "unknown yet"
     ends = "the budget" if phase in ("search", "tighten") and snap[phase]["ends"] == "budget" else ENDS[phase]
     audit = snap.get("audit") or {}
-    then = ("" if phase != "search" or audit.get("off") or audit.get("eta_s") is None
-            else f", then about {_duration(audit['eta_s'])} for the recall audit (--audit-sample {audit['sample']})")
+    then = (
+        ""
+        if phase != "search" or audit.get("off") or audit.get("eta_s") is None
+        else f", then about {_duration(audit['eta_s'])} for the recall audit (--audit-sample {audit['sample']})"
+    )
     return f"{_duration(snap['eta_s'])} to the end of {ends}{then}"
 
 
@@ -142,21 +183,32 @@ def stopped(snap: dict) -> bool:
 def render(snap: dict, run_dir: str) -> str:
     clock = datetime.fromtimestamp(snap["time"]).strftime("%H:%M:%S")
     halted = stopped(snap)
-    head = f"run {run_dir}  phase: {snap['phase']}{', stopped: no scan is running' if halted else ''}  ({clock})"
-    relaunch = (f"none: no scan is running ({snap['scan_process']['why']}); relaunch the scan command to "
-                "resume it (finished work is kept)")
+    head = (
+        f"run {run_dir}  phase: {snap['phase']}{', stopped: no scan is running' if halted else ''}  ({clock})"
+    )
+    relaunch = (
+        f"none: no scan is running ({snap['scan_process']['why']}); relaunch the scan command to "
+        "resume it (finished work is kept)"
+    )
     if "screen" not in snap:
         return head + "\n  " + (relaunch if halted else "waiting for the scan to save its shard plan")
     reached = STEPS.index(snap["phase"]) if snap["phase"] in STEPS else len(STEPS)
     rows = [(step, LINES[step](snap[step]) if i <= reached else "waiting") for i, step in enumerate(STEPS)]
     if reached >= STEPS.index("write"):  # the results table's counts, once there is one
-        counts = ", ".join(f"{k} {v}" for k, v in sorted(snap["results"]["status_counts"].items())) or "none yet"
+        counts = (
+            ", ".join(f"{k} {v}" for k, v in sorted(snap["results"]["status_counts"].items())) or "none yet"
+        )
         rows.append(("results", f"{snap['results']['rows']} spans ({counts})"))
     damaged = snap.get("results", {}).get("damaged_shards", {})  # not counted above: a relaunch redoes them
     rows += [("damaged", f"shard {shard}: {why}") for shard, why in damaged.items()]
-    last = "none yet" if snap["last_commit"] is None else f"{_duration(snap['time'] - snap['last_commit'])} ago"
-    rows += [("throughput", "none: no scan is running" if halted else _rate(snap)),
-             ("ETA", relaunch if halted else _eta(snap)), ("last commit", last)]
+    last = (
+        "none yet" if snap["last_commit"] is None else f"{_duration(snap['time'] - snap['last_commit'])} ago"
+    )
+    rows += [
+        ("throughput", "none: no scan is running" if halted else _rate(snap)),
+        ("ETA", relaunch if halted else _eta(snap)),
+        ("last commit", last),
+    ]
     rows += [("given up", given_up_line(snap["given_up"]))] if snap.get("given_up", {}).get("count") else []
     rows += [("running", running_line(unit)) for unit in snap.get("running", [])]
     return "\n".join([head, *(f"  {name:<12}{value}" for name, value in rows)])
@@ -165,8 +217,10 @@ def render(snap: dict, run_dir: str) -> str:
 def given_up_line(given: dict) -> str:
     """Tasks the Ray driver gave up as hung (their actor killed, the task re-queued), and the last one."""
     last = given["last"] or {}
-    return (f"{given['count']} task{'s' if given['count'] != 1 else ''} hung (actor killed, task re-queued); last "
-            f"{last.get('task', '?')}, no heartbeat for {_duration(last.get('silent_s', 0))}")
+    return (
+        f"{given['count']} task{'s' if given['count'] != 1 else ''} hung (actor killed, task re-queued); last "
+        f"{last.get('task', '?')}, no heartbeat for {_duration(last.get('silent_s', 0))}"
+    )
 
 
 def search_line(live: dict) -> str:
@@ -175,17 +229,25 @@ def search_line(live: dict) -> str:
     if live.get("length") is None:
         return f"{where}: starting"
     step = f"step {live.get('step', 0)}/{live.get('steps', 0)}" if live.get("steps") else "no GCG steps"
-    return (f"{where}: length {live['length']}, {step}, right {live.get('right', 0)}/{live.get('target_tokens', '?')}, "
-            f"{_duration(live.get('elapsed_s', 0))}")
+    return (
+        f"{where}: length {live['length']}, {step}, right {live.get('right', 0)}/{live.get('target_tokens', '?')}, "
+        f"{_duration(live.get('elapsed_s', 0))}"
+    )
 
 
 def running_line(unit: dict) -> str:
     """A running unit (storage/progress.py running): candidates done, its live searches, its heartbeat."""
     stage = unit.get("stage")  # its fields checked by storage/progress.py
-    after = f"{stage['name']} of {stage['done']:g}/{stage['total']:g} memorized spans" if stage else "between candidates"
+    after = (
+        f"{stage['name']} of {stage['done']:g}/{stage['total']:g} memorized spans"
+        if stage
+        else "between candidates"
+    )
     live = "; ".join(map(search_line, unit["live"])) or after
-    return (f"{unit['unit']}: {_of(unit.get('candidates_done', 0), unit.get('candidates_total'))} candidates done; "
-            f"{live}; heartbeat {_duration(unit['heartbeat_age_s'])} ago")
+    return (
+        f"{unit['unit']}: {_of(unit.get('candidates_done', 0), unit.get('candidates_total'))} candidates done; "
+        f"{live}; heartbeat {_duration(unit['heartbeat_age_s'])} ago"
+    )
 
 
 def watch(run_dir: str, *, interval: float, iterations: int | None, workers: int, show) -> int:
@@ -196,13 +258,19 @@ def watch(run_dir: str, *, interval: float, iterations: int | None, workers: int
     require(iterations is None or iterations >= 1, f"--iterations {iterations} must be >= 1")
     require(workers >= 1, f"workers {workers} must be >= 1")
     run = RunDir(run_dir)
-    require(not run.path.exists() or run.path.is_dir(), f"'{run_dir}' is a file, not a run directory; pass "
-            "the --out folder of a scan")
+    require(
+        not run.path.exists() or run.path.is_dir(),
+        f"'{run_dir}' is a file, not a run directory; pass the --out folder of a scan",
+    )
     frames = 0
     while True:
         snap = snapshot(run, workers) if run.path.is_dir() else None  # not made yet: its scan may be starting
-        show(render(snap, run_dir) if snap else f"{run_dir}: waiting for a scan to make it (its --out folder)")
+        show(
+            render(snap, run_dir) if snap else f"{run_dir}: waiting for a scan to make it (its --out folder)"
+        )
         frames += 1
-        if (snap and (snap["phase"] == "complete" or stopped(snap))) or (iterations is not None and frames >= iterations):
+        if (snap and (snap["phase"] == "complete" or stopped(snap))) or (
+            iterations is not None and frames >= iterations
+        ):
             return frames
         time.sleep(interval)

@@ -43,7 +43,7 @@ class TargetScorer:
         # The prefix's keys and values but its last token's, computed once per engine (engine/prefix.py);
         # forwards are fed the rest, and positions below count from the first token fed.
         self.cache = engine.prefix_cache()
-        self.fed = self.prefix if self.cache is None else self.prefix[self.cache.tokens:]
+        self.fed = self.prefix if self.cache is None else self.prefix[self.cache.tokens :]
         self.draft: TargetScorer | None = None  # the same target on the draft model (probe sampling)
 
     @property
@@ -141,16 +141,22 @@ def _check(engine: HFEngine) -> bool:
         log.info("no batching of targets: %s", err)
         return False
     # The same kernels on the same tensors: equal but for rounding; a scale or cap shows far above it.
-    return got.shape == want.shape and bool(torch.allclose(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max())))
+    return got.shape == want.shape and bool(
+        torch.allclose(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+    )
 
 
-def _head_logits(engine: HFEngine, hidden: torch.Tensor, spans: list[tuple[int, int, int, int]]) -> list[torch.Tensor]:
+def _head_logits(
+    engine: HFEngine, hidden: torch.Tensor, spans: list[tuple[int, int, int, int]]
+) -> list[torch.Tensor]:
     """[b, T, V] logits per (first row, rows, start, T): one head matmul over all target states."""
     size = hidden.shape[-1]
-    states = torch.cat([hidden[r:r + b, s:s + t].reshape(-1, size) for r, b, s, t in spans])
+    states = torch.cat([hidden[r : r + b, s : s + t].reshape(-1, size) for r, b, s, t in spans])
     logits = engine.model.get_output_embeddings()(states)
-    return [part.view(b, t, -1) for part, (_, b, _, t) in
-            zip(logits.split([b * t for _, b, _, t in spans]), spans, strict=True)]
+    return [
+        part.view(b, t, -1)
+        for part, (_, b, _, t) in zip(logits.split([b * t for _, b, _, t in spans]), spans, strict=True)
+    ]
 
 
 def _body(engine: HFEngine, scorer: TargetScorer, **inputs) -> torch.Tensor:
@@ -160,7 +166,9 @@ def _body(engine: HFEngine, scorer: TargetScorer, **inputs) -> torch.Tensor:
     return engine.model.base_model(**inputs, **past, use_cache=bool(past)).last_hidden_state
 
 
-def gradients(engine: HFEngine, items: list[tuple[TargetScorer, torch.Tensor]]) -> list[tuple[torch.Tensor, float, bool]]:
+def gradients(
+    engine: HFEngine, items: list[tuple[TargetScorer, torch.Tensor]]
+) -> list[tuple[torch.Tensor, float, bool]]:
     """scorer.gradient of every (scorer, prompt [n]) from one forward and backward of all of them."""
     with torch.enable_grad():
         pieces = [scorer.embedded(prompt.to(engine.device)) for scorer, prompt in items]
@@ -172,8 +180,10 @@ def gradients(engine: HFEngine, items: list[tuple[TargetScorer, torch.Tensor]]) 
         losses = [target_loss(lg, s.target, s.loss)[0] for lg, (s, _) in zip(logits, items, strict=True)]
         grads = torch.autograd.grad(torch.stack(losses).sum(), [one_hot for one_hot, _ in pieces])
     engine.forwards += len(items)
-    return [(s.masked(g), loss.item(), bool(exact_match(lg.detach(), s.target)[0]))
-            for (s, _), g, loss, lg in zip(items, grads, losses, logits, strict=True)]
+    return [
+        (s.masked(g), loss.item(), bool(exact_match(lg.detach(), s.target)[0]))
+        for (s, _), g, loss, lg in zip(items, grads, losses, logits, strict=True)
+    ]
 
 
 @torch.no_grad()
@@ -188,7 +198,9 @@ def scores(engine: HFEngine, items: list[tuple[TargetScorer, torch.Tensor]]) -> 
     total = sum(s.shape[0] for s in seqs)
     keep = max(s.target.numel() for s, _ in items) + 1
     length = seqs[order[0]].shape[1]
-    chunk = engine.chunk_size or _below_ceiling(engine, initial_chunk(engine, torch.Size((total, length)), keep), length)
+    chunk = engine.chunk_size or _below_ceiling(
+        engine, initial_chunk(engine, torch.Size((total, length)), keep), length
+    )
     losses, right = [[] for _ in items], [[] for _ in items]
     start, halved = 0, False
     while start < total:
@@ -206,8 +218,10 @@ def scores(engine: HFEngine, items: list[tuple[TargetScorer, torch.Tensor]]) -> 
             right[j].append(count)
         start += chunk
     _learn(engine, chunk * length if halved else None)
-    return [Scores(loss=torch.cat(a), exact=torch.cat(b) == items[j][0].target.numel(), right=torch.cat(b))
-            for j, (a, b) in enumerate(zip(losses, right, strict=True))]
+    return [
+        Scores(loss=torch.cat(a), exact=torch.cat(b) == items[j][0].target.numel(), right=torch.cat(b))
+        for j, (a, b) in enumerate(zip(losses, right, strict=True))
+    ]
 
 
 # A chunk that ran out of memory at N tokens would again: later calls start below N tokens (their rows

@@ -21,8 +21,9 @@ from scanner.engine.loading import load_model, resolve_device, resolve_dtype
 log = logging.getLogger(__name__)
 
 
-def build_engines(model: ModelConfig, prompt: PromptConfig, engines: EngineConfig,
-                  draft: str | None = None) -> HFEngine:
+def build_engines(
+    model: ModelConfig, prompt: PromptConfig, engines: EngineConfig, draft: str | None = None
+) -> HFEngine:
     """The HF engine (gradients, candidate scores, margins) with vLLM attached where `engines` asks,
     and `draft` (probe sampling's draft model, HF on the same device) attached when given."""
     check_model(model)  # a wrong or damaged local model fails here, named, before vLLM reads it
@@ -43,14 +44,17 @@ def build_engines(model: ModelConfig, prompt: PromptConfig, engines: EngineConfi
 
 
 def resolve_engines(engines: EngineConfig, model: ModelConfig) -> EngineConfig:
-    """"auto" -> vllm where vLLM is installed, a GPU is visible and the model is not a .gguf file
+    """ "auto" -> vllm where vLLM is installed, a GPU is visible and the model is not a .gguf file
     (vLLM loads HF directories and hub ids here); else hf. Decided on the machine that runs the
     shard, so it lives with the engines, not in the config."""
     if "auto" not in (engines.verify, engines.screen):
         return engines
     default = "vllm" if _vllm_fits(model) else "hf"
-    return dataclasses.replace(engines, verify=default if engines.verify == "auto" else engines.verify,
-                               screen=default if engines.screen == "auto" else engines.screen)
+    return dataclasses.replace(
+        engines,
+        verify=default if engines.verify == "auto" else engines.verify,
+        screen=default if engines.screen == "auto" else engines.screen,
+    )
 
 
 def _vllm_fits(model: ModelConfig) -> bool:

@@ -24,10 +24,19 @@ log = logging.getLogger(__name__)
 
 GGUF_MAGIC = b"GGUF"
 SAFETENSORS_MAX_HEADER = 100 * 2**20  # the safetensors library refuses larger headers too
-REFETCH = "the file is damaged or was cut short while copying; download or copy it again from the model's source"
+REFETCH = (
+    "the file is damaged or was cut short while copying; download or copy it again from the model's source"
+)
 # Files a transformers tokenizer is built from (besides tokenizer.json and any sentencepiece *.model).
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "vocab.txt",
-                   "tokenizer.model", "tekken.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.json",
+    "merges.txt",
+    "vocab.txt",
+    "tokenizer.model",
+    "tekken.json",
+)
 INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 
 
@@ -64,12 +73,16 @@ def check_hub(config: ModelConfig) -> None:
         return  # through a proxy: only the client can tell
     else:
         try:
-            socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=5).close()
+            socket.create_connection(
+                (url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=5
+            ).close()
             return
         except OSError as err:
             why = f"the hub ({constants.ENDPOINT}) cannot be reached: {err}"
-    raise InputError(f"--model {config.model}: not a local folder nor a .gguf file, not in the Hugging Face cache, "
-                     f"and {why}; pass --model DIR (a folder with the model's files) or a .gguf file")
+    raise InputError(
+        f"--model {config.model}: not a local folder nor a .gguf file, not in the Hugging Face cache, "
+        f"and {why}; pass --model DIR (a folder with the model's files) or a .gguf file"
+    )
 
 
 def _damaged(model: str, file: Path, what: str, fix: str = REFETCH) -> InputError:
@@ -91,10 +104,16 @@ def _read_json(model: str, file: Path, kind: type):
     try:
         value = json.loads(file.read_bytes())
     except (ValueError, UnicodeDecodeError) as err:
-        raise _damaged(model, file, f"is not valid JSON ({err})", "restore it from the model's source") from err
+        raise _damaged(
+            model, file, f"is not valid JSON ({err})", "restore it from the model's source"
+        ) from err
     if not isinstance(value, kind):
-        raise _damaged(model, file, f"holds a JSON {type(value).__name__}, not an object",
-                       "restore it from the model's source")
+        raise _damaged(
+            model,
+            file,
+            f"holds a JSON {type(value).__name__}, not an object",
+            "restore it from the model's source",
+        )
     return value
 
 
@@ -105,19 +124,27 @@ def weight_files(path: Path, model: str) -> list[Path]:
         if (path / index).is_file():
             weight_map = _read_json(model, path / index, dict).get("weight_map")
             if not isinstance(weight_map, dict) or not weight_map:
-                raise _damaged(model, path / index, "has no 'weight_map'", "restore it from the model's source")
+                raise _damaged(
+                    model, path / index, "has no 'weight_map'", "restore it from the model's source"
+                )
             files = [path / name for name in sorted(set(weight_map.values()))]
             missing = [f.name for f in files if not f.is_file()]
             if missing:
-                raise _damaged(model, path / index, f"names {len(missing)} weight file(s) the directory lacks "
-                               f"({', '.join(missing[:3])})", "copy every shard of the model into it")
+                raise _damaged(
+                    model,
+                    path / index,
+                    f"names {len(missing)} weight file(s) the directory lacks ({', '.join(missing[:3])})",
+                    "copy every shard of the model into it",
+                )
             return files
     for name in ("model.safetensors", "pytorch_model.bin"):
         if (path / name).is_file():
             return [path / name]
-    raise InputError(f"--model {model}: no weights in the directory (model.safetensors, "
-                     "model-*.safetensors with model.safetensors.index.json, or pytorch_model.bin); "
-                     "copy the model's weight files beside its config.json")
+    raise InputError(
+        f"--model {model}: no weights in the directory (model.safetensors, "
+        "model-*.safetensors with model.safetensors.index.json, or pytorch_model.bin); "
+        "copy the model's weight files beside its config.json"
+    )
 
 
 def check_safetensors(file: Path, model: str) -> None:
@@ -126,14 +153,20 @@ def check_safetensors(file: Path, model: str) -> None:
         head = f.read(8)
         length = int.from_bytes(head, "little")
         if len(head) < 8 or length > min(SAFETENSORS_MAX_HEADER, size - 8):
-            raise _damaged(model, file, f"is not a safetensors file or is cut short ({size} bytes, header "
-                           f"length {length if len(head) == 8 else 'missing'})")
+            raise _damaged(
+                model,
+                file,
+                f"is not a safetensors file or is cut short ({size} bytes, header "
+                f"length {length if len(head) == 8 else 'missing'})",
+            )
         raw = f.read(length)
     try:
         header = json.loads(raw)
         ends = [int(info["data_offsets"][1]) for name, info in header.items() if name != "__metadata__"]
     except (ValueError, UnicodeDecodeError, TypeError, KeyError, IndexError, AttributeError) as err:
-        raise _damaged(model, file, f"has a corrupt safetensors header ({type(err).__name__}: {brief(err)})") from err
+        raise _damaged(
+            model, file, f"has a corrupt safetensors header ({type(err).__name__}: {brief(err)})"
+        ) from err
     expected = 8 + length + max(ends, default=0)
     if size != expected:
         what = "cut short" if size < expected else "longer than its header says"
@@ -163,27 +196,36 @@ def check_tokenizer(path: Path, config: ModelConfig) -> None:
         try:
             Tokenizer.from_file(str(path / "tokenizer.json"))
         except Exception as err:  # the Rust library raises its own exception type for any bad file
-            raise _damaged(config.model, path / "tokenizer.json", f"does not load as a tokenizer ({brief(err)})",
-                           fix) from err
+            raise _damaged(
+                config.model, path / "tokenizer.json", f"does not load as a tokenizer ({brief(err)})", fix
+            ) from err
     elif not [name for name in present if name != "tokenizer_config.json"]:  # nothing to build one from
-        raise InputError(f"--model {config.model}: no tokenizer in the directory (tokenizer.json; files "
-                         f"present: {', '.join(present) or 'none'}); {fix}")
+        raise InputError(
+            f"--model {config.model}: no tokenizer in the directory (tokenizer.json; files "
+            f"present: {', '.join(present) or 'none'}); {fix}"
+        )
 
 
 def check_gguf(file: Path, model: str) -> None:
     with open(file, "rb") as f:
         head = f.read(4)
     if head != GGUF_MAGIC:
-        raise InputError(f"--model {model}: '{file}' is not a GGUF file (it starts with {head!r}, not "
-                         f"{GGUF_MAGIC!r}); pass a .gguf written by llama.cpp's converter, or an HF model directory")
+        raise InputError(
+            f"--model {model}: '{file}' is not a GGUF file (it starts with {head!r}, not "
+            f"{GGUF_MAGIC!r}); pass a .gguf written by llama.cpp's converter, or an HF model directory"
+        )
     from gguf import GGUFReader
 
     try:
         reader = GGUFReader(file)
         end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
     except Exception as err:  # the reader raises ValueError, IndexError or struct errors on a bad header
-        raise _damaged(model, file, "has a GGUF header that does not parse or does not fit the file's size "
-                       f"({type(err).__name__}: {brief(err)})") from err
+        raise _damaged(
+            model,
+            file,
+            "has a GGUF header that does not parse or does not fit the file's size "
+            f"({type(err).__name__}: {brief(err)})",
+        ) from err
     size = file.stat().st_size
     if end > size:
         raise _damaged(model, file, f"is {size} bytes but its tensors end at byte {end} (cut short)")
@@ -201,7 +243,9 @@ def check_template(model: ModelConfig, prompt: PromptConfig) -> None:
     tokenizer, file_adds_bos = load_tokenizer(model)
     template = build_template(tokenizer, prompt, file_adds_bos)  # refuses --chat without a template, ...
     if not template.prefix_ids:
-        raise InputError(f"--model {model.model} with --bos {prompt.bos}: the input would open on a document's "
-                         "first token, which then has no position before it to be predicted from; pass "
-                         "--bos auto (the BOS or the document separator), --bos always or --chat")
+        raise InputError(
+            f"--model {model.model} with --bos {prompt.bos}: the input would open on a document's "
+            "first token, which then has no position before it to be predicted from; pass "
+            "--bos auto (the BOS or the document separator), --bos always or --chat"
+        )
     log.info("template of %s: %s", model.model, template.bos_policy)

@@ -34,34 +34,48 @@ def vocabulary_problems(target, draft) -> list[str]:
     vt, vd = target.get_vocab(), draft.get_vocab()
     if vt != vd:
         moved = sorted(t for t in set(vt) | set(vd) if vt.get(t) != vd.get(t))
-        problems.append(f"{len(moved)} of {len(vt)} tokens differ (e.g. {', '.join(repr(t) for t in moved[:SHOWN])}); "
-                        f"vocabulary sizes {len(vt)} and {len(vd)}")
+        problems.append(
+            f"{len(moved)} of {len(vt)} tokens differ (e.g. {', '.join(repr(t) for t in moved[:SHOWN])}); "
+            f"vocabulary sizes {len(vt)} and {len(vd)}"
+        )
     for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
         a, b = getattr(target, name, None), getattr(draft, name, None)
         if a != b:
             problems.append(f"{name} {a} and {b}")
     if sorted(target.all_special_ids) != sorted(draft.all_special_ids):
-        problems.append(f"special token ids {sorted(target.all_special_ids)} and {sorted(draft.all_special_ids)}")
+        problems.append(
+            f"special token ids {sorted(target.all_special_ids)} and {sorted(draft.all_special_ids)}"
+        )
     return problems
 
 
 def encoding_problems(target, other, texts: list[str]) -> list[str]:
     """How two tokenizers of one vocabulary differ in use: the texts they cut into other ids (other merges,
     normalizer or pre-tokenizer behind the same vocabulary)."""
-    ids = [target(texts, add_special_tokens=False)["input_ids"], other(texts, add_special_tokens=False)["input_ids"]] \
-        if texts else [[], []]
+    ids = (
+        [
+            target(texts, add_special_tokens=False)["input_ids"],
+            other(texts, add_special_tokens=False)["input_ids"],
+        ]
+        if texts
+        else [[], []]
+    )
     differ = [text for text, a, b in zip(texts, *ids, strict=True) if a != b]
     if not differ:
         return []
-    return [f"the same vocabulary cuts {len(differ)} of {len(texts)} sample texts into other token ids (other merges "
-            f"or normalization; e.g. {differ[0][:40]!r})"]
+    return [
+        f"the same vocabulary cuts {len(differ)} of {len(texts)} sample texts into other token ids (other merges "
+        f"or normalization; e.g. {differ[0][:40]!r})"
+    ]
 
 
 def _refusal(model: str, draft: str, problems: list[str]) -> InputError:
-    return InputError(f"--draft-model {draft}: its tokenizer is not the one of --model {model} "
-                      f"({'; '.join(problems)}); a draft scores the target's token ids, so it must share the "
-                      "target's tokenizer: pass a smaller model of the same family (trained with the same "
-                      "tokenizer), or leave --draft-model out")
+    return InputError(
+        f"--draft-model {draft}: its tokenizer is not the one of --model {model} "
+        f"({'; '.join(problems)}); a draft scores the target's token ids, so it must share the "
+        "target's tokenizer: pass a smaller model of the same family (trained with the same "
+        "tokenizer), or leave --draft-model out"
+    )
 
 
 def check_draft(model: ModelConfig, draft: str) -> None:
@@ -90,10 +104,19 @@ def attach_draft(engine: HFEngine, model: ModelConfig, draft: str, prompt: Promp
     if problems:
         raise _refusal(model.model, draft, problems)
     ours = HFEngine(loaded, prompt)
-    if (ours.template.prefix_ids, ours.template.suffix_ids) != (engine.template.prefix_ids, engine.template.suffix_ids):
-        raise _refusal(model.model, draft, [f"the prompt template's fixed ids differ ({ours.template.prefix_ids} + "
-                                            f"{ours.template.suffix_ids} against {engine.template.prefix_ids} + "
-                                            f"{engine.template.suffix_ids})"])
+    if (ours.template.prefix_ids, ours.template.suffix_ids) != (
+        engine.template.prefix_ids,
+        engine.template.suffix_ids,
+    ):
+        raise _refusal(
+            model.model,
+            draft,
+            [
+                f"the prompt template's fixed ids differ ({ours.template.prefix_ids} + "
+                f"{ours.template.suffix_ids} against {engine.template.prefix_ids} + "
+                f"{engine.template.suffix_ids})"
+            ],
+        )
     engine.draft, engine.draft_name, engine.draft_load_s = ours, draft, time.perf_counter() - start
     log.info("draft model %s loaded in %.2f s", draft, engine.draft_load_s)
     return ours

@@ -62,7 +62,7 @@ class Greedy:
         out: list[Scored | None] = [None] * len(inputs)
         start = 0
         while start < len(order):
-            group = order[start:start + self._batch(order, new_tokens, start)]
+            group = order[start : start + self._batch(order, new_tokens, start)]
             try:
                 got = self._group([inputs[i] for i in group], [new_tokens[i] for i in group])
             except torch.OutOfMemoryError:
@@ -91,7 +91,9 @@ class Greedy:
             return [self.alone(inputs[0], new_tokens[0])]
         tolerance = tie_tolerance(self.model)
         out = []
-        for ids, n, (chosen, margins) in zip(inputs, new_tokens, self._call(inputs, max(new_tokens)), strict=True):
+        for ids, n, (chosen, margins) in zip(
+            inputs, new_tokens, self._call(inputs, max(new_tokens)), strict=True
+        ):
             chosen, margins = chosen[:n], margins[:n]
             if margins and min(margins) < tolerance:  # a near tie: the batch's rounding could have flipped it
                 chosen, margins = self.alone(ids, n)
@@ -104,9 +106,16 @@ class Greedy:
         from transformers import GenerationConfig
 
         eos = self.model.generation_config.eos_token_id
-        config = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=new_tokens,
-                                  repetition_penalty=1.0, eos_token_id=eos, pad_token_id=self.pad,
-                                  output_logits=True, return_dict_in_generate=True)
+        config = GenerationConfig(
+            do_sample=False,
+            num_beams=1,
+            max_new_tokens=new_tokens,
+            repetition_penalty=1.0,
+            eos_token_id=eos,
+            pad_token_id=self.pad,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
         width, device = max(len(ids) for ids in inputs), self.model.device
         ids = torch.tensor([[self.pad] * (width - len(row)) + row for row in inputs], device=device)
         mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in inputs], device=device)

@@ -30,8 +30,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-
-
 @dataclass(frozen=True)
 class Verification:
     prompt: str
@@ -73,8 +71,9 @@ class HFEngine:
         engine._setup(loaded, PromptConfig(), template, allowed_ids)
         return engine
 
-    def _setup(self, loaded: LoadedModel, prompt: PromptConfig, template: PromptTemplate,
-               allowed_ids: list[int]) -> None:
+    def _setup(
+        self, loaded: LoadedModel, prompt: PromptConfig, template: PromptTemplate, allowed_ids: list[int]
+    ) -> None:
         self.model, self.tokenizer = loaded.model, loaded.tokenizer
         self.threads_before = loaded.threads_before
         # Reference models (stages/calibrate.py), loaded on first use and closed with this engine.
@@ -93,7 +92,9 @@ class HFEngine:
         pad = getattr(self.tokenizer, "pad_token_id", None)
         self.greedy = Greedy(self.model, 0 if pad is None else pad)  # HF generation (engine/generate.py)
         self.batchable: bool | None = None  # several targets per forward work (engine/batched.py)
-        self.cache_prefix = True  # GCG forwards reuse the prefix's keys and values where it holds (engine/prefix.py)
+        self.cache_prefix = (
+            True  # GCG forwards reuse the prefix's keys and values where it holds (engine/prefix.py)
+        )
         self._prefix: prefix.PrefixCache | bool | None = None  # computed on first use; False: not cached
         self.forwards = 0  # sequences through the model (candidates, gradients, verifications)
         self.verify_s = 0.0  # seconds in verify_many so far: a unit reads its share as a difference
@@ -126,8 +127,12 @@ class HFEngine:
         """Engine, version, dtype and flags of this HF model, as results record them."""
         import transformers
 
-        return {"engine": "hf", "version": transformers.__version__, "dtype": self.dtype,
-                "flags": {"device": str(self.device), "torch": torch.__version__}}
+        return {
+            "engine": "hf",
+            "version": transformers.__version__,
+            "dtype": self.dtype,
+            "flags": {"device": str(self.device), "torch": torch.__version__},
+        }
 
     def verify_info(self) -> dict:
         return self.verifier.info() if self.verifier is not None else self.info()
@@ -149,13 +154,16 @@ class HFEngine:
             raise InputError(
                 f"the target has {target_tokens} tokens; with a prompt of up to {prompt_tokens} tokens the "
                 f"input needs {total} positions but the model has {self.max_positions}; shorten the text "
-                f"or lower the cap (--cap-factor)")
+                f"or lower the cap (--cap-factor)"
+            )
 
     def retokenizes(self, prompts: list[list[int]]) -> list[bool]:
         return retokenizes(self.tokenizer, self.template, prompts)
 
     def decode(self, prompt_ids: list[int]) -> str:
-        return self.tokenizer.decode(prompt_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        return self.tokenizer.decode(
+            prompt_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )
 
     def prefix_cache(self) -> prefix.PrefixCache | None:
         """The template's prefix run once for every GCG forward; None where it is recomputed (why: logged once)."""
@@ -167,7 +175,9 @@ class HFEngine:
             ids = list(self.template.prefix_ids)[:-1]
             reason = prefix.why_not(self.model, ids, self.attention_window, self.allowed_ids)
             self._prefix = prefix.compute(self.model, ids) if reason is None else False
-            log.info("prefix of %d tokens %s", len(ids), "cached" if reason is None else f"recomputed: {reason}")
+            log.info(
+                "prefix of %d tokens %s", len(ids), "cached" if reason is None else f"recomputed: {reason}"
+            )
         return self._prefix or None
 
     def logits(self, input_ids: torch.Tensor | None = None, keep: int = 0, **kwargs) -> torch.Tensor:
@@ -204,9 +214,12 @@ class HFEngine:
         generated = iter(self._scored_many([ids for ids, _ in live], [len(t) for _, t in live]))
         margins = iter(self._teacher_forced_margins(live))
         engine = "hf" if self.verifier is None else "vllm"
-        return [_verification(p, self.template, ids, *next(generated), next(margins), target, engine)
-                if ids else Verification(p, [], [], False, False, float("-inf"), 0, engine)
-                for (p, target), ids in zip(pairs, typed, strict=True)]
+        return [
+            _verification(p, self.template, ids, *next(generated), next(margins), target, engine)
+            if ids
+            else Verification(p, [], [], False, False, float("-inf"), 0, engine)
+            for (p, target), ids in zip(pairs, typed, strict=True)
+        ]
 
     def verify_first(self, prompts: list[str], target_ids: list[int]) -> tuple[Verification | None, int]:
         """The first prompt, in order, that generation verifies, and how many before it were refuted.
@@ -214,7 +227,7 @@ class HFEngine:
         batch each, stopping at the group of a success; vLLM checks them all in one call."""
         done, size = 0, 1 if self.verifier is None else len(prompts)
         while done < len(prompts):
-            checks = self.verify_many(prompts[done:done + size], target_ids)
+            checks = self.verify_many(prompts[done : done + size], target_ids)
             rank = next((i for i, check in enumerate(checks) if check.verified_generation), None)
             if rank is not None:
                 return checks[rank], done + rank
@@ -233,7 +246,9 @@ class HFEngine:
             return self.verifier.generate(inputs, lengths, self._eos_ids())
         return [ids for ids, _ in self._scored_many(inputs, lengths)]
 
-    def _scored_many(self, inputs: list[list[int]], new_tokens: list[int]) -> list[tuple[list[int], list[float]]]:
+    def _scored_many(
+        self, inputs: list[list[int]], new_tokens: list[int]
+    ) -> list[tuple[list[int], list[float]]]:
         """(ids, each chosen token's margin) of every greedy continuation, in the verify engine: HF's in
         left-padded batches whose near ties are generated again alone (engine/generate.py)."""
         if not inputs:
@@ -281,17 +296,33 @@ class HFEngine:
         return out
 
 
-def _verification(prompt: str, template: PromptTemplate, ids: list[int], generated: list[int],
-                  chosen_margins: list[float], margins: torch.Tensor, target_ids: list[int],
-                  engine: str) -> Verification:
-    matched = next((i for i, (a, b) in enumerate(zip(generated, target_ids, strict=False)) if a != b),
-                   min(len(generated), len(target_ids)))
+def _verification(
+    prompt: str,
+    template: PromptTemplate,
+    ids: list[int],
+    generated: list[int],
+    chosen_margins: list[float],
+    margins: torch.Tensor,
+    target_ids: list[int],
+    engine: str,
+) -> Verification:
+    matched = next(
+        (i for i, (a, b) in enumerate(zip(generated, target_ids, strict=False)) if a != b),
+        min(len(generated), len(target_ids)),
+    )
     weakest, at = smallest(chosen_margins[: len(target_ids)])
     return Verification(
-        prompt=prompt, prompt_ids=free_ids(template, ids), generated_ids=generated,
+        prompt=prompt,
+        prompt_ids=free_ids(template, ids),
+        generated_ids=generated,
         verified_generation=generated[: len(target_ids)] == target_ids,
-        teacher_forced=bool((margins > 0).all()), min_margin=float(margins.min()), matched_tokens=matched,
-        engine=engine, generation_margin=weakest, generation_margin_at=at)
+        teacher_forced=bool((margins > 0).all()),
+        min_margin=float(margins.min()),
+        matched_tokens=matched,
+        engine=engine,
+        generation_margin=weakest,
+        generation_margin_at=at,
+    )
 
 
 def smallest(values: list[float]) -> tuple[float | None, int | None]:
@@ -319,7 +350,3 @@ def _max_positions(model) -> int | None:
         if value:
             return int(value)
     return None
-
-
-
-

@@ -16,11 +16,23 @@ from scanner.confine import inside
 from scanner.engine.loading import model_source
 from scanner.errors import InputError
 
-CHUNK = 1 << 22  # 4 MiB reads: hashing runs at the disk's or sha256's speed, not Python's (bench/evidence/hash_weights.py)
+CHUNK = (
+    1 << 22
+)  # 4 MiB reads: hashing runs at the disk's or sha256's speed, not Python's (bench/evidence/hash_weights.py)
 WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack")
-TOKENIZER = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-             "vocab.json", "vocab.txt", "merges.txt", "tokenizer.model", "tekken.json", "chat_template.jinja",
-             "chat_template.json")
+TOKENIZER = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "tokenizer.model",
+    "tekken.json",
+    "chat_template.jinja",
+    "chat_template.json",
+)
 CONFIG = ("config.json", "generation_config.json")
 
 
@@ -60,8 +72,10 @@ def model_root(config: ModelConfig, fetch: bool = False) -> tuple[Path, str | No
         where = Path(snapshot_download(config.model, revision=config.revision, local_files_only=True))
     except (LocalEntryNotFoundError, OSError, ValueError) as err:
         if not fetch:
-            raise InputError(f"--model {config.model}: the hub model is not in the local cache, so its files "
-                             f"cannot be hashed ({err}); pass --model DIR, the folder its files are in") from err
+            raise InputError(
+                f"--model {config.model}: the hub model is not in the local cache, so its files "
+                f"cannot be hashed ({err}); pass --model DIR, the folder its files are in"
+            ) from err
         where = _fetch(config)
     return where, config.model, where.name  # a snapshot folder is named by its commit
 
@@ -75,10 +89,14 @@ def _fetch(config: ModelConfig) -> Path:
 
     for weights in (["*.safetensors"], ["*.bin", "*.pt", "*.pth"]):
         try:
-            where = Path(snapshot_download(config.model, revision=config.revision, allow_patterns=weights + AROUND))
+            where = Path(
+                snapshot_download(config.model, revision=config.revision, allow_patterns=weights + AROUND)
+            )
         except (OSError, ValueError) as err:
-            raise InputError(f"--model {config.model}: cannot download it from the hub to hash its files "
-                             f"({err}); pass --model DIR, the folder its files are in") from err
+            raise InputError(
+                f"--model {config.model}: cannot download it from the hub to hash its files "
+                f"({err}); pass --model DIR, the folder its files are in"
+            ) from err
         if any(file_role(p.name) == "weight" for p in where.rglob("*") if not p.name.endswith(".json")):
             return where
     return where
@@ -115,8 +133,13 @@ def model_identity(config: ModelConfig, fetch: bool = False) -> dict:
     files = model_files(root)
     if not any(f["role"] == "weight" for f in files):
         raise InputError(f"--model {config.model}: no weight file found in {root}; pass the model's folder")
-    return {"model": config.model, "source": model_source(config.model), "hub_id": hub_id,
-            "revision": revision, "files": files}
+    return {
+        "model": config.model,
+        "source": model_source(config.model),
+        "hub_id": hub_id,
+        "revision": revision,
+        "files": files,
+    }
 
 
 def identity_problems(recorded: dict, model: str) -> list[str]:
@@ -134,8 +157,10 @@ def identity_problems(recorded: dict, model: str) -> list[str]:
             continue
         digest = sha256_file(path)
         if digest != entry["sha256"]:
-            problems.append(f"model file {entry['path']} ({entry['role']}): a different file (sha256 "
-                            f"{digest[:16]}..., the evidence's is {entry['sha256'][:16]}...)")
+            problems.append(
+                f"model file {entry['path']} ({entry['role']}): a different file (sha256 "
+                f"{digest[:16]}..., the evidence's is {entry['sha256'][:16]}...)"
+            )
     return problems
 
 
@@ -167,6 +192,8 @@ def record_problems(recorded: list[dict], found: list[dict], missing_ok: bool = 
             if not missing_ok:
                 problems.append(f"model file {path} ({old['role']}): recorded but missing")
         elif new["sha256"] != old["sha256"]:
-            problems.append(f"model file {path} ({old['role']}): other bytes (sha256 {new['sha256'][:16]}..., "
-                            f"recorded {old['sha256'][:16]}...)")
+            problems.append(
+                f"model file {path} ({old['role']}): other bytes (sha256 {new['sha256'][:16]}..., "
+                f"recorded {old['sha256'][:16]}...)"
+            )
     return problems

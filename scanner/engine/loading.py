@@ -83,25 +83,37 @@ def load_model(config: ModelConfig) -> LoadedModel:
         tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, **kwargs)
     except OSError as err:
-        hint = " (a hub id: pass --model DIR, a folder with its files, where the hub cannot serve it)" if source == "hub" else ""
+        hint = (
+            " (a hub id: pass --model DIR, a folder with its files, where the hub cannot serve it)"
+            if source == "hub"
+            else ""
+        )
         raise InputError(f"--model {config.model}: cannot load it{hint}: {err}") from err
     except (ValueError, RuntimeError, KeyError, EOFError, SafetensorError) as err:
         if isinstance(err, torch.OutOfMemoryError):
             raise
         # Files whose headers check out but do not fit each other (config.json against the weights, an
         # architecture this transformers does not know): the model's fault, not an internal error.
-        raise InputError(f"--model {config.model}: transformers cannot load it ({type(err).__name__}: "
-                         f"{brief(err, 400)}); restore the model's files from its source "
-                         "(config.json and the weights must belong together), or upgrade transformers if it "
-                         "does not know the architecture") from err
+        raise InputError(
+            f"--model {config.model}: transformers cannot load it ({type(err).__name__}: "
+            f"{brief(err, 400)}); restore the model's files from its source "
+            "(config.json and the weights must belong together), or upgrade transformers if it "
+            "does not know the architecture"
+        ) from err
     model.to(device).eval().requires_grad_(False)
     log.info("loaded %s (%s) on %s as %s", config.model, source, device, dtype)
     threads_before = torch.get_num_threads() if config.threads else None
     if config.threads:  # torch's pool is the process's: set once loaded, given back by the engine's close()
         torch.set_num_threads(config.threads)
-    return LoadedModel(model=model, tokenizer=tokenizer, device=device, dtype=str(dtype).removeprefix("torch."),
-                       source=source, adds_bos=gguf_adds_bos(config.model) if source == "gguf" else None,
-                       threads_before=threads_before)
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        device=device,
+        dtype=str(dtype).removeprefix("torch."),
+        source=source,
+        adds_bos=gguf_adds_bos(config.model) if source == "gguf" else None,
+        threads_before=threads_before,
+    )
 
 
 def load_tokenizer(config: ModelConfig):
@@ -145,4 +157,3 @@ def gguf_adds_bos(path: str) -> bool | None:
 
     field = GGUFReader(path).fields.get("tokenizer.ggml.add_bos_token")
     return None if field is None else bool(field.parts[field.data[0]][0])
-

@@ -63,6 +63,8 @@ def fit_context(span_tokens: int, context_tokens: int, tau: float, positions: in
         return min(context_tokens, max(0, positions - 1 - 2 * span_tokens))
     # The largest span s with s + ceil(s/τ) - 1 + 1 <= positions.
     fits = max((s for s in range(1, positions) if s + math.ceil(s / tau) <= positions), default=0)
-    raise InputError(f"--span-tokens {span_tokens} does not fit the model's context of {positions} positions: "
-                     f"the search needs a prompt of up to {decisive} tokens before the span and a position for "
-                     f"BOS, {span_tokens + decisive + 1} positions in all; pass --span-tokens {fits} or less")
+    raise InputError(
+        f"--span-tokens {span_tokens} does not fit the model's context of {positions} positions: "
+        f"the search needs a prompt of up to {decisive} tokens before the span and a position for "
+        f"BOS, {span_tokens + decisive + 1} positions in all; pass --span-tokens {fits} or less"
+    )

@@ -37,7 +37,9 @@ class PrefixCache:
         """A fresh DynamicCache of the prefix for a forward of `rows` rows (the forward appends to it)."""
         from transformers import DynamicCache
 
-        return DynamicCache([(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)) for k, v in self.layers])
+        return DynamicCache(
+            [(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)) for k, v in self.layers]
+        )
 
 
 @torch.no_grad()
@@ -54,7 +56,11 @@ def why_not(model, prefix_ids: list[int], window: int | None, probe_ids: list[in
     if window is not None:
         return f"sliding-window attention ({window}): its cache layers keep positions by their own rules"
     try:
-        return None if _agrees(model, prefix_ids, probe_ids[:PROBE]) else "logits with the cache differ from logits without it"
+        return (
+            None
+            if _agrees(model, prefix_ids, probe_ids[:PROBE])
+            else "logits with the cache differ from logits without it"
+        )
     except Exception as err:  # a family whose forward takes no cache of this kind
         return f"the model's forward refused a prefix cache ({type(err).__name__}: {err})"
 
@@ -62,9 +68,9 @@ def why_not(model, prefix_ids: list[int], window: int | None, probe_ids: list[in
 @torch.no_grad()
 def _agrees(model, prefix_ids: list[int], probe_ids: list[int]) -> bool:
     whole = torch.tensor([prefix_ids + probe_ids], device=model.device)
-    want = model(input_ids=whole, use_cache=False).logits[:, len(prefix_ids):].float()
+    want = model(input_ids=whole, use_cache=False).logits[:, len(prefix_ids) :].float()
     cache = compute(model, prefix_ids).expanded(1)
-    got = model(input_ids=whole[:, len(prefix_ids):], past_key_values=cache, use_cache=True).logits.float()
+    got = model(input_ids=whole[:, len(prefix_ids) :], past_key_values=cache, use_cache=True).logits.float()
     # rounding apart (a few units in the last place of half precision); a cache misplaced by even one
     # position moves logits far more
     tol, scale = max(1e-3, 4 * torch.finfo(model.dtype).eps), float(want.abs().max())

@@ -46,20 +46,24 @@ def head_slice(engine: HFEngine) -> int:
     return max(1, budget // vocab)
 
 
-def teacher_scores(engine: HFEngine, seqs: list[list[int]], tails: list[int], topk_rows: list[bool],
-                   config: ScreenConfig) -> Scored:
+def teacher_scores(
+    engine: HFEngine, seqs: list[list[int]], tails: list[int], topk_rows: list[bool], config: ScreenConfig
+) -> Scored:
     """Scores of the last tails[i] tokens of seqs[i] (each predicted by the position before it), in
     forwards of at most config.max_rows rows and config.batch_tokens tokens (padding included)."""
-    require(all(0 < t < len(s) for s, t in zip(seqs, tails, strict=True)),
-            "a document's first token has no position before it to be predicted from: this template has no "
-            "prefix (BOS or document separator); pass --bos auto")
+    require(
+        all(0 < t < len(s) for s, t in zip(seqs, tails, strict=True)),
+        "a document's first token has no position before it to be predicted from: this template has no "
+        "prefix (BOS or document separator); pass --bos auto",
+    )
     extraction = config.extraction
     if not seqs:
         return Scored([], 0)
     if engine.screener is not None:
         engine.forwards += len(seqs)
-        rows = engine.screener.prompt_scores(seqs, tails, topk_rows, top_k=extraction.top_k,
-                                             temperature=extraction.temperature)
+        rows = engine.screener.prompt_scores(
+            seqs, tails, topk_rows, top_k=extraction.top_k, temperature=extraction.temperature
+        )
         return Scored(rows, sum(len(s) for s in seqs))
     order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
     out: list[TokenScores | None] = [None] * len(seqs)
@@ -67,8 +71,14 @@ def teacher_scores(engine: HFEngine, seqs: list[list[int]], tails: list[int], to
     padded = 0
     for part in _batches(engine, [len(seqs[i]) for i in order], config, split):
         rows = [order[k] for k in part]
-        got = _batch(engine, [seqs[i] for i in rows], [tails[i] for i in rows], [topk_rows[i] for i in rows],
-                     extraction, split)
+        got = _batch(
+            engine,
+            [seqs[i] for i in rows],
+            [tails[i] for i in rows],
+            [topk_rows[i] for i in rows],
+            extraction,
+            split,
+        )
         padded += len(rows) * len(seqs[rows[0]])
         for i, scores in zip(rows, got, strict=True):
             out[i] = scores
@@ -93,28 +103,45 @@ def _batches(engine: HFEngine, lengths: list[int], config: ScreenConfig, split: 
 
 
 @torch.no_grad()
-def _batch(engine: HFEngine, seqs: list[list[int]], tails: list[int], topk: list[bool],
-           extraction: ExtractionConfig, split: bool) -> list[TokenScores]:
+def _batch(
+    engine: HFEngine,
+    seqs: list[list[int]],
+    tails: list[int],
+    topk: list[bool],
+    extraction: ExtractionConfig,
+    split: bool,
+) -> list[TokenScores]:
     width = len(seqs[0])
     pad = engine.allowed_ids[0] if engine.allowed_ids else 0  # any id: nothing real attends to it
     ids = torch.tensor([s + [pad] * (width - len(s)) for s in seqs], device=engine.device)
-    gold = torch.cat([ids[r, len(s) - t:len(s)] for r, (s, t) in enumerate(zip(seqs, tails, strict=True))])
+    gold = torch.cat([ids[r, len(s) - t : len(s)] for r, (s, t) in enumerate(zip(seqs, tails, strict=True))])
     asked = torch.cat([torch.full((t,), a, dtype=torch.bool) for t, a in zip(tails, topk, strict=True)])
     if split:
         hidden = engine.model.base_model(input_ids=ids, use_cache=False).last_hidden_state
         engine.forwards += len(seqs)
-        states = torch.cat([hidden[r, len(s) - t - 1:len(s) - 1] for r, (s, t) in enumerate(zip(seqs, tails, strict=True))])
-        matches, nll, top = _reduce(engine.model.get_output_embeddings(), states, gold, asked, extraction,
-                                    head_slice(engine))
+        states = torch.cat(
+            [hidden[r, len(s) - t - 1 : len(s) - 1] for r, (s, t) in enumerate(zip(seqs, tails, strict=True))]
+        )
+        matches, nll, top = _reduce(
+            engine.model.get_output_embeddings(), states, gold, asked, extraction, head_slice(engine)
+        )
     else:
         logits = engine.logits(ids)
-        picked = torch.cat([logits[r, len(s) - t - 1:len(s) - 1] for r, (s, t) in enumerate(zip(seqs, tails, strict=True))])
+        picked = torch.cat(
+            [logits[r, len(s) - t - 1 : len(s) - 1] for r, (s, t) in enumerate(zip(seqs, tails, strict=True))]
+        )
         matches, nll, top = _reduce(lambda x: x, picked, gold, asked, extraction, len(picked))
     return _split_rows(matches, nll, top, tails, topk)
 
 
-def _reduce(head, states: torch.Tensor, gold: torch.Tensor, asked: torch.Tensor, extraction: ExtractionConfig,
-            step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _reduce(
+    head,
+    states: torch.Tensor,
+    gold: torch.Tensor,
+    asked: torch.Tensor,
+    extraction: ExtractionConfig,
+    step: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """[P] matches, NLL and top-k log-probs (NaN where not asked) of `states` [P, H] through `head`,
     `step` positions at a time."""
     matches = torch.empty(len(gold), dtype=torch.bool)
@@ -122,16 +149,18 @@ def _reduce(head, states: torch.Tensor, gold: torch.Tensor, asked: torch.Tensor,
     top = torch.full((len(gold),), float("nan"), dtype=torch.float64)
     asked = asked.to(gold.device)
     for a in range(0, len(gold), step):
-        logits, want = head(states[a:a + step]).float(), gold[a:a + step]
+        logits, want = head(states[a : a + step]).float(), gold[a : a + step]
         # max's indices are argmax's (the first of tied maxima) at half its cost on a CPU
-        matches[a:a + step] = (logits.max(-1).indices == want).cpu()
-        nll[a:a + step] = F.cross_entropy(logits, want, reduction="none").cpu()
-        where = asked[a:a + step]
+        matches[a : a + step] = (logits.max(-1).indices == want).cpu()
+        nll[a : a + step] = F.cross_entropy(logits, want, reduction="none").cpu()
+        where = asked[a : a + step]
         if bool(where.all()):  # a streamed chunk: every position, no copy of the logits
-            top[a:a + step] = topk_logprobs(logits, want, extraction.top_k, extraction.temperature).double().cpu()
+            top[a : a + step] = (
+                topk_logprobs(logits, want, extraction.top_k, extraction.temperature).double().cpu()
+            )
         elif bool(where.any()):
             values = topk_logprobs(logits[where], want[where], extraction.top_k, extraction.temperature)
-            top[a:a + step][where.cpu()] = values.double().cpu()
+            top[a : a + step][where.cpu()] = values.double().cpu()
         del logits
     return matches, nll, top
 
@@ -139,6 +168,6 @@ def _reduce(head, states: torch.Tensor, gold: torch.Tensor, asked: torch.Tensor,
 def _split_rows(matches, nll, top, tails: list[int], topk: list[bool]) -> list[TokenScores]:
     out, a = [], 0
     for t, asked in zip(tails, topk, strict=True):
-        out.append(TokenScores(matches[a:a + t], nll[a:a + t], top[a:a + t] if asked else None))
+        out.append(TokenScores(matches[a : a + t], nll[a : a + t], top[a : a + t] if asked else None))
         a += t
     return out

@@ -60,13 +60,17 @@ def separator_id(tokenizer) -> tuple[int | None, str]:
 def _separator(tokenizer, why: str) -> tuple[tuple[int, ...], str]:
     sep, name = separator_id(tokenizer)
     if sep is None:
-        raise InputError(f"--bos {why}: this tokenizer has no BOS, EOS or {SEPARATOR} token to open a "
-                         "document with; pass --bos never (acr only: a scan cannot score a document's first "
-                         "token without a position before it) or --chat")
+        raise InputError(
+            f"--bos {why}: this tokenizer has no BOS, EOS or {SEPARATOR} token to open a "
+            "document with; pass --bos never (acr only: a scan cannot score a document's first "
+            "token without a position before it) or --chat"
+        )
     return (sep,), f"document separator {name} id {sep} prepended (--bos {why}), uncounted"
 
 
-def bos_ids(tokenizer, policy: str, chat: bool, file_adds_bos: bool | None = None) -> tuple[tuple[int, ...], str]:
+def bos_ids(
+    tokenizer, policy: str, chat: bool, file_adds_bos: bool | None = None
+) -> tuple[tuple[int, ...], str]:
     """The uncounted start-of-input prefix and a description of why. `file_adds_bos`: the model file's own
     flag (GGUF), which wins over a tokenizer that lost it in conversion.
 
@@ -79,8 +83,10 @@ def bos_ids(tokenizer, policy: str, chat: bool, file_adds_bos: bool | None = Non
         return (), "none (chat template text carries any BOS)" if chat else "none (--bos never)"
     if policy == "always":
         if bos is None:
-            raise InputError("--bos always: this tokenizer has no BOS token; pass --bos auto (the document "
-                             "separator) or never")
+            raise InputError(
+                "--bos always: this tokenizer has no BOS token; pass --bos auto (the document "
+                "separator) or never"
+            )
         return (bos,), f"BOS id {bos} prepended (--bos always), uncounted"
     if policy == "separator":
         return _separator(tokenizer, "separator")
@@ -103,8 +109,11 @@ def _chat_parts(tokenizer, config: PromptConfig) -> tuple[str, str]:
     try:
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     except Exception as err:  # the template's own raise_exception (jinja2's TemplateError), e.g. Gemma's
-        fix = ("this template has no system role: drop --system-prompt, or put it in --instruction"
-               if config.system_prompt else "drop --chat, or fix the template")
+        fix = (
+            "this template has no system role: drop --system-prompt, or put it in --instruction"
+            if config.system_prompt
+            else "drop --chat, or fix the template"
+        )
         raise InputError(f"--chat: the model's chat template refused the messages ({err}); {fix}") from err
     if text.count(SLOT) != 1:
         raise InputError("--chat: the chat template does not keep the user text verbatim; drop --chat")
@@ -121,8 +130,12 @@ def build_template(tokenizer, config: PromptConfig, file_adds_bos: bool | None =
     bos, description = bos_ids(tokenizer, config.bos, config.chat, file_adds_bos)
     encode = lambda text: tuple(tokenizer(text, add_special_tokens=False).input_ids) if text else ()  # noqa: E731
     return PromptTemplate(
-        prefix_text=prefix_text, suffix_text=suffix_text, bos_ids=bos,
-        prefix_ids=bos + encode(prefix_text), suffix_ids=encode(suffix_text), bos_policy=description,
+        prefix_text=prefix_text,
+        suffix_text=suffix_text,
+        bos_ids=bos,
+        prefix_ids=bos + encode(prefix_text),
+        suffix_ids=encode(suffix_text),
+        bos_policy=description,
     )
 
 
@@ -138,9 +151,9 @@ def free_ids(template: PromptTemplate, full: list[int]) -> list[int] | None:
     p, s = len(template.prefix_ids), len(template.suffix_ids)
     if len(full) < p + s or tuple(full[:p]) != template.prefix_ids:
         return None
-    if s and tuple(full[len(full) - s:]) != template.suffix_ids:
+    if s and tuple(full[len(full) - s :]) != template.suffix_ids:
         return None
-    return full[p:len(full) - s]
+    return full[p : len(full) - s]
 
 
 def decode_prompts(tokenizer, prompts: list[list[int]]) -> list[str]:

@@ -19,10 +19,14 @@ def allowed_token_ids(tokenizer, embedding_rows: int, allow_non_ascii: bool) -> 
     limit = min(len(tokenizer), embedding_rows)
     excluded = set(tokenizer.all_special_ids) | set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
     ids = [i for i in range(limit) if i not in excluded]
-    texts = tokenizer.batch_decode([[i] for i in ids], skip_special_tokens=False,
-                                   clean_up_tokenization_spaces=False)
-    keep = [(i, t) for i, t in zip(ids, texts, strict=True)
-            if (_printable_ascii(t) if not allow_non_ascii else (t and "\ufffd" not in t))]
+    texts = tokenizer.batch_decode(
+        [[i] for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False
+    )
+    keep = [
+        (i, t)
+        for i, t in zip(ids, texts, strict=True)
+        if (_printable_ascii(t) if not allow_non_ascii else (t and "\ufffd" not in t))
+    ]
     encoded = tokenizer([t for _, t in keep], add_special_tokens=False).input_ids if keep else []
     allowed = [i for (i, _), enc in zip(keep, encoded, strict=True) if enc == [i]]
     log.info("prompt vocabulary: %d of %d token ids allowed", len(allowed), embedding_rows)

@@ -15,7 +15,9 @@ class Executor(Protocol):
 
     workers: int  # tasks in flight at once: a seconds budget's deadline divides the seconds left among them
 
-    def __call__(self, tasks: list, admit: Callable[[], bool] | None, finished: Callable[[dict], None]) -> dict:
+    def __call__(
+        self, tasks: list, admit: Callable[[], bool] | None, finished: Callable[[dict], None]
+    ) -> dict:
         """Run `tasks` in order while `admit()` allows (None: all) and no stop was requested, calling
         `finished(stats)` after each task commits; returns {task name: error} of those that failed for good."""
         ...

@@ -89,8 +89,10 @@ def cluster_shape(ray, executor: ExecutorConfig, wait: bool = False) -> tuple[in
     gpus, cpu_total = resources.get("GPU", 0), resources.get("CPU", 0)
     if actors >= 1 and per_gpu <= gpus:
         return actors, per_gpu, cpus
-    message = (f"the Ray cluster has {gpus:g} GPUs and {cpu_total:g} CPUs, too few for one actor with "
-               f"--gpus-per-actor {per_gpu:g} and {cpus:g} CPUs")
+    message = (
+        f"the Ray cluster has {gpus:g} GPUs and {cpu_total:g} CPUs, too few for one actor with "
+        f"--gpus-per-actor {per_gpu:g} and {cpus:g} CPUs"
+    )
     if not wait:
         raise InputError(f"{message}; add nodes, or pass --gpus-per-actor 0 --num-actors N for CPU actors")
     log.warning("%s: waiting for a node to join (an autoscaler's, or `ray start --address`)", message)
@@ -156,7 +158,9 @@ class Scheduler:
         if not self.busy:  # a task given up and its slot retired: the next fill hands it out
             return None
         poll = self._poll_s()  # and every WAIT_S at most: the caller looks at a stop request again
-        ready, _ = ray.wait(list(self.busy), num_returns=1, timeout=WAIT_S if poll is None else min(poll, WAIT_S))
+        ready, _ = ray.wait(
+            list(self.busy), num_returns=1, timeout=WAIT_S if poll is None else min(poll, WAIT_S)
+        )
         if not ready:
             return None
         slot, task = self.busy.pop(ready[0])
@@ -202,11 +206,25 @@ class Scheduler:
         pid = self.liveness.pid(ref)
         self.liveness.forget(ref)
         self.given_up += 1
-        log.warning("%s: no heartbeat from its Ray actor %d (pid %s) for %.0f s (--hung-after %g); the actor is "
-                    "killed and the task re-queued", _label(task), slot, pid, silent, self.liveness.hung_after)
+        log.warning(
+            "%s: no heartbeat from its Ray actor %d (pid %s) for %.0f s (--hung-after %g); the actor is "
+            "killed and the task re-queued",
+            _label(task),
+            slot,
+            pid,
+            silent,
+            self.liveness.hung_after,
+        )
         if self.on_given_up is not None:
-            self.on_given_up({"task": _label(task), "pid": pid, "silent_s": round(silent, 1),
-                              "hung_after_s": self.liveness.hung_after, "time": time.time()})
+            self.on_given_up(
+                {
+                    "task": _label(task),
+                    "pid": pid,
+                    "silent_s": round(silent, 1),
+                    "hung_after_s": self.liveness.hung_after,
+                    "time": time.time(),
+                }
+            )
         self._retry(task, TimeoutError(f"no heartbeat for {silent:.0f} s"))
         self._replace(slot)
 
@@ -214,14 +232,20 @@ class Scheduler:
         if task is None:
             self.setup_deaths[slot] += 1
             if self.setup_deaths[slot] > self.max_retries:
-                raise RuntimeError(f"Ray actor {slot} died {self.setup_deaths[slot]} times in a row while loading "
-                                   f"the model ({_cause(err)}); check its memory (--gpus-per-actor) and logs")
+                raise RuntimeError(
+                    f"Ray actor {slot} died {self.setup_deaths[slot]} times in a row while loading "
+                    f"the model ({_cause(err)}); check its memory (--gpus-per-actor) and logs"
+                )
         else:
             self._retry(task, err)
         # A slot holds one task at a time, so each death is seen once.
         replaced = self._replace(slot)
-        log.warning("Ray actor %d died (%s); %s", slot, _cause(err),
-                    "starting a new one" if replaced else f"not replaced: the cluster holds {len(self.slots)} now")
+        log.warning(
+            "Ray actor %d died (%s); %s",
+            slot,
+            _cause(err),
+            "starting a new one" if replaced else f"not replaced: the cluster holds {len(self.slots)} now",
+        )
 
     def _replace(self, slot: int) -> bool:
         """Kill the slot's actor and start a new one (True), or none where the cluster now holds fewer."""
@@ -244,7 +268,7 @@ class Scheduler:
             log.info("Ray: %d actors: a node joined", len(self.slots))
         # Loading ones first: one waiting for a node that left has done nothing, an idle one has the model.
         loading = [slot for slot, task in self.busy.values() if task is None]
-        for slot in [*loading, *self._idle()][:max(0, len(self.slots) - want)]:
+        for slot in [*loading, *self._idle()][: max(0, len(self.slots) - want)]:
             self.busy = {ref: held for ref, held in self.busy.items() if held[0] != slot}
             self.ray.kill(self.slots.pop(slot), no_restart=True)
             log.info("Ray: %d actors: a node left", len(self.slots))
@@ -271,7 +295,9 @@ class Scheduler:
             self.start()
         while True:
             self.fill()
-            if self.done() or stop.state() == stop.CUT:  # a stop's grace is over: in-flight tasks stay pending
+            if (
+                self.done() or stop.state() == stop.CUT
+            ):  # a stop's grace is over: in-flight tasks stay pending
                 return
             before = self.provenance
             result = self.next_result()
@@ -312,8 +338,15 @@ class RayExecutor(Executor):
     started when the first call has work, so a relaunch of a finished run starts no actor. Connects to
     (or starts) Ray when made; `close()` stops the actors (and a Ray it started) and reports."""
 
-    def __init__(self, executor: ExecutorConfig, make_worker, on_setup=None, expected_tasks: int = 1,
-                 beat_path=None, on_given_up=None) -> None:
+    def __init__(
+        self,
+        executor: ExecutorConfig,
+        make_worker,
+        on_setup=None,
+        expected_tasks: int = 1,
+        beat_path=None,
+        on_given_up=None,
+    ) -> None:
         self.ray = import_ray()
         self.executor, self.make_worker, self.on_setup = executor, make_worker, on_setup
         self.expected_tasks = expected_tasks  # the largest call to come (shards), so actors are not too few
@@ -332,12 +365,27 @@ class RayExecutor(Executor):
         actors = min(actors, most)
         remote = self.ray.remote(ShardWorker).options(num_gpus=gpus, num_cpus=cpus, max_restarts=0)
         make_worker, ray = self.make_worker, self.ray
-        log.info("Ray: %d actors (%g GPU, %g CPU each)%s", actors, gpus, cpus,
-                 "" if self.executor.num_actors else ", following the cluster's nodes as they join and leave")
-        target = None if self.executor.num_actors else lambda: min(actors_fitting(ray.cluster_resources(), gpus, cpus), most)
-        return Scheduler(ray=ray, make_actor=lambda: remote.remote(make_worker, cpus), actors=actors,
-                         max_retries=self.executor.max_retries, target=target, on_given_up=self.on_given_up,
-                         liveness=Liveness(self.executor.hung_after, self.beat_path))
+        log.info(
+            "Ray: %d actors (%g GPU, %g CPU each)%s",
+            actors,
+            gpus,
+            cpus,
+            "" if self.executor.num_actors else ", following the cluster's nodes as they join and leave",
+        )
+        target = (
+            None
+            if self.executor.num_actors
+            else lambda: min(actors_fitting(ray.cluster_resources(), gpus, cpus), most)
+        )
+        return Scheduler(
+            ray=ray,
+            make_actor=lambda: remote.remote(make_worker, cpus),
+            actors=actors,
+            max_retries=self.executor.max_retries,
+            target=target,
+            on_given_up=self.on_given_up,
+            liveness=Liveness(self.executor.hung_after, self.beat_path),
+        )
 
     @property
     def workers(self) -> int:
@@ -348,7 +396,9 @@ class RayExecutor(Executor):
         if self.executor.num_actors is not None:
             return max(1, min(self.executor.num_actors, self.expected_tasks))
         resources = self.ray.cluster_resources()
-        return max(1, min(actors_fitting(resources, *actor_shape(resources, self.executor)), self.expected_tasks))
+        return max(
+            1, min(actors_fitting(resources, *actor_shape(resources, self.executor)), self.expected_tasks)
+        )
 
     def set_up(self) -> None:
         """Nothing ahead: the first call that has tasks starts the actors (as many as it and the cluster
@@ -360,7 +410,10 @@ class RayExecutor(Executor):
         self.scheduler = self.scheduler or self._start(tasks)
         scheduler = self.scheduler
         # a stop request (SIGTERM, SIGUSR1) admits nothing more; the tasks in flight may commit
-        scheduler.queue, scheduler.admit = deque(tasks), lambda: not stop.requested() and (admit is None or admit())
+        scheduler.queue, scheduler.admit = (
+            deque(tasks),
+            lambda: not stop.requested() and (admit is None or admit()),
+        )
         before = dict(scheduler.failed)
         scheduler.run(finished=finished, loaded=self.on_setup)
         return {k: v for k, v in scheduler.failed.items() if k not in before}
@@ -387,6 +440,10 @@ class RayExecutor(Executor):
                 log.warning("closing a Ray actor: %s", _cause(err))
         for actor in scheduler.slots.values():
             self.ray.kill(actor)
-        return {"actors": scheduler.actors, "actor_restarts": scheduler.restarts,
-                "retries": sum(scheduler.attempts.values()), "given_up": scheduler.given_up,
-                "nodes": {node: n for node, n in scheduler.nodes.items() if node}}
+        return {
+            "actors": scheduler.actors,
+            "actor_restarts": scheduler.restarts,
+            "retries": sum(scheduler.attempts.values()),
+            "given_up": scheduler.given_up,
+            "nodes": {node: n for node, n in scheduler.nodes.items() if node},
+        }

@@ -28,19 +28,27 @@ class IngestConfig:
     encoding: str | None = None  # text files that are not UTF-8; None: detect
 
     def __post_init__(self) -> None:
-        require(bool(self.sources), "no sources; pass folders, files or globs of .txt, .md, .epub, .jsonl, "
-                ".jsonl.gz or .jsonl.zst")
-        require(isinstance(self.sources, tuple) and isinstance(self.strip, tuple),
-                "sources and strip must be tuples")
+        require(
+            bool(self.sources),
+            "no sources; pass folders, files or globs of .txt, .md, .epub, .jsonl, .jsonl.gz or .jsonl.zst",
+        )
+        require(
+            isinstance(self.sources, tuple) and isinstance(self.strip, tuple),
+            "sources and strip must be tuples",
+        )
         require(bool(self.text_field), "--text-field is empty; pass the JSONL field that holds the text")
         unknown = [s for s in self.strip if s not in STRIPS]
-        require(not unknown, f"--strip {unknown[0] if unknown else ''} is not known; choose from {list(STRIPS)}")
+        require(
+            not unknown, f"--strip {unknown[0] if unknown else ''} is not known; choose from {list(STRIPS)}"
+        )
         if self.encoding is not None:
             try:
                 codecs.lookup(self.encoding)
             except LookupError as err:
-                raise InputError(f"--encoding {self.encoding!r} is not an encoding Python knows; pass a codec "
-                                 "name such as cp1252, latin-1 or utf-16") from err
+                raise InputError(
+                    f"--encoding {self.encoding!r} is not an encoding Python knows; pass a codec "
+                    "name such as cp1252, latin-1 or utf-16"
+                ) from err
 
     @property
     def log_path(self) -> str:
@@ -70,9 +78,15 @@ class Doc:
         """The document trimmed to text[start:end]; offsets into the source and the sections follow."""
         sections = None
         if self.sections is not None:
-            sections = [{**s, "char_start": max(s["char_start"], start) - start,
-                         "char_end": min(s["char_end"], end) - start}
-                        for s in self.sections if s["char_end"] > start and s["char_start"] < end]
+            sections = [
+                {
+                    **s,
+                    "char_start": max(s["char_start"], start) - start,
+                    "char_end": min(s["char_end"], end) - start,
+                }
+                for s in self.sections
+                if s["char_end"] > start and s["char_start"] < end
+            ]
         offset = None if self.source_char_start is None else self.source_char_start + start
         return replace(self, text=self.text[start:end], source_char_start=offset, sections=sections)
 

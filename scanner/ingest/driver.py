@@ -61,21 +61,31 @@ class IngestSummary:
     def line(self) -> str:
         formats = ", ".join(f"{k} {v}" for k, v in sorted(self.documents.items()))
         count = sum(self.documents.values())
-        return (f"ingested {count} document{'' if count == 1 else 's'} ({formats}; {self.characters:,} "
-                f"characters) into {self.out}; {self.problems()}; log: {self.log}")
+        return (
+            f"ingested {count} document{'' if count == 1 else 's'} ({formats}; {self.characters:,} "
+            f"characters) into {self.out}; {self.problems()}; log: {self.log}"
+        )
 
 
 def _check_paths(config: IngestConfig) -> tuple[Path, Path]:
     out, log_path = Path(config.out), Path(config.log_path)
-    require(not out.is_dir(), f"--out '{config.out}' is a folder; pass a file path such as {out / 'corpus.parquet'}")
-    require(out.name.lower().endswith(".parquet"), f"--out '{config.out}' must name a .parquet file, "
-            "e.g. --out corpus.parquet")
+    require(
+        not out.is_dir(),
+        f"--out '{config.out}' is a folder; pass a file path such as {out / 'corpus.parquet'}",
+    )
+    require(
+        out.name.lower().endswith(".parquet"),
+        f"--out '{config.out}' must name a .parquet file, e.g. --out corpus.parquet",
+    )
     require(log_path.resolve() != out.resolve(), f"--log '{log_path}' is the output file; pass another path")
     for path, option in ((out, "--out"), (log_path, "--log")):
         parent = path.parent if str(path.parent) else Path(".")
         require(parent.is_dir(), f"{option} '{path}': the folder '{parent}' does not exist; create it first")
-        require(os.access(parent, os.W_OK), f"{option} '{path}': the folder '{parent}' is not writable; "
-                "pass a path in a folder you can write to")
+        require(
+            os.access(parent, os.W_OK),
+            f"{option} '{path}': the folder '{parent}' is not writable; "
+            "pass a path in a folder you can write to",
+        )
     return out, log_path
 
 
@@ -95,8 +105,15 @@ class _Ingestion:
         self.taken: dict[str, str] = {}  # doc_id -> where it came from
 
     def record(self, path: Path, item: Skip) -> None:
-        self.entries.append({"source": str(path), "line": item.line, "status": item.status, "kind": item.kind,
-                             "reason": item.reason})
+        self.entries.append(
+            {
+                "source": str(path),
+                "line": item.line,
+                "status": item.status,
+                "kind": item.kind,
+                "reason": item.reason,
+            }
+        )
         counter = {"skipped": self.summary.skipped, "note": self.summary.notes}.get(item.status)
         if counter is None:
             self.summary.ignored += 1
@@ -134,8 +151,14 @@ class _Ingestion:
                 self.record(path, replace(remark, line=item.source_line))
         where = f"{path}" + (f" line {item.source_line}" if item.source_line else "")
         if item.doc_id in self.taken:
-            self.record(path, Skip("duplicate id", f"doc_id '{item.doc_id}' is already taken by "
-                                   f"{self.taken[item.doc_id]}", item.source_line))
+            self.record(
+                path,
+                Skip(
+                    "duplicate id",
+                    f"doc_id '{item.doc_id}' is already taken by {self.taken[item.doc_id]}",
+                    item.source_line,
+                ),
+            )
             return None
         self.taken[item.doc_id] = where
         self.summary.documents[item.source_format] += 1
@@ -157,9 +180,15 @@ def _groups(rows: Iterator[dict]) -> Iterator[list[dict]]:
 
 def _schema(config: IngestConfig) -> pa.Schema:
     # Options, not paths or times: the same files ingested again give the same bytes.
-    options = {"package_version": __version__, "text_field": config.text_field, "id_field": config.id_field,
-               "title_field": config.title_field, "author_field": config.author_field,
-               "strip": list(config.strip), "encoding": config.encoding}
+    options = {
+        "package_version": __version__,
+        "text_field": config.text_field,
+        "id_field": config.id_field,
+        "title_field": config.title_field,
+        "author_field": config.author_field,
+        "strip": list(config.strip),
+        "encoding": config.encoding,
+    }
     schema = ingested_schema()
     return schema.with_metadata({**schema.metadata, b"ingest": json.dumps(options, sort_keys=True).encode()})
 
@@ -189,8 +218,10 @@ def ingest(config: IngestConfig) -> IngestSummary:
     try:
         atomic_write(out, lambda f: _write(f, state.rows(files), _schema(config)))
     except _NothingIngested:
-        raise InputError(f"nothing could be ingested from {', '.join(config.sources)}: {len(files)} "
-                         f"file(s) of a known type, {summary.problems()}; each reason is in {log_path}") from None
+        raise InputError(
+            f"nothing could be ingested from {', '.join(config.sources)}: {len(files)} "
+            f"file(s) of a known type, {summary.problems()}; each reason is in {log_path}"
+        ) from None
     finally:
         lines = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in state.entries)
         atomic_write_bytes(log_path, lines.encode())

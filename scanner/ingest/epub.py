@@ -19,9 +19,11 @@ from scanner.ingest.common import Doc, IngestConfig, Skip, one_line
 log = logging.getLogger(__name__)
 
 SECTION_SEPARATOR = "\n\n"
-BLOCKS = frozenset("""address article aside blockquote body caption center dd details div dl dt fieldset
+BLOCKS = frozenset(
+    """address article aside blockquote body caption center dd details div dl dt fieldset
     figcaption figure footer form h1 h2 h3 h4 h5 h6 header hr li main nav ol p pre section summary table
-    tbody td tfoot th thead tr ul""".split())
+    tbody td tfoot th thead tr ul""".split()
+)
 HIDDEN = frozenset({"head", "script", "style", "title", "template"})
 
 
@@ -145,6 +147,12 @@ def read_epub(path: Path, name: str, config: IngestConfig):
         yield Skip("empty", "the EPUB's spine holds no text")
         return
     authors = _metadata(book, "creator")
-    yield Doc(doc_id=name, text=SECTION_SEPARATOR.join(parts), source_format="epub",
-              title=next(iter(_metadata(book, "title")), None), author="; ".join(authors) or None,
-              language=next(iter(_metadata(book, "language")), None), sections=sections)
+    yield Doc(
+        doc_id=name,
+        text=SECTION_SEPARATOR.join(parts),
+        source_format="epub",
+        title=next(iter(_metadata(book, "title")), None),
+        author="; ".join(authors) or None,
+        language=next(iter(_metadata(book, "language")), None),
+        sections=sections,
+    )

@@ -42,8 +42,12 @@ def _read_errors() -> tuple[type[BaseException], ...]:
 
 def _fields(record: dict, config: IngestConfig, number: int) -> dict | Skip:
     """text, doc_id, title and author from the fields the options name; a Skip when one is unusable."""
-    names = {"text": config.text_field, "doc_id": config.id_field, "title": config.title_field,
-             "author": config.author_field}
+    names = {
+        "text": config.text_field,
+        "doc_id": config.id_field,
+        "title": config.title_field,
+        "author": config.author_field,
+    }
     values = {}
     for key, name in names.items():
         value = record.get(name) if name else None
@@ -52,8 +56,11 @@ def _fields(record: dict, config: IngestConfig, number: int) -> dict | Skip:
         if value is not None and not isinstance(value, str):
             return Skip("missing field", f"field '{name}' is a {type(value).__name__}, not a string", number)
         if name and key in ("text", "doc_id") and value in (None, ""):
-            return Skip("missing field", f"no '{name}' field (or it is empty); fields are {sorted(record)[:10]}",
-                        number)
+            return Skip(
+                "missing field",
+                f"no '{name}' field (or it is empty); fields are {sorted(record)[:10]}",
+                number,
+            )
         values[key] = value
     if not values["text"].strip():
         return Skip("empty", f"field '{config.text_field}' holds only whitespace", number)
@@ -72,9 +79,17 @@ def _document(line: bytes, number: int, name: str, config: IngestConfig) -> Doc 
         return values
     used = {config.text_field, config.id_field, config.title_field, config.author_field}
     meta = {k: v for k, v in record.items() if k not in used}
-    return Doc(doc_id=values["doc_id"] or f"{name}:{number}", text=values["text"], source_format="jsonl",
-               title=values["title"], author=values["author"], source_line=number, encoding="utf-8",
-               source_char_start=0, meta=json.dumps(meta, ensure_ascii=False) if meta else None)
+    return Doc(
+        doc_id=values["doc_id"] or f"{name}:{number}",
+        text=values["text"],
+        source_format="jsonl",
+        title=values["title"],
+        author=values["author"],
+        source_line=number,
+        encoding="utf-8",
+        source_char_start=0,
+        meta=json.dumps(meta, ensure_ascii=False) if meta else None,
+    )
 
 
 def read_jsonl(path: Path, name: str, config: IngestConfig):
@@ -86,5 +101,8 @@ def read_jsonl(path: Path, name: str, config: IngestConfig):
                 if line.strip():
                     yield _document(line, number, name, config)
     except _read_errors() as err:
-        yield Skip("corrupt file", f"reading stopped after line {number}: {one_line(err)}; the lines "
-                   "before were kept", number + 1)
+        yield Skip(
+            "corrupt file",
+            f"reading stopped after line {number}: {one_line(err)}; the lines before were kept",
+            number + 1,
+        )

@@ -16,8 +16,14 @@ from scanner.errors import InputError, require
 from scanner.ingest.common import Skip
 
 # Longest suffix first: '.jsonl.gz' before anything shorter could match.
-FORMATS = {".jsonl.gz": "jsonl", ".jsonl.zst": "jsonl", ".jsonl": "jsonl", ".epub": "epub", ".txt": "text",
-           ".md": "text"}
+FORMATS = {
+    ".jsonl.gz": "jsonl",
+    ".jsonl.zst": "jsonl",
+    ".jsonl": "jsonl",
+    ".epub": "epub",
+    ".txt": "text",
+    ".md": "text",
+}
 KNOWN = ", ".join(FORMATS)
 
 
@@ -37,20 +43,27 @@ def _walk(folder: Path) -> list[Path]:
 def _expand(source: str) -> list[Path]:
     if any(ch in source for ch in "*?["):
         matches = sorted(glob.glob(source, recursive=True))
-        require(bool(matches), f"no files match the glob '{source}'; check the pattern (quote it so that "
-                "the shell does not expand it)")
+        require(
+            bool(matches),
+            f"no files match the glob '{source}'; check the pattern (quote it so that "
+            "the shell does not expand it)",
+        )
         return [f for m in matches for f in (_walk(Path(m)) if os.path.isdir(m) else [Path(m)])]
     path = Path(source)
     require(path.exists(), f"source '{source}' does not exist; pass a folder, a file or a glob of {KNOWN}")
     if path.is_dir():
         return _walk(path)
     if file_format(path) is None:
-        raise InputError(f"source '{source}' is not a supported type; ingest reads {KNOWN} (pass the folder "
-                         "or a glob to skip other files with a log entry)")
+        raise InputError(
+            f"source '{source}' is not a supported type; ingest reads {KNOWN} (pass the folder "
+            "or a glob to skip other files with a log entry)"
+        )
     return [path]
 
 
-def resolve_sources(sources: tuple[str, ...], exclude: set[Path]) -> tuple[list[Path], list[tuple[Path, Skip]]]:
+def resolve_sources(
+    sources: tuple[str, ...], exclude: set[Path]
+) -> tuple[list[Path], list[tuple[Path, Skip]]]:
     """(files to read in argument order, each once; ignored files with why). `exclude` keeps the
     output and the log from being read back when they sit among the sources."""
     files, ignored, seen = [], [], set(exclude)

@@ -16,8 +16,13 @@ from pathlib import Path
 from scanner.ingest.common import Doc, IngestConfig, Skip, one_line
 
 # UTF-32-LE's mark starts with UTF-16-LE's, so the longer marks are tried first.
-BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
-        (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
 # Control characters other than whitespace: a few occur in real texts (form feeds, stray escapes),
 # a larger share means the bytes were never text.
 MAX_CONTROL_SHARE = 0.01
@@ -35,8 +40,11 @@ def _detect(data: bytes) -> tuple[str, str]:
 
     best = from_bytes(data).best()
     if best is None:
-        raise Refused("undecodable", "not UTF-8, and charset-normalizer found no encoding that fits; "
-                      "pass --encoding ENC if you know it (e.g. cp1252)")
+        raise Refused(
+            "undecodable",
+            "not UTF-8, and charset-normalizer found no encoding that fits; "
+            "pass --encoding ENC if you know it (e.g. cp1252)",
+        )
     try:
         return data.decode(best.encoding), best.encoding
     except (UnicodeDecodeError, LookupError) as err:
@@ -49,7 +57,9 @@ def _decode_bytes(data: bytes, forced: str | None) -> tuple[str, str]:
             try:
                 return data.decode(encoding), encoding
             except UnicodeDecodeError as err:
-                raise Refused("undecodable", f"starts with a {encoding} byte-order mark but {one_line(err)}") from err
+                raise Refused(
+                    "undecodable", f"starts with a {encoding} byte-order mark but {one_line(err)}"
+                ) from err
     if b"\x00" in data:
         raise Refused("binary", "contains NUL bytes: not a text file")
     try:
@@ -71,7 +81,9 @@ def decode(data: bytes, forced: str | None = None) -> tuple[str, str]:
     text, encoding = _decode_bytes(data, forced)
     controls = len(CONTROLS.findall(text))
     if controls > MAX_CONTROL_SHARE * len(text):
-        raise Refused("binary", f"{controls} of {len(text)} characters are control characters: not a text file")
+        raise Refused(
+            "binary", f"{controls} of {len(text)} characters are control characters: not a text file"
+        )
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     if not text.strip():
         raise Refused("empty", "the file holds only whitespace")
@@ -122,15 +134,25 @@ def strip_gutenberg(doc: Doc) -> tuple[Doc, Skip | None]:
     where the document has none. A Skip (status 'note') tells when the markers were not found."""
     start, end = START.search(doc.text), END.search(doc.text)
     if start is None and end is None:
-        return doc, Skip("no gutenberg markers", "--strip gutenberg: no '*** START/END OF THE PROJECT "
-                         "GUTENBERG EBOOK' marker lines; kept the whole text", status="note")
+        return doc, Skip(
+            "no gutenberg markers",
+            "--strip gutenberg: no '*** START/END OF THE PROJECT "
+            "GUTENBERG EBOOK' marker lines; kept the whole text",
+            status="note",
+        )
     a = start.end() if start else 0
     b = end.start() if end and end.start() >= a else len(doc.text)
     closing = CLOSING.search(doc.text, a, b)
     a, b = _trimmed(doc.text, a, closing.start() if closing else b)
     if a >= b:
-        return doc, Skip("empty after strip", "--strip gutenberg left no text between the markers; kept "
-                         "the whole text", status="note")
+        return doc, Skip(
+            "empty after strip",
+            "--strip gutenberg left no text between the markers; kept the whole text",
+            status="note",
+        )
     header = doc.text[: start.start()] if start else ""
-    return replace(doc.sliced(a, b), title=doc.title or _header_field(header, "Title"),
-                   author=doc.author or _header_field(header, "Author")), None
+    return replace(
+        doc.sliced(a, b),
+        title=doc.title or _header_field(header, "Title"),
+        author=doc.author or _header_field(header, "Author"),
+    ), None

@@ -33,8 +33,12 @@ def evidence_key(row: dict) -> tuple:
     """Best evidence sorts first: the higher certificate bound, then the higher greedy-match rate, then
     the lower mean NLL; span_id breaks ties, so the order never depends on corpus order."""
     nll = row.get("mean_nll")
-    return (-certificate_bound(row), -(row.get("greedy_match_rate") or 0.0),
-            nll if nll is not None else float("inf"), row["span_id"])
+    return (
+        -certificate_bound(row),
+        -(row.get("greedy_match_rate") or 0.0),
+        nll if nll is not None else float("inf"),
+        row["span_id"],
+    )
 
 
 def rank(rows: list[dict]) -> list[dict]:
@@ -118,7 +122,7 @@ def units(items: list, size: int) -> list[list]:
     """Consecutive runs of `size` items (the last may be shorter)."""
     if size < 1:
         raise ValueError(f"unit size {size} must be >= 1")
-    return [items[i:i + size] for i in range(0, len(items), size)]
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def spent(unit_stats: list[dict], budget: Budget | None) -> float:
@@ -153,12 +157,19 @@ class Stop:
     at_least: int
 
     def why(self) -> str:
-        return (f"yield of the last {self.window} searched candidates {self.memorized} of {self.window}, below "
-                f"the auto threshold {self.at_least}/{self.window}")
+        return (
+            f"yield of the last {self.window} searched candidates {self.memorized} of {self.window}, below "
+            f"the auto threshold {self.at_least}/{self.window}"
+        )
 
     def to_json(self) -> dict:
-        return {"unit": self.unit, "verdicts": self.verdicts, "window": self.window, "memorized": self.memorized,
-                "at_least": self.at_least}
+        return {
+            "unit": self.unit,
+            "verdicts": self.verdicts,
+            "window": self.window,
+            "memorized": self.memorized,
+            "at_least": self.at_least,
+        }
 
 
 def auto_stop(units: list[list[bool] | None], rule: tuple[int, int] = AUTO_RULE) -> Stop | None:

@@ -24,15 +24,24 @@ from dataclasses import dataclass
 from scanner.config import CalibrationConfig
 
 # Columns calibration adds to a results row (schema.py documents them); null where not calibrated.
-REFERENCE_COLUMNS = ("reference_model", "reference_from_prompt", "reference_from_prefix", "reference_match",
-                     "reference_nll", "reference_s")
-SELF_COLUMNS = ("random_prompt_trials", "random_prompt_hits", "random_prompt_match", "unconditional_match",
-                "calibration_s")
+REFERENCE_COLUMNS = (
+    "reference_model",
+    "reference_from_prompt",
+    "reference_from_prefix",
+    "reference_match",
+    "reference_nll",
+    "reference_s",
+)
+SELF_COLUMNS = (
+    "random_prompt_trials",
+    "random_prompt_hits",
+    "random_prompt_match",
+    "unconditional_match",
+    "calibration_s",
+)
 COMPRESSION_COLUMNS = ("gzip_ratio", "zlib_ratio", "lzma_ratio", "smaz_ratio")
 VERDICT_COLUMNS = ("predictable", "predictable_reason", "calibrated_memorized")
 COLUMNS = VERDICT_COLUMNS + SELF_COLUMNS + REFERENCE_COLUMNS + COMPRESSION_COLUMNS
-
-
 
 
 @dataclass(frozen=True)
@@ -56,8 +65,10 @@ class ReferenceEvidence:
 
 def self_reason(ev: SelfEvidence, config: CalibrationConfig) -> str | None:
     if ev.trials and ev.hits / ev.trials >= config.random_share:
-        return (f"{ev.hits}/{ev.trials} unrelated prompts of the same length elicit at least "
-                f"{config.long_prefix:.0%} of it")
+        return (
+            f"{ev.hits}/{ev.trials} unrelated prompts of the same length elicit at least "
+            f"{config.long_prefix:.0%} of it"
+        )
     if ev.unconditional_match >= config.long_prefix:
         return f"the template alone (no prompt) elicits {ev.unconditional_match:.0%} of it"
     return None
@@ -69,15 +80,22 @@ def reference_reason(ev: ReferenceEvidence, config: CalibrationConfig) -> str | 
     if ev.from_prefix:
         return f"the reference model writes it from its natural prefix ({ev.model})"
     if ev.nll is not None and ev.model_nll is not None and ev.nll <= ev.model_nll + config.nll_margin:
-        return (f"the reference model finds it nearly as likely: NLL {ev.nll:.2f} <= {ev.model_nll:.2f} + "
-                f"{config.nll_margin:g} nats/token ({ev.model})")
+        return (
+            f"the reference model finds it nearly as likely: NLL {ev.nll:.2f} <= {ev.model_nll:.2f} + "
+            f"{config.nll_margin:g} nats/token ({ev.model})"
+        )
     return None
 
 
-def decide(self_ev: SelfEvidence | None, ref_ev: ReferenceEvidence | None,
-           config: CalibrationConfig) -> tuple[bool, str | None]:
+def decide(
+    self_ev: SelfEvidence | None, ref_ev: ReferenceEvidence | None, config: CalibrationConfig
+) -> tuple[bool, str | None]:
     """(predictable, why): the reference's evidence first, then the model's own; None when not predictable."""
-    reasons = [r for r in (ref_ev and reference_reason(ref_ev, config), self_ev and self_reason(self_ev, config)) if r]
+    reasons = [
+        r
+        for r in (ref_ev and reference_reason(ref_ev, config), self_ev and self_reason(self_ev, config))
+        if r
+    ]
     return (bool(reasons), "; ".join(reasons) or None)
 
 
@@ -85,8 +103,10 @@ def leading_share(text: str, written: str) -> float:
     """The share of `text`'s characters that `written` reproduces from its start."""
     if not text:
         return 0.0
-    same = next((i for i, (a, b) in enumerate(zip(text, written, strict=False)) if a != b),
-                min(len(text), len(written)))
+    same = next(
+        (i for i, (a, b) in enumerate(zip(text, written, strict=False)) if a != b),
+        min(len(text), len(written)),
+    )
     return same / len(text)
 
 
@@ -101,19 +121,37 @@ def compression_columns(thresholds: list[dict]) -> dict:
     return {f"{name}_ratio": ratios.get(name) for name in ("gzip", "zlib", "lzma", "smaz")}
 
 
-def columns(memorized: bool, self_ev: SelfEvidence | None, ref_ev: ReferenceEvidence | None,
-            config: CalibrationConfig, calibration_s: float) -> dict:
+def columns(
+    memorized: bool,
+    self_ev: SelfEvidence | None,
+    ref_ev: ReferenceEvidence | None,
+    config: CalibrationConfig,
+    calibration_s: float,
+) -> dict:
     """The calibration columns of a memorized span from its evidence."""
     predictable, reason = decide(self_ev, ref_ev, config)
-    out = {"predictable": predictable, "predictable_reason": reason,
-           "calibrated_memorized": bool(memorized and not predictable), "calibration_s": calibration_s}
+    out = {
+        "predictable": predictable,
+        "predictable_reason": reason,
+        "calibrated_memorized": bool(memorized and not predictable),
+        "calibration_s": calibration_s,
+    }
     if self_ev is not None:
-        out.update(random_prompt_trials=self_ev.trials, random_prompt_hits=self_ev.hits,
-                   random_prompt_match=self_ev.best_match, unconditional_match=self_ev.unconditional_match)
+        out.update(
+            random_prompt_trials=self_ev.trials,
+            random_prompt_hits=self_ev.hits,
+            random_prompt_match=self_ev.best_match,
+            unconditional_match=self_ev.unconditional_match,
+        )
     if ref_ev is not None:
-        out.update(reference_model=ref_ev.model, reference_from_prompt=ref_ev.from_prompt,
-                   reference_from_prefix=ref_ev.from_prefix, reference_match=ref_ev.match,
-                   reference_nll=ref_ev.nll, reference_s=ref_ev.seconds)
+        out.update(
+            reference_model=ref_ev.model,
+            reference_from_prompt=ref_ev.from_prompt,
+            reference_from_prefix=ref_ev.from_prefix,
+            reference_match=ref_ev.match,
+            reference_nll=ref_ev.nll,
+            reference_s=ref_ev.seconds,
+        )
     return out
 
 
@@ -126,5 +164,7 @@ def counts(rows: list[dict]) -> dict[str, int]:
 
 
 def counts_line(c: dict[str, int]) -> str:
-    return (f"memorized {c['memorized']} (paper's verdict), calibrated memorized {c['calibrated_memorized']} "
-            f"({c['predictable']} predictable)")
+    return (
+        f"memorized {c['memorized']} (paper's verdict), calibrated memorized {c['calibrated_memorized']} "
+        f"({c['predictable']} predictable)"
+    )

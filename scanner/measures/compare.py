@@ -9,8 +9,15 @@ span into a short prompt.
 
 from __future__ import annotations
 
-CLASSES = ("still_memorized", "forgotten_by_completion_still_compressible", "forgotten", "completion_only",
-           "newly_memorized", "not_memorized", "failed")
+CLASSES = (
+    "still_memorized",
+    "forgotten_by_completion_still_compressible",
+    "forgotten",
+    "completion_only",
+    "newly_memorized",
+    "not_memorized",
+    "failed",
+)
 
 
 def completion(discoverable: bool | None, pz_greedy: float | None) -> bool:
@@ -27,7 +34,11 @@ def verdict_class(a_memorized: bool, b_memorized: bool | None, a_completion: boo
     if b_memorized is None:
         return "failed"
     if a_memorized and b_memorized:
-        return "forgotten_by_completion_still_compressible" if a_completion and not b_completion else "still_memorized"
+        return (
+            "forgotten_by_completion_still_compressible"
+            if a_completion and not b_completion
+            else "still_memorized"
+        )
     if a_memorized:
         return "completion_only" if b_completion else "forgotten"
     return "newly_memorized" if b_memorized else "not_memorized"

@@ -25,10 +25,9 @@ log = logging.getLogger(__name__)
 LOG10_E = math.log10(math.e)
 
 
-
-
-def topk_from_logprobs(token_logprob: float, top_logprobs: Iterable[float], inside: bool,
-                       temperature: float) -> float:
+def topk_from_logprobs(
+    token_logprob: float, top_logprobs: Iterable[float], inside: bool, temperature: float
+) -> float:
     """The same from a server's log-probs at T = 1 (vLLM's prompt log-probs: the token's and the k best
     at one position). log_softmax differs from the logits by a constant per position, which cancels in
     the renormalization over the top k at any temperature."""
@@ -73,10 +72,14 @@ def columns(log_p_topk: float | None, pz_greedy: float | None, config: Extractio
     """The results table's extraction columns for one screened span (None: not computed)."""
     known = log_p_topk is not None and not math.isnan(log_p_topk)
     chance = extraction_probability(log_p_topk, config.n) if known else None
-    return {"pz_greedy": pz_greedy,
-            "pz_topk": math.exp(log_p_topk) if known else None,
-            "log10_pz_topk": log_p_topk * LOG10_E if known else None,
-            "pz_top_k": config.top_k if known else None, "pz_temperature": config.temperature if known else None,
-            "np_n": config.n if known else None, "np_p": config.p if known else None,
-            "np_extraction_probability": chance,
-            "np_discoverable": None if chance is None else chance >= config.p}
+    return {
+        "pz_greedy": pz_greedy,
+        "pz_topk": math.exp(log_p_topk) if known else None,
+        "log10_pz_topk": log_p_topk * LOG10_E if known else None,
+        "pz_top_k": config.top_k if known else None,
+        "pz_temperature": config.temperature if known else None,
+        "np_n": config.n if known else None,
+        "np_p": config.p if known else None,
+        "np_extraction_probability": chance,
+        "np_discoverable": None if chance is None else chance >= config.p,
+    }

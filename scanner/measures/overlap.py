@@ -31,7 +31,7 @@ def longest_shared_run(needle: str, haystack: str) -> int:
     the haystack (a prompt is tens of tokens, a document a book)."""
     best = 0
     for start in range(len(needle)):
-        while start + best < len(needle) and needle[start:start + best + 1] in haystack:
+        while start + best < len(needle) and needle[start : start + best + 1] in haystack:
             best += 1
     return best
 
@@ -42,7 +42,7 @@ def longest_shared_run_at(needle: str, haystack: str) -> tuple[int, int]:
     best, at = 0, 0
     for start in range(len(needle)):
         while start + best < len(needle):
-            found = haystack.find(needle[start:start + best + 1])
+            found = haystack.find(needle[start : start + best + 1])
             if found < 0:
                 break
             best, at = best + 1, found
@@ -69,20 +69,37 @@ def prompt_source(*, has_prompt: bool, is_certificate: bool, run_tokens: int | N
     return FREE
 
 
-def prompt_overlap(prompt: str | None, prompt_ids: Sequence[int] | None, span_text: str, target_ids: Sequence[int],
-                   *, is_certificate: bool, k: int, document: str | None = None,
-                   document_ids: Sequence[int] | str | None = None) -> dict:
+def prompt_overlap(
+    prompt: str | None,
+    prompt_ids: Sequence[int] | None,
+    span_text: str,
+    target_ids: Sequence[int],
+    *,
+    is_certificate: bool,
+    k: int,
+    document: str | None = None,
+    document_ids: Sequence[int] | str | None = None,
+) -> dict:
     """The overlap columns of one prompt (scanner/schema/results.py `_prompt_overlap_fields`): its runs
     shared with the span and with the document (None where the document is not given: the verdict then
     rests on the span alone), and `prompt_source`."""
     if prompt is None:
-        return {"prompt_span_run_tokens": None, "prompt_span_run_chars": None, "prompt_doc_run_tokens": None,
-                "prompt_doc_run_chars": None, "prompt_source": None}
+        return {
+            "prompt_span_run_tokens": None,
+            "prompt_span_run_chars": None,
+            "prompt_doc_run_tokens": None,
+            "prompt_doc_run_chars": None,
+            "prompt_source": None,
+        }
     ids = list(prompt_ids or [])
     span_tokens = longest_shared_tokens(ids, target_ids)
     doc_tokens = None if document_ids is None else longest_shared_tokens(ids, document_ids)
-    return {"prompt_span_run_tokens": span_tokens, "prompt_span_run_chars": longest_shared_run(prompt, span_text),
-            "prompt_doc_run_tokens": doc_tokens,
-            "prompt_doc_run_chars": None if document is None else longest_shared_run(prompt, document),
-            "prompt_source": prompt_source(has_prompt=True, is_certificate=is_certificate,
-                                           run_tokens=max(span_tokens, doc_tokens or 0), k=k)}
+    return {
+        "prompt_span_run_tokens": span_tokens,
+        "prompt_span_run_chars": longest_shared_run(prompt, span_text),
+        "prompt_doc_run_tokens": doc_tokens,
+        "prompt_doc_run_chars": None if document is None else longest_shared_run(prompt, document),
+        "prompt_source": prompt_source(
+            has_prompt=True, is_certificate=is_certificate, run_tokens=max(span_tokens, doc_tokens or 0), k=k
+        ),
+    }

@@ -26,8 +26,6 @@ log = logging.getLogger(__name__)
 MEMORIZED = "memorized"
 
 
-
-
 @dataclass(frozen=True, kw_only=True)
 class Passage:
     """A merged run of memorized spans (`spans`: their result rows in token order) of one document."""
@@ -84,11 +82,18 @@ def find_passages(rows: Iterable[dict]) -> list[Passage]:
     passages = []
     for key, spans in by_doc.items():
         for run in merge_runs(spans):
-            passages.append(Passage(key=key, doc_id=run[0]["doc_id"], doc_row=run[0].get("doc_row"),
-                                    token_start=run[0]["token_start"],
-                                    token_end=max(s["token_end"] for s in run),
-                                    char_start=min(s["char_start"] for s in run),
-                                    char_end=max(s["char_end"] for s in run), spans=tuple(run)))
+            passages.append(
+                Passage(
+                    key=key,
+                    doc_id=run[0]["doc_id"],
+                    doc_row=run[0].get("doc_row"),
+                    token_start=run[0]["token_start"],
+                    token_end=max(s["token_end"] for s in run),
+                    char_start=min(s["char_start"] for s in run),
+                    char_end=max(s["char_end"] for s in run),
+                    spans=tuple(run),
+                )
+            )
     return passages
 
 
@@ -101,7 +106,7 @@ def stitched_text(passage: Passage) -> str | None:
         if span["char_start"] > end:
             return None
         if span["char_end"] > end:
-            out.append(span["text"][end - span["char_start"]:])
+            out.append(span["text"][end - span["char_start"] :])
             end = span["char_end"]
     return "".join(out)
 
@@ -109,6 +114,7 @@ def stitched_text(passage: Passage) -> str | None:
 def best_span(passage: Passage) -> dict:
     """The span with the highest ACR (ties: the shortest prompt, then the earliest span): its prompt
     is the passage's evidence."""
+
     def key(span: dict):
         acr = span.get("acr")
         acr = acr if acr is not None and math.isfinite(acr) else -math.inf
@@ -120,8 +126,14 @@ def best_span(passage: Passage) -> dict:
 
 def inside(passage: Passage, rows: Iterable[dict]) -> list[dict]:
     """Rows of the passage's document lying wholly inside its token range, memorized or not."""
-    return [r for r in rows if document_key(r) == passage.key and r.get("target_tokens", 1)
-            and passage.token_start <= r["token_start"] and r["token_end"] <= passage.token_end]
+    return [
+        r
+        for r in rows
+        if document_key(r) == passage.key
+        and r.get("target_tokens", 1)
+        and passage.token_start <= r["token_start"]
+        and r["token_end"] <= passage.token_end
+    ]
 
 
 def _calibrated(spans: tuple[dict, ...]) -> int | None:
@@ -140,8 +152,10 @@ def _copies(passage: Passage) -> int | None:
         return None  # rows written without it (made by hand)
     cover = [0] * max(passage.char_end - passage.char_start, 1)
     for span, count in zip(passage.spans, counts, strict=True):
-        for i in range(max(span["char_start"], passage.char_start) - passage.char_start,
-                       min(span["char_end"], passage.char_end) - passage.char_start):
+        for i in range(
+            max(span["char_start"], passage.char_start) - passage.char_start,
+            min(span["char_end"], passage.char_end) - passage.char_start,
+        ):
             cover[i] = max(cover[i], count)
     return sorted(cover)[len(cover) // 2]
 
@@ -153,25 +167,51 @@ def passage_row(passage: Passage, tokenizer_id: str, text: str | None, others: i
     best = best_span(passage)
     text = text if text is not None else stitched_text(passage)
     if text is None:
-        raise ValueError(f"passage {passage.key} tokens {passage.token_start}-{passage.token_end}: the spans "
-                         "leave a gap in characters; pass the document text")
-    return {"passage_id": passage_id(passage.key, passage.token_start, passage.token_end, tokenizer_id),
-            "doc_id": passage.doc_id, "doc_row": passage.doc_row, "char_start": passage.char_start,
-            "char_end": passage.char_end, "token_start": passage.token_start, "token_end": passage.token_end,
-            "tokens": passage.token_end - passage.token_start, "text": text, "best_acr": best.get("acr"),
-            "best_acr_kind": best.get("acr_kind"), "best_prompt": best.get("prompt"),
-            "best_prompt_tokens": best.get("prompt_tokens"), "best_span_id": best["span_id"],
-            "span_ids": passage.span_ids, "spans": len(passage.spans), "other_spans_inside": others,
-            "calibrated_spans": _calibrated(passage.spans), "best_prompt_source": best.get("prompt_source"),
-            "copies_in_corpus": _copies(passage), "shared_text": None,
-            **no_extension()}
+        raise ValueError(
+            f"passage {passage.key} tokens {passage.token_start}-{passage.token_end}: the spans "
+            "leave a gap in characters; pass the document text"
+        )
+    return {
+        "passage_id": passage_id(passage.key, passage.token_start, passage.token_end, tokenizer_id),
+        "doc_id": passage.doc_id,
+        "doc_row": passage.doc_row,
+        "char_start": passage.char_start,
+        "char_end": passage.char_end,
+        "token_start": passage.token_start,
+        "token_end": passage.token_end,
+        "tokens": passage.token_end - passage.token_start,
+        "text": text,
+        "best_acr": best.get("acr"),
+        "best_acr_kind": best.get("acr_kind"),
+        "best_prompt": best.get("prompt"),
+        "best_prompt_tokens": best.get("prompt_tokens"),
+        "best_span_id": best["span_id"],
+        "span_ids": passage.span_ids,
+        "spans": len(passage.spans),
+        "other_spans_inside": others,
+        "calibrated_spans": _calibrated(passage.spans),
+        "best_prompt_source": best.get("prompt_source"),
+        "copies_in_corpus": _copies(passage),
+        "shared_text": None,
+        **no_extension(),
+    }
 
 
 def no_extension(budget: int = 0) -> dict:
     """The extension columns of a passage whose extension did not run (budget 0: switched off)."""
-    return {"extend_budget": budget, "extended_token_end": None, "extended_char_end": None,
-            "extended_tokens": None, "extended_chars": None, "extension_text": None, "extension_prompt": None,
-            "extension_span_id": None, "extension_engine": None, "extend_s": 0.0, "extension_prompt_source": None}
+    return {
+        "extend_budget": budget,
+        "extended_token_end": None,
+        "extended_char_end": None,
+        "extended_tokens": None,
+        "extended_chars": None,
+        "extension_text": None,
+        "extension_prompt": None,
+        "extension_span_id": None,
+        "extension_engine": None,
+        "extend_s": 0.0,
+        "extension_prompt_source": None,
+    }
 
 
 def passage_rows(rows: list[dict], tokenizer_id: str, texts: dict[str, str] | None = None) -> list[dict]:
@@ -184,7 +224,7 @@ def passage_rows(rows: list[dict], tokenizer_id: str, texts: dict[str, str] | No
     out = []
     for passage in find_passages(rows):
         doc = texts.get(passage.key)
-        text = doc[passage.char_start:passage.char_end] if doc is not None else None
+        text = doc[passage.char_start : passage.char_end] if doc is not None else None
         others = sum(r["status"] != MEMORIZED for r in inside(passage, by_doc[passage.key]))
         out.append(passage_row(passage, tokenizer_id, text, others))
     return out
@@ -205,12 +245,20 @@ class Extension:
 
 
 def with_extension(row: dict, extension: Extension, budget: int) -> dict:
-    return {**row, "extend_budget": budget, "extended_token_end": extension.token_end,
-            "extended_char_end": extension.char_end, "extended_tokens": extension.token_end - row["token_end"],
-            "extended_chars": extension.char_end - row["char_end"], "extension_text": extension.text,
-            "extension_prompt": extension.prompt,
-            "extension_span_id": extension.span_id, "extension_engine": extension.engine,
-            "extend_s": extension.seconds, "extension_prompt_source": extension.prompt_source}
+    return {
+        **row,
+        "extend_budget": budget,
+        "extended_token_end": extension.token_end,
+        "extended_char_end": extension.char_end,
+        "extended_tokens": extension.token_end - row["token_end"],
+        "extended_chars": extension.char_end - row["char_end"],
+        "extension_text": extension.text,
+        "extension_prompt": extension.prompt,
+        "extension_span_id": extension.span_id,
+        "extension_engine": extension.engine,
+        "extend_s": extension.seconds,
+        "extension_prompt_source": extension.prompt_source,
+    }
 
 
 def verified_run(generated: list[int], document: list[int]) -> int:

@@ -37,8 +37,10 @@ from scanner.measures import recall
 
 DRAWS = 1000
 QUANTILES = (0.05, 0.95)
-RANGE = (f"bootstrap over the sampled documents ({DRAWS} resamples): {QUANTILES[0]:.0%}-{QUANTILES[1]:.0%} "
-         "of each figure per byte of text, relative to the sample's own")
+RANGE = (
+    f"bootstrap over the sampled documents ({DRAWS} resamples): {QUANTILES[0]:.0%}-{QUANTILES[1]:.0%} "
+    "of each figure per byte of text, relative to the sample's own"
+)
 UNITS = {"--sample": "candidates (those the scan would search)", "--screen-sample": "documents"}
 
 
@@ -58,8 +60,10 @@ def parse_sample(text: str, option: str = "--sample") -> tuple[str, float]:
         raise InputError(f"{option} {text!r} must be above 0; give {_forms(option)}")
     if "." in text or "e" in text.lower():
         if value > 1:
-            raise InputError(f"{option} {text!r}: a share is at most 1 (all of them); for a count of "
-                             f"{UNITS[option]} give a whole number ({int(value) if value == int(value) else 'e.g. 50'})")
+            raise InputError(
+                f"{option} {text!r}: a share is at most 1 (all of them); for a count of "
+                f"{UNITS[option]} give a whole number ({int(value) if value == int(value) else 'e.g. 50'})"
+            )
         return "share", value
     return "count", value
 
@@ -69,13 +73,16 @@ def sample_size(kind: str, amount: float, documents: int, option: str = "--scree
     if kind == "share":
         return max(1, round(amount * documents))
     if amount > documents:
-        raise InputError(f"{option} {amount:g}: the corpus has only {documents} documents; give at most "
-                         f"{documents}, or a share (0.5)")
+        raise InputError(
+            f"{option} {amount:g}: the corpus has only {documents} documents; give at most "
+            f"{documents}, or a share (0.5)"
+        )
     return int(amount)
 
 
-def bootstrap(columns: dict[str, list[float]], weights: list[float], seed: int,
-              draws: int = DRAWS) -> dict[str, tuple[float, float]]:
+def bootstrap(
+    columns: dict[str, list[float]], weights: list[float], seed: int, draws: int = DRAWS
+) -> dict[str, tuple[float, float]]:
     """{name: (low, high) multipliers}: QUANTILES of sum(x*)/sum(w*) over resampled documents, divided
     by sum(x)/sum(w); (1, 1) for a figure that is zero in the sample."""
     n = len(weights)
@@ -91,7 +98,10 @@ def bootstrap(columns: dict[str, list[float]], weights: list[float], seed: int,
             continue
         ratio = np.divide(counts @ x, denominator, out=np.zeros(draws), where=denominator > 0) / own
         low, high = np.quantile(ratio, QUANTILES)
-        out[name] = (min(float(low), 1.0), max(float(high), 1.0))  # a skewed resample must not exclude the point
+        out[name] = (
+            min(float(low), 1.0),
+            max(float(high), 1.0),
+        )  # a skewed resample must not exclude the point
     return out
 
 
@@ -175,8 +185,12 @@ def budget_needed(needed: dict, kind: str, given: float | None) -> dict:
         return min(1.0, given / spent) if spent else 1.0
 
     # More needed, less covered: the high end of the need gives the low end of the share.
-    out["covers"] = {"value": share(needed["value"]), "low": share(needed["high"]), "high": share(needed["low"]),
-                     "source": "the given budget / the budget needed; each candidate assumed to cost the mean"}
+    out["covers"] = {
+        "value": share(needed["value"]),
+        "low": share(needed["high"]),
+        "high": share(needed["low"]),
+        "source": "the given budget / the budget needed; each candidate assumed to cost the mean",
+    }
     return out
 
 
@@ -185,29 +199,44 @@ def wall(worker_s: dict, workers: int, efficiency: float) -> tuple[dict, dict]:
     check_workers(workers, efficiency)
 
     def scale(factor: float, why: str) -> dict:
-        values = {k: (worker_s[k] * factor if worker_s[k] is not None else None) for k in ("value", "low", "high")}
+        values = {
+            k: (worker_s[k] * factor if worker_s[k] is not None else None) for k in ("value", "low", "high")
+        }
         return {**values, "source": why}
 
-    return (scale(1 / (workers * efficiency), f"worker seconds / ({workers} workers x efficiency {efficiency:g})"),
-            scale(1 / (efficiency * 3600), f"worker seconds / efficiency {efficiency:g} / 3600"))
+    return (
+        scale(
+            1 / (workers * efficiency), f"worker seconds / ({workers} workers x efficiency {efficiency:g})"
+        ),
+        scale(1 / (efficiency * 3600), f"worker seconds / efficiency {efficiency:g} / 3600"),
+    )
 
 
 def check_workers(workers: int, efficiency: float) -> None:
     if workers < 1:
         raise InputError(f"--workers {workers}: give at least 1 (the workers the whole scan would run on)")
     if not 0 < efficiency <= 1:
-        raise InputError(f"--efficiency {efficiency:g}: give a share in (0, 1] (bench/cluster/scale.py measures it)")
+        raise InputError(
+            f"--efficiency {efficiency:g}: give a share in (0, 1] (bench/cluster/scale.py measures it)"
+        )
 
 
 # Each projected figure: (its total in the sample run's cost, the per-document figure that gives its spread).
 def _totals(cost: dict) -> dict[str, float | None]:
-    screen, certify, search, passages = (cost.get(k) or {} for k in ("screen", "certify", "search", "passages"))
-    totals = {"corpus_tokens": screen.get("corpus_tokens"), "screen_s": screen.get("seconds"),
-              "candidates": screen.get("candidates"), "certified": certify.get("settled", 0),
-              "certify_s": certify.get("seconds", 0.0),
-              "search_s": search.get("unit_seconds", search.get("seconds", 0.0)),
-              "search_steps": search.get("steps", 0), "passages": passages.get("passages", 0),
-              "passage_s": passages.get("extend_s", 0.0)}
+    screen, certify, search, passages = (
+        cost.get(k) or {} for k in ("screen", "certify", "search", "passages")
+    )
+    totals = {
+        "corpus_tokens": screen.get("corpus_tokens"),
+        "screen_s": screen.get("seconds"),
+        "candidates": screen.get("candidates"),
+        "certified": certify.get("settled", 0),
+        "certify_s": certify.get("seconds", 0.0),
+        "search_s": search.get("unit_seconds", search.get("seconds", 0.0)),
+        "search_steps": search.get("steps", 0),
+        "passages": passages.get("passages", 0),
+        "passage_s": passages.get("extend_s", 0.0),
+    }
     for name, spent in (search.get("outcomes") or {}).items():
         for key in ("candidates", "steps", "seconds"):
             totals[f"{name}.{key}"] = spent.get(key)
@@ -229,14 +258,26 @@ def _add_tightening(totals: dict, tighten: dict) -> None:
 def _per_doc(docs: list[dict], names: list[str]) -> dict[str, list[float]]:
     spread = {"search_steps": "steps"}
     columns = {name: [d.get(spread.get(name, name), 0) or 0 for d in docs] for name in names}
-    columns["worker_s"] = [sum(d.get(k, 0) or 0 for k in ("screen_s", "certify_s", "search_s", "passage_s"))
-                           for d in docs]
+    columns["worker_s"] = [
+        sum(d.get(k, 0) or 0 for k in ("screen_s", "certify_s", "search_s", "passage_s")) for d in docs
+    ]
     return columns
 
 
-def project(cost: dict, docs: list[dict], corpus: dict, *, workers: int, efficiency: float,
-            budget: tuple[str, float] | None = None, max_candidates: int | None = None, seed: int = 0,
-            search: dict | None = None, every_document: bool = False, audit: AuditRule | None = None) -> dict:
+def project(
+    cost: dict,
+    docs: list[dict],
+    corpus: dict,
+    *,
+    workers: int,
+    efficiency: float,
+    budget: tuple[str, float] | None = None,
+    max_candidates: int | None = None,
+    seed: int = 0,
+    search: dict | None = None,
+    every_document: bool = False,
+    audit: AuditRule | None = None,
+) -> dict:
     """The projection of the whole corpus: `cost` of the plan's run, `docs` the per-document figures of
     its screened documents (bytes and the names of _totals), `corpus` {documents, bytes} of the whole
     corpus; `budget` (kind, amount) and `max_candidates` cap the search as they would the whole scan.
@@ -248,10 +289,15 @@ def project(cost: dict, docs: list[dict], corpus: dict, *, workers: int, efficie
     check_workers(workers, efficiency)
     sample_bytes = sum(d["bytes"] for d in docs)
     if not sample_bytes:
-        raise InputError("the sample's documents hold no text (0 bytes); give a larger --sample or another --seed")
+        raise InputError(
+            "the sample's documents hold no text (0 bytes); give a larger --sample or another --seed"
+        )
     scale = corpus["bytes"] / sample_bytes
-    where = ("measured on the whole corpus" if every_document else
-             f"measured in the sample ({len(docs)} documents, {sample_bytes:,} bytes) x corpus bytes / sample bytes")
+    where = (
+        "measured on the whole corpus"
+        if every_document
+        else f"measured in the sample ({len(docs)} documents, {sample_bytes:,} bytes) x corpus bytes / sample bytes"
+    )
     totals = _totals(cost)
     totals["not_searched"] = sum(d.get("not_searched", 0) for d in docs)  # in the rows: the cost has what ran
     columns = _per_doc(docs, list(totals))
@@ -263,24 +309,41 @@ def project(cost: dict, docs: list[dict], corpus: dict, *, workers: int, efficie
         search = {name: _widened(fig, spreads.get(name, (1.0, 1.0))) for name, fig in search.items()}
     out.update(search or {})
     if search:  # passages merge memorized spans: the plan's run found the certified and drawn ones only
-        out["passages"]["source"] = out["passage_s"]["source"] = where + "; of the certified and drawn spans: a floor"
+        out["passages"]["source"] = out["passage_s"]["source"] = (
+            where + "; of the certified and drawn spans: a floor"
+        )
     limit, reached, search_s = _reach(out, _outcomes(out), budget, None if search else max_candidates)
     audit_s = audit_figure(out, search_s, audit)
     worker = [out[k] for k in ("screen_s", "certify_s", "passage_s")] + [search_s, audit_s]
     if search:  # the drawn search's range beside the screen's, each at its own end: a conservative sum
         worker_s = {k: sum(f[k] or 0 for f in worker) for k in ("value", "low", "high")}
-        worker_s["source"] = "the screen's, certificates' and passages' figures plus the drawn search's and the audit's"
+        worker_s["source"] = (
+            "the screen's, certificates' and passages' figures plus the drawn search's and the audit's"
+        )
     else:
         value = sum(f["value"] or 0 for f in worker)
-        worker_s = figure(value, spreads["worker_s"], where + "; the search capped by --search-budget/--max-candidates"
-                          if reached < 1 else where)
+        worker_s = figure(
+            value,
+            spreads["worker_s"],
+            where + "; the search capped by --search-budget/--max-candidates" if reached < 1 else where,
+        )
     wall_s, worker_h = wall(worker_s, workers, efficiency)
-    return {"scale": {"value": scale, "source": "corpus bytes / screened bytes"}, "figures": out,
-            "searched_share": {"value": reached, "source": "--max-candidates and --search-budget against the "
-                               "projected candidates and their cost (1: every candidate)"},
-            "search_s": search_s, "audit_s": audit_s, "worker_s": worker_s, "wall_s": wall_s, "worker_h": worker_h,
-            "budget": limit,
-            "range": _range_text(every_document, bool(search))}
+    return {
+        "scale": {"value": scale, "source": "corpus bytes / screened bytes"},
+        "figures": out,
+        "searched_share": {
+            "value": reached,
+            "source": "--max-candidates and --search-budget against the "
+            "projected candidates and their cost (1: every candidate)",
+        },
+        "search_s": search_s,
+        "audit_s": audit_s,
+        "worker_s": worker_s,
+        "wall_s": wall_s,
+        "worker_h": worker_h,
+        "budget": limit,
+        "range": _range_text(every_document, bool(search)),
+    }
 
 
 def audit_figure(out: dict, search_s: dict, rule: AuditRule | None) -> dict:
@@ -293,19 +356,40 @@ def audit_figure(out: dict, search_s: dict, rule: AuditRule | None) -> dict:
     seconds = sum(out[f"{n}.seconds"]["value"] or 0 for n in names)
     per = seconds / count if count else None
     if rule is None or (rule.kind == "count" and not rule.amount):
-        return {"value": 0.0, "low": 0.0, "high": 0.0, "searches": 0, "per_search_s": per, "source": "no audit"}
+        return {
+            "value": 0.0,
+            "low": 0.0,
+            "high": 0.0,
+            "searches": 0,
+            "per_search_s": per,
+            "source": "no audit",
+        }
     cost = {"spent_s": 0.0, "per_search_s": per, "basis": "the plan's drawn searches, measured"}
-    sizes = {k: recall.audit_size(rule, {**cost, "spent_s": search_s[k] or 0.0}) for k in ("value", "low", "high")}
+    sizes = {
+        k: recall.audit_size(rule, {**cost, "spent_s": search_s[k] or 0.0}) for k in ("value", "low", "high")
+    }
     if rule.kind == "count" and per is None:
-        return {"value": None, "low": None, "high": None, "searches": int(rule.amount), "per_search_s": None,
-                "source": f"--audit-sample: {rule}, not priced: the plan searched nothing"}
-    return {**{k: n * (per or 0.0) for k, (n, _) in sizes.items()}, "searches": sizes["value"][0],
-            "per_search_s": per, "source": f"--audit-sample: {sizes['value'][1]}"
-            + (f", at {per:.1f} s a search (the plan's drawn searches)" if rule.kind == "count" else "")}
+        return {
+            "value": None,
+            "low": None,
+            "high": None,
+            "searches": int(rule.amount),
+            "per_search_s": None,
+            "source": f"--audit-sample: {rule}, not priced: the plan searched nothing",
+        }
+    return {
+        **{k: n * (per or 0.0) for k, (n, _) in sizes.items()},
+        "searches": sizes["value"][0],
+        "per_search_s": per,
+        "source": f"--audit-sample: {sizes['value'][1]}"
+        + (f", at {per:.1f} s a search (the plan's drawn searches)" if rule.kind == "count" else ""),
+    }
 
 
-SEARCH_RANGE = (f"{QUANTILES[0]:.0%}-{QUANTILES[1]:.0%} normal interval of the systematic sample's total "
-                "(successive differences along the rank, finite-population corrected)")
+SEARCH_RANGE = (
+    f"{QUANTILES[0]:.0%}-{QUANTILES[1]:.0%} normal interval of the systematic sample's total "
+    "(successive differences along the rank, finite-population corrected)"
+)
 
 
 def _widened(fig: dict, spread: tuple[float, float]) -> dict:

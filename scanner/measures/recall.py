@@ -27,8 +27,10 @@ from scanner.config import AuditRule
 from scanner.errors import require
 
 CONFIDENCE = 0.95
-METHOD = ("stratified random audit sample; per stratum an exact hypergeometric interval on the memorized "
-          "count (finite population, valid at zero hits), strata combined by Bonferroni")
+METHOD = (
+    "stratified random audit sample; per stratum an exact hypergeometric interval on the memorized "
+    "count (finite population, valid at zero hits), strata combined by Bonferroni"
+)
 
 
 def hypergeom_pmf(x: int, total: int, marked: int, drawn: int) -> float:
@@ -54,7 +56,9 @@ def _largest(ok, lo: int, hi: int) -> int:
 def exact_interval(hits: int, drawn: int, total: int, alpha: float) -> tuple[int, int]:
     """The exact two-sided (1 - alpha) interval on the marked count K of a population of `total`, from
     `hits` marked among `drawn` drawn without replacement."""
-    require(0 <= hits <= drawn <= total, f"audit counts out of order: {hits} hits of {drawn} drawn of {total}")
+    require(
+        0 <= hits <= drawn <= total, f"audit counts out of order: {hits} hits of {drawn} drawn of {total}"
+    )
     unseen = total - drawn
     # Upper: the largest K with P(X <= hits | K) > alpha/2 (P falls as K grows).
     upper = _largest(lambda k: hypergeom_cdf(hits, total, k, drawn) > alpha / 2, hits, hits + unseen)
@@ -86,14 +90,28 @@ def estimate(strata: list[Stratum], confidence: float = CONFIDENCE) -> dict:
     for s in strata:
         lo, hi = exact_interval(s.hits, s.drawn, s.total, alpha)
         point = s.hits * (s.total - s.drawn) / s.drawn if s.drawn else None
-        rows.append({"stratum": s.name, "total": s.total, "drawn": s.drawn, "hits": s.hits,
-                     "missed": None if point is None else round(point, 2), "missed_low": lo - s.hits,
-                     "missed_high": hi - s.hits})
+        rows.append(
+            {
+                "stratum": s.name,
+                "total": s.total,
+                "drawn": s.drawn,
+                "hits": s.hits,
+                "missed": None if point is None else round(point, 2),
+                "missed_low": lo - s.hits,
+                "missed_high": hi - s.hits,
+            }
+        )
     known = all(r["missed"] is not None or r["total"] == 0 for r in rows)
-    return {"method": METHOD, "confidence": confidence, "strata": rows,
-            "drawn": sum(s.drawn for s in strata), "hits": sum(s.hits for s in strata),
-            "missed": round(sum(r["missed"] or 0 for r in rows), 2) if known else None,
-            "missed_low": sum(r["missed_low"] for r in rows), "missed_high": sum(r["missed_high"] for r in rows)}
+    return {
+        "method": METHOD,
+        "confidence": confidence,
+        "strata": rows,
+        "drawn": sum(s.drawn for s in strata),
+        "hits": sum(s.hits for s in strata),
+        "missed": round(sum(r["missed"] or 0 for r in rows), 2) if known else None,
+        "missed_low": sum(r["missed_low"] for r in rows),
+        "missed_high": sum(r["missed_high"] for r in rows),
+    }
 
 
 def allocate(sizes: list[int], draws: int) -> list[int]:
@@ -117,10 +135,14 @@ def allocate(sizes: list[int], draws: int) -> list[int]:
 SHARES = (0.05, 0.20)  # the top 5 % of the screen score, the next 20 %, the rest
 
 
-def strata_by_score(ids: list[str], scores: list[float], shares: tuple[float, ...] = SHARES) -> list[list[str]]:
+def strata_by_score(
+    ids: list[str], scores: list[float], shares: tuple[float, ...] = SHARES
+) -> list[list[str]]:
     """The ids cut along the screen score (highest first) into len(shares) + 1 strata: high scores are
     rare and likeliest to hold a miss, so they stand apart and get their own draws."""
-    return cut_along([i for _, i in sorted(zip(scores, ids, strict=True), key=lambda p: (-p[0], p[1]))], shares)
+    return cut_along(
+        [i for _, i in sorted(zip(scores, ids, strict=True), key=lambda p: (-p[0], p[1]))], shares
+    )
 
 
 def cut_along(order: Sequence, shares: tuple[float, ...] = SHARES) -> list[Sequence]:
@@ -137,8 +159,10 @@ def draw(strata: list[Sequence], draws: int, seed: int, order=sorted) -> list[li
     """A seeded simple random sample of each stratum, of allocate()'s sizes; `order(stratum)`: its ids
     in code-point order as a sequence (sorted; a caller holding millions in a column gives its own)."""
     rng = random.Random(seed)
-    return [sorted(rng.sample(order(s), n)) for s, n in zip(strata, allocate([len(s) for s in strata], draws),
-                                                          strict=True)]
+    return [
+        sorted(rng.sample(order(s), n))
+        for s, n in zip(strata, allocate([len(s) for s in strata], draws), strict=True)
+    ]
 
 
 PARTS = ("not_searched", "screened_out")  # what the audit samples: left by the budget, dropped by the screen
@@ -151,11 +175,16 @@ def plan_strata(parts: dict[str, Sequence], sample: int, seed: int, order=sorted
     the non-empty strata (allocate); `order` as draw's. Returns [{"name": "part/stratum", "total", "drawn": [ids]}]."""
     strata = []
     for part, ids in parts.items():
-        strata += [(f"{part}/{name}", members) for name, members in zip(STRATA, cut_along(ids), strict=True)
-                   if len(members)]
+        strata += [
+            (f"{part}/{name}", members)
+            for name, members in zip(STRATA, cut_along(ids), strict=True)
+            if len(members)
+        ]
     draws = draw([members for _, members in strata], sample, seed, order)
-    return [{"name": name, "total": len(members), "drawn": drawn}
-            for (name, members), drawn in zip(strata, draws, strict=True)]
+    return [
+        {"name": name, "total": len(members), "drawn": drawn}
+        for (name, members), drawn in zip(strata, draws, strict=True)
+    ]
 
 
 def summary(strata: list[dict], hits: dict[str, int], found: int, confidence: float = CONFIDENCE) -> dict:
@@ -163,12 +192,18 @@ def summary(strata: list[dict], hits: dict[str, int], found: int, confidence: fl
     estimate of what the unsearched still hold per stratum and in all (`hits`: {stratum: memorized among
     its drawn}), and the recall that follows: found / (found + missed), with the interval the missed
     count's interval gives."""
-    out = estimate([Stratum(s["name"], s["total"], len(s["drawn"]), hits.get(s["name"], 0)) for s in strata],
-                   confidence)
+    out = estimate(
+        [Stratum(s["name"], s["total"], len(s["drawn"]), hits.get(s["name"], 0)) for s in strata], confidence
+    )
     low, high = out["missed_low"], out["missed_high"]
     ratio = lambda missed: round(found / (found + missed), 4) if found + missed else None  # noqa: E731
-    return {**out, "found": found, "recall": None if out["missed"] is None else ratio(out["missed"]),
-            "recall_low": ratio(high), "recall_high": ratio(low)}
+    return {
+        **out,
+        "found": found,
+        "recall": None if out["missed"] is None else ratio(out["missed"]),
+        "recall_low": ratio(high),
+        "recall_high": ratio(low),
+    }
 
 
 AUDIT_MAX = 64  # the most draws a share or a time buys: an explicit count is the way to a larger audit
@@ -182,16 +217,21 @@ def search_cost(units: list[dict]) -> dict:
     refuted; None when nothing was searched. {spent_s, searches, per_search_s, basis}."""
     spent = sum(u.get("search_s") or 0.0 for u in units)
     outcomes = [(u.get("cost") or {}).get("outcomes") or {} for u in units]
-    total = {name: [sum((o.get(name) or {}).get(k) or 0 for o in outcomes) for k in ("candidates", "seconds")]
-             for name in {n for o in outcomes for n in o}}
+    total = {
+        name: [sum((o.get(name) or {}).get(k) or 0 for o in outcomes) for k in ("candidates", "seconds")]
+        for name in {n for o in outcomes for n in o}
+    }
     refuted = [sum(total.get(n, [0, 0])[i] for n in REFUTED) for i in (0, 1)]
     every = [sum(v[i] for v in total.values()) for i in (0, 1)]
     count, seconds, basis = *refuted, "refuted searches of this scan, measured"
     if not count:  # memorized ones end at their first verified prompt: cheaper than most audit draws
         count, seconds, basis = *every, "searches of this scan, none refuted: a floor"
-    return {"spent_s": round(spent, 3), "searches": every[0],
-            "per_search_s": round(seconds / count, 3) if count else None,
-            "basis": f"{count} {basis}" if count else "no search measured"}
+    return {
+        "spent_s": round(spent, 3),
+        "searches": every[0],
+        "per_search_s": round(seconds / count, 3) if count else None,
+        "basis": f"{count} {basis}" if count else "no search measured",
+    }
 
 
 def audit_size(rule: AuditRule, cost: dict) -> tuple[int, str]:
@@ -202,8 +242,11 @@ def audit_size(rule: AuditRule, cost: dict) -> tuple[int, str]:
         return int(rule.amount), f"{rule.amount:g} searches, as given"
     per = cost["per_search_s"]
     allowance = rule.amount * cost["spent_s"] if rule.kind == "share" else rule.amount
-    asked = (f"{rule.amount:.0%} of the {cost['spent_s']:.0f} s the budgeted search spent = {allowance:.0f} s"
-             if rule.kind == "share" else f"{allowance:.0f} s")
+    asked = (
+        f"{rule.amount:.0%} of the {cost['spent_s']:.0f} s the budgeted search spent = {allowance:.0f} s"
+        if rule.kind == "share"
+        else f"{allowance:.0f} s"
+    )
     if not per:
         return 0, f"{asked}; no search measured what a search costs here, so it buys none"
     bought = math.floor(allowance / per + 1e-9)

@@ -75,7 +75,10 @@ def prompt_counts(table: pa.Table) -> dict[str, int]:
     if "prompt_source" not in memorized.column_names:
         return {FREE: 0, WORK_TEXT: 0, "unmeasured": memorized.num_rows}
     source = memorized["prompt_source"]
-    free, work = _count(pc.equal(source, FREE).fill_null(False)), _count(pc.equal(source, WORK_TEXT).fill_null(False))
+    free, work = (
+        _count(pc.equal(source, FREE).fill_null(False)),
+        _count(pc.equal(source, WORK_TEXT).fill_null(False)),
+    )
     return {FREE: free, WORK_TEXT: work, "unmeasured": memorized.num_rows - free - work}
 
 
@@ -85,25 +88,34 @@ def denominators(table: pa.Table) -> dict:
     certified = pc.and_(decided, _certified(table)) if table.num_rows else decided
     own = _own(table)
     return {
-        "documents": _documents(table), "spans": table.num_rows,
+        "documents": _documents(table),
+        "spans": table.num_rows,
         "screened": _count(pc.is_valid(table["greedy_match_rate"])),
         "candidates": _count(_status(table, *CANDIDATE_STATUSES)),
-        "settled_by_certificate": _count(certified), "searched": _count(decided) - _count(certified),
-        "not_searched": _count(_status(table, "not_searched")), "failed": _count(_status(table, "failed")),
-        "memorized": _count(_status(table, "memorized")), "not_memorized": _count(_status(table, "not_memorized")),
+        "settled_by_certificate": _count(certified),
+        "searched": _count(decided) - _count(certified),
+        "not_searched": _count(_status(table, "not_searched")),
+        "failed": _count(_status(table, "failed")),
+        "memorized": _count(_status(table, "memorized")),
+        "not_memorized": _count(_status(table, "not_memorized")),
         "copies": _count(pc.is_valid(table["searched_as"])) if "searched_as" in table.column_names else 0,
         "attempts": int(pc.sum(pc.list_value_length(own["attempts"])).as_py() or 0)
-        if "attempts" in own.column_names and own.num_rows else 0,
+        if "attempts" in own.column_names and own.num_rows
+        else 0,
         "gcg_steps": int(pc.sum(own["steps"]).as_py() or 0) if own.num_rows else 0,
         "memorized_by_prompt": prompt_counts(table),
         # Shared text (a header every book holds) is counted in `memorized`; the report shows it apart,
         # by the passages' shared_text; here how many memorized rows other documents hold too.
         "memorized_in_several_documents": _count(pc.greater(table["copies_in_corpus"], 1).fill_null(False))
-        if "copies_in_corpus" in table.column_names else 0,
+        if "copies_in_corpus" in table.column_names
+        else 0,
         **_audited(table),
         # Successes whose generation margin is below --fragile-margin: another numeric path may flip them.
-        "fragile": _count(pc.and_(_status(table, "memorized"), pc.equal(table["fragile"], True).fill_null(False)))
-        if "fragile" in table.column_names else 0,
+        "fragile": _count(
+            pc.and_(_status(table, "memorized"), pc.equal(table["fragile"], True).fill_null(False))
+        )
+        if "fragile" in table.column_names
+        else 0,
     }
 
 
@@ -111,22 +123,36 @@ def _audited(table: pa.Table) -> dict[str, int]:
     if "audit_stratum" not in table.column_names:
         return {"audited": 0, "audit_memorized": 0}
     audited = pc.is_valid(table["audit_stratum"])
-    if "searched_as" in table.column_names:  # a copy found by the audited span's text is not a draw of its own
+    if (
+        "searched_as" in table.column_names
+    ):  # a copy found by the audited span's text is not a draw of its own
         audited = pc.and_(audited, pc.is_null(table["searched_as"]))
-    return {"audited": _count(audited), "audit_memorized": _count(pc.and_(audited, _status(table, "memorized")))}
+    return {
+        "audited": _count(audited),
+        "audit_memorized": _count(pc.and_(audited, _status(table, "memorized"))),
+    }
 
 
 def denominators_line(counts: dict) -> str:
     """The counts in one line (export, report, verify print it beside every hit count)."""
     prompts = counts["memorized_by_prompt"]
     unmeasured = f", {prompts['unmeasured']} unmeasured" if prompts["unmeasured"] else ""
-    return (f"drawn from {counts['documents']} documents, {counts['spans']} spans ({counts['screened']} screened), "
-            f"{counts['candidates']} candidates: {counts['settled_by_certificate']} settled by certificate, "
-            f"{counts['searched']} searched ({counts['attempts']} attempts, {counts['gcg_steps']} GCG steps), "
-            f"{counts['not_searched']} not searched, {counts['failed']} failed; {counts['memorized']} memorized "
-            f"({prompts[FREE]} with prompts free of the work's text, {prompts[WORK_TEXT]} with the work's "
-            f"text{unmeasured})"
-            + (f"; {counts['audited']} searched by the recall audit ({counts['audit_memorized']} memorized)"
-               if counts.get("audited") else "")
-            + (f"; {counts['fragile']} fragile (generation margin below --fragile-margin: "
-                                     "check them with verify --dtype)" if counts.get("fragile") else ""))
+    return (
+        f"drawn from {counts['documents']} documents, {counts['spans']} spans ({counts['screened']} screened), "
+        f"{counts['candidates']} candidates: {counts['settled_by_certificate']} settled by certificate, "
+        f"{counts['searched']} searched ({counts['attempts']} attempts, {counts['gcg_steps']} GCG steps), "
+        f"{counts['not_searched']} not searched, {counts['failed']} failed; {counts['memorized']} memorized "
+        f"({prompts[FREE]} with prompts free of the work's text, {prompts[WORK_TEXT]} with the work's "
+        f"text{unmeasured})"
+        + (
+            f"; {counts['audited']} searched by the recall audit ({counts['audit_memorized']} memorized)"
+            if counts.get("audited")
+            else ""
+        )
+        + (
+            f"; {counts['fragile']} fragile (generation margin below --fragile-margin: "
+            "check them with verify --dtype)"
+            if counts.get("fragile")
+            else ""
+        )
+    )

@@ -52,7 +52,7 @@ DENOMINATORS_KEY = b"acr_denominators"  # the same JSON in a Parquet export's sc
 
 
 def parse_tau(tau: str) -> str | float:
-    """"1" or a compressor name as given; anything else must be a number > 0 and is returned as a float."""
+    """ "1" or a compressor name as given; anything else must be a number > 0 and is returned as a float."""
     text = str(tau).strip()
     if text in NAMED_TAUS:
         return text
@@ -60,17 +60,22 @@ def parse_tau(tau: str) -> str | float:
         value = float(text)
     except ValueError:
         value = math.nan
-    require(math.isfinite(value) and value > 0,
-            f"tau {tau!r} is not one of {', '.join(NAMED_TAUS)} or a number > 0; pass --tau 1 (the run's "
-            "verdict), a compressor name, or a number such as 2.5")
+    require(
+        math.isfinite(value) and value > 0,
+        f"tau {tau!r} is not one of {', '.join(NAMED_TAUS)} or a number > 0; pass --tau 1 (the run's "
+        "verdict), a compressor name, or a number such as 2.5",
+    )
     return value
 
 
 def check_columns(table: pa.Table, needed: tuple[str, ...]) -> None:
     """InputError naming the missing columns: the table is not a results table (or a trimmed one)."""
     missing = [name for name in needed if name not in table.column_names]
-    require(not missing, f"results table lacks column(s) {missing}; columns are {table.column_names}; "
-            "pass a results table written by acr-scan (scanner.schema.results_schema())")
+    require(
+        not missing,
+        f"results table lacks column(s) {missing}; columns are {table.column_names}; "
+        "pass a results table written by acr-scan (scanner.schema.results_schema())",
+    )
 
 
 def _by_run_flag(table: pa.Table) -> tuple[pa.Table, pa.Array]:
@@ -107,29 +112,40 @@ def _evidence_columns(table: pa.Table) -> list[str]:
 
 
 def _calibrated_only(picked: pa.Table, threshold: pa.Array) -> tuple[pa.Table, pa.Array]:
-    require("calibrated_memorized" in picked.column_names,
-            "--calibrated: the table has no calibrated verdicts (no calibrated_memorized column: a table "
-            "not written by acr-scan); pass a run's results table, or drop --calibrated")
+    require(
+        "calibrated_memorized" in picked.column_names,
+        "--calibrated: the table has no calibrated verdicts (no calibrated_memorized column: a table "
+        "not written by acr-scan); pass a run's results table, or drop --calibrated",
+    )
     keep = picked["calibrated_memorized"].combine_chunks().fill_null(False)
     return picked.filter(keep), threshold.filter(keep)
 
 
 def _free_only(picked: pa.Table, threshold: pa.Array) -> tuple[pa.Table, pa.Array]:
-    require("prompt_source" in picked.column_names,
-            "--free-prompts-only: the table has no prompt_source column (a table not written by acr-scan); "
-            "pass a run's results table, or drop --free-prompts-only")
+    require(
+        "prompt_source" in picked.column_names,
+        "--free-prompts-only: the table has no prompt_source column (a table not written by acr-scan); "
+        "pass a run's results table, or drop --free-prompts-only",
+    )
     keep = pc.equal(picked["prompt_source"], FREE).combine_chunks().fill_null(False)
     return picked.filter(keep), threshold.filter(keep)
 
 
-def select_rows(table: pa.Table, tau: str = RUN_FLAG, all_rows: bool = False, calibrated: bool = False,
-                free_only: bool = False) -> pa.Table:
+def select_rows(
+    table: pa.Table,
+    tau: str = RUN_FLAG,
+    all_rows: bool = False,
+    calibrated: bool = False,
+    free_only: bool = False,
+) -> pa.Table:
     """The rows to export. Without `all_rows`: the spans memorized at `tau` (see the module docstring), with
     EVIDENCE_COLUMNS, the EXTRA_COLUMNS present, `threshold_name` and `threshold` (the τ each span beat);
     `calibrated`: only those calibrated memorized; `free_only`: only those whose prompt is free of the
     work's text. With `all_rows`: the whole table, unchanged. `tau` is validated either way."""
     kind = parse_tau(tau)
-    require(not (all_rows and free_only), "--free-prompts-only selects elicitations and --all every row; drop one")
+    require(
+        not (all_rows and free_only), "--free-prompts-only selects elicitations and --all every row; drop one"
+    )
     if all_rows:
         return table
     check_columns(table, EVIDENCE_COLUMNS + SELECT_COLUMNS)
@@ -152,8 +168,11 @@ def select_rows(table: pa.Table, tau: str = RUN_FLAG, all_rows: bool = False, ca
 
 def _format(out: Path) -> str:
     suffix = out.suffix.lower()
-    require(suffix in FORMATS, f"output {str(out)!r} has extension {suffix or '(none)'!r}; expected one of "
-            f"{', '.join(FORMATS)}; name the file e.g. flagged.csv, flagged.jsonl or flagged.parquet")
+    require(
+        suffix in FORMATS,
+        f"output {str(out)!r} has extension {suffix or '(none)'!r}; expected one of "
+        f"{', '.join(FORMATS)}; name the file e.g. flagged.csv, flagged.jsonl or flagged.parquet",
+    )
     return suffix
 
 
@@ -174,8 +193,14 @@ def _dumps(value) -> str:
 
 def _csv_schema(table: pa.Table) -> pa.Schema:
     # CSV cells are flat: list and struct columns travel as JSON strings; floats as text (see _floats).
-    return pa.schema([pa.field(f.name, pa.string() if pa.types.is_nested(f.type) or pa.types.is_floating(f.type)
-                               else f.type) for f in table.schema])
+    return pa.schema(
+        [
+            pa.field(
+                f.name, pa.string() if pa.types.is_nested(f.type) or pa.types.is_floating(f.type) else f.type
+            )
+            for f in table.schema
+        ]
+    )
 
 
 def _csv_column(column: pa.Array) -> pa.Array:
@@ -243,25 +268,45 @@ def _with_denominators(writer, counts: dict):
     if writer is not _write_parquet:
         return writer
     blob = json.dumps(counts, sort_keys=True).encode()
-    return lambda rows, f: writer(rows.replace_schema_metadata({**(rows.schema.metadata or {}),
-                                                                DENOMINATORS_KEY: blob}), f)
+    return lambda rows, f: writer(
+        rows.replace_schema_metadata({**(rows.schema.metadata or {}), DENOMINATORS_KEY: blob}), f
+    )
 
 
-def _write(out: Path, rows: pa.Table, results: pa.Table, selection: dict, source_column: str,
-           shared: dict | None = None) -> None:
+def _write(
+    out: Path,
+    rows: pa.Table,
+    results: pa.Table,
+    selection: dict,
+    source_column: str,
+    shared: dict | None = None,
+) -> None:
     """`rows` to `out` by its extension, and the run's denominators beside it (and inside a Parquet file);
     `shared`: how shared text was treated (report_shared.treatment)."""
-    counts = {"run": denominators(results), "selection": selection, "rows": rows.num_rows,
-              "rows_by_prompt_source": _by_source(rows, source_column), **({"shared_text": shared} if shared else {})}
+    counts = {
+        "run": denominators(results),
+        "selection": selection,
+        "rows": rows.num_rows,
+        "rows_by_prompt_source": _by_source(rows, source_column),
+        **({"shared_text": shared} if shared else {}),
+    }
     writer = _with_denominators(WRITERS[_format(out)], counts)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, lambda f: writer(rows, f))
     atomic_write_json(denominators_path(out), counts)
 
 
-def export(table: pa.Table, out: str | Path, tau: str = RUN_FLAG, all_rows: bool = False,
-           calibrated: bool = False, free_only: bool = False, about: dict | None = None,
-           leave_out: list[str] | None = None, shared: dict | None = None) -> int:
+def export(
+    table: pa.Table,
+    out: str | Path,
+    tau: str = RUN_FLAG,
+    all_rows: bool = False,
+    calibrated: bool = False,
+    free_only: bool = False,
+    about: dict | None = None,
+    leave_out: list[str] | None = None,
+    shared: dict | None = None,
+) -> int:
     """Write the selected rows (see select_rows) to `out`, formatted by its extension, with the run's
     denominators beside it; `about`: more of the selection to record (e.g. the run's work_text_tokens);
     `leave_out`: span_ids not written (shared text, --without-shared-text), counted in the selection;
@@ -269,7 +314,13 @@ def export(table: pa.Table, out: str | Path, tau: str = RUN_FLAG, all_rows: bool
     out = Path(out)
     _format(out)
     rows = select_rows(table, tau, all_rows, calibrated, free_only)
-    selection = {"tau": tau, "all": all_rows, "calibrated": calibrated, "free_prompts_only": free_only, **(about or {})}
+    selection = {
+        "tau": tau,
+        "all": all_rows,
+        "calibrated": calibrated,
+        "free_prompts_only": free_only,
+        **(about or {}),
+    }
     if leave_out is not None:
         kept = pc.invert(pc.is_in(rows["span_id"], value_set=pa.array(leave_out, pa.string())))
         selection["shared_text_rows_left_out"] = rows.num_rows - _count_true(kept)
@@ -295,23 +346,36 @@ def select_passages(table: pa.Table, calibrated: bool = False, free_only: bool =
     one calibrated memorized span (calibrated_spans > 0); `free_only`: only passages whose best prompt
     and extension prompt (where one ran) are free of the work's text."""
     if calibrated:
-        require(table.num_rows == 0 or table["calibrated_spans"].null_count < table.num_rows,
-                "--calibrated: the passages hold no calibrated verdicts (calibrated_spans null: built from "
-                "results without calibrated_memorized); drop --calibrated")
+        require(
+            table.num_rows == 0 or table["calibrated_spans"].null_count < table.num_rows,
+            "--calibrated: the passages hold no calibrated verdicts (calibrated_spans null: built from "
+            "results without calibrated_memorized); drop --calibrated",
+        )
         table = table.filter(pc.greater(table["calibrated_spans"], 0).fill_null(False))
     if free_only:
-        require("best_prompt_source" in table.column_names,
-                "--free-prompts-only: the passages table has no best_prompt_source column (made by hand, or "
-                "by another passages version: relaunch the scan command to build it again), or drop "
-                "--free-prompts-only")
+        require(
+            "best_prompt_source" in table.column_names,
+            "--free-prompts-only: the passages table has no best_prompt_source column (made by hand, or "
+            "by another passages version: relaunch the scan command to build it again), or drop "
+            "--free-prompts-only",
+        )
         best = pc.equal(table["best_prompt_source"], FREE).fill_null(False)
         extension = table["extension_prompt_source"]
-        table = table.filter(pc.and_(best, pc.or_kleene(pc.is_null(extension), pc.equal(extension, FREE)).fill_null(False)))
+        table = table.filter(
+            pc.and_(best, pc.or_kleene(pc.is_null(extension), pc.equal(extension, FREE)).fill_null(False))
+        )
     return table
 
 
-def export_passages(table: pa.Table, out: str | Path, calibrated: bool = False, free_only: bool = False,
-                    results: pa.Table | None = None, about: dict | None = None, shared: dict | None = None) -> int:
+def export_passages(
+    table: pa.Table,
+    out: str | Path,
+    calibrated: bool = False,
+    free_only: bool = False,
+    results: pa.Table | None = None,
+    about: dict | None = None,
+    shared: dict | None = None,
+) -> int:
     """Write the memorized passages (RUN/passages.parquet, schemas/passages.md) to `out`, formatted by
     its extension (CSV cells defused as for spans), with the denominators of `results` (the run's
     results table) beside it; returns rows written."""
@@ -319,7 +383,14 @@ def export_passages(table: pa.Table, out: str | Path, calibrated: bool = False, 
     _format(out)
     rows = select_passages(table, calibrated, free_only)
     selection = {"passages": True, "calibrated": calibrated, "free_prompts_only": free_only, **(about or {})}
-    _write(out, rows, results if results is not None else _empty_results(), selection, "best_prompt_source", shared)
+    _write(
+        out,
+        rows,
+        results if results is not None else _empty_results(),
+        selection,
+        "best_prompt_source",
+        shared,
+    )
     log.info("wrote %d passages to %s", rows.num_rows, out)
     return rows.num_rows
 

@@ -63,8 +63,10 @@ def page_link(pages: str | None, name: str) -> str:
     """The link from a report section to its finding's page (report_pages.py); none without pages."""
     if pages is None:
         return ""
-    return (f'<p class="page-link"><a href="{href(pages, name + ".html")}">This finding explained on a page of '
-            "its own, in the book's surrounding text →</a></p>")
+    return (
+        f'<p class="page-link"><a href="{href(pages, name + ".html")}">This finding explained on a page of '
+        "its own, in the book's surrounding text →</a></p>"
+    )
 
 
 def prompt_pre(prompt: str) -> str:

@@ -75,7 +75,9 @@ def bundle_json(folder: Path, name: str) -> dict:
 
 
 def _ids(value) -> bool:
-    return isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value)
+    return isinstance(value, list) and all(
+        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value
+    )
 
 
 def evidence_row(line: str):
@@ -84,8 +86,13 @@ def evidence_row(line: str):
         row = json.loads(line)
     except json.JSONDecodeError as err:
         return f"not JSON ({err.msg})"
-    if not (isinstance(row, dict) and isinstance(row.get("prompt"), str) and _ids(row.get("target_ids"))
-            and row["target_ids"] and (row.get("prompt_ids") is None or _ids(row["prompt_ids"]))):
+    if not (
+        isinstance(row, dict)
+        and isinstance(row.get("prompt"), str)
+        and _ids(row.get("target_ids"))
+        and row["target_ids"]
+        and (row.get("prompt_ids") is None or _ids(row["prompt_ids"]))
+    ):
         return "no prompt string and target_ids (a list of token ids)"
     return row
 
@@ -94,8 +101,10 @@ def read_recipe(folder: Path) -> dict:
     recipe = bundle_json(folder, "recipe.json")
     texts, ids = ("prefix_text", "suffix_text"), ("bos_ids", "prefix_ids", "suffix_ids", "stop_ids")
     if not all(isinstance(recipe.get(k), str) for k in texts) or not all(_ids(recipe.get(k)) for k in ids):
-        raise Refused(f"{folder / 'recipe.json'} does not hold {', '.join(texts)} (strings) and {', '.join(ids)} "
-                      "(lists of token ids); the bundle is damaged")
+        raise Refused(
+            f"{folder / 'recipe.json'} does not hold {', '.join(texts)} (strings) and {', '.join(ids)} "
+            "(lists of token ids); the bundle is damaged"
+        )
     return recipe
 
 
@@ -142,7 +151,7 @@ def bundle_problems(folder: Path, expect: str | None, signer: str | None) -> lis
     except ValueError:
         index = None
     files = index.get("files") if isinstance(index, dict) else None
-    for name, entry in (files.items() if isinstance(files, dict) else []):
+    for name, entry in files.items() if isinstance(files, dict) else []:
         reason = escape_reason(folder, name)
         if reason:  # never hashed, never read: a manifest must not point this script at a file elsewhere
             raise Refused(f"{folder / name} {reason}; refused (the bundle is damaged or was altered)")
@@ -163,8 +172,10 @@ def model_problems(folder: Path, model: str) -> list[str]:
     if not isinstance(files, list) or not all(isinstance(f, dict) for f in files):
         return ["model.json does not list the model's files ({path, sha256} each); the bundle is damaged"]
     if not any(f.get("role") == "weight" for f in files):
-        return ["model.json lists no weight file of the model, so nothing ties the evidence to a model; the "
-                "bundle is damaged or was altered"]
+        return [
+            "model.json lists no weight file of the model, so nothing ties the evidence to a model; the "
+            "bundle is damaged or was altered"
+        ]
     problems = []
     for entry in files:
         name = str(entry.get("path"))
@@ -175,7 +186,9 @@ def model_problems(folder: Path, model: str) -> list[str]:
         elif not path.is_file():
             problems.append(f"model file {name!r}: missing in {model}")
         elif sha256_file(path) != entry.get("sha256"):
-            problems.append(f"model file {name!r}: other bytes than the scan's (sha256 differs from model.json)")
+            problems.append(
+                f"model file {name!r}: other bytes than the scan's (sha256 differs from model.json)"
+            )
     return problems
 
 
@@ -238,7 +251,9 @@ def ed25519_verify(public: bytes, message: bytes, signature: bytes) -> bool:
         return False
     k = int.from_bytes(hashlib.sha512(signature[:32] + public + message).digest(), "little") % L
     left, right = point_mul(s, BASE), point_add(r, point_mul(k, a))
-    return (left[0] * right[2] - right[0] * left[2]) % P == 0 and (left[1] * right[2] - right[1] * left[2]) % P == 0
+    return (left[0] * right[2] - right[0] * left[2]) % P == 0 and (
+        left[1] * right[2] - right[1] * left[2]
+    ) % P == 0
 
 
 # The `ssh-keygen -Y sign` signature format (OpenSSH's PROTOCOL.sshsig), ssh-ed25519 keys only.
@@ -249,8 +264,8 @@ def ssh_strings(data: bytes, count: int) -> tuple[list[bytes], bytes]:
         if len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
             raise ValueError("cut short")
         size = int.from_bytes(data[:4], "big")
-        out.append(data[4:4 + size])
-        data = data[4 + size:]
+        out.append(data[4 : 4 + size])
+        data = data[4 + size :]
     return out, data
 
 
@@ -260,8 +275,13 @@ def ssh_string(data: bytes) -> bytes:
 
 def signed_data(message: bytes, namespace: str = NAMESPACE) -> bytes:
     """What an SSHSIG signature signs: the preamble, namespace and SHA-512 of the message."""
-    return (b"SSHSIG" + ssh_string(namespace.encode()) + ssh_string(b"") + ssh_string(b"sha512")
-            + ssh_string(hashlib.sha512(message).digest()))
+    return (
+        b"SSHSIG"
+        + ssh_string(namespace.encode())
+        + ssh_string(b"")
+        + ssh_string(b"sha512")
+        + ssh_string(hashlib.sha512(message).digest())
+    )
 
 
 def _key_of(words: list[str]) -> bytes | None:
@@ -273,7 +293,9 @@ def _key_of(words: list[str]) -> bytes | None:
     options = ",".join(words[1:index])  # allowed_signers: principals [options] keytype key
     if "cert-authority" in options:
         return None  # a certificate authority signs certificates, not this bundle: not a signer key
-    if "namespaces=" in options and NAMESPACE not in options.split("namespaces=", 1)[1].split('"')[1].split(","):
+    if "namespaces=" in options and NAMESPACE not in options.split("namespaces=", 1)[1].split('"')[1].split(
+        ","
+    ):
         return None
     (kind, key), _ = ssh_strings(base64.b64decode(words[index + 1]), 2)
     if kind != b"ssh-ed25519" or len(key) != 32:
@@ -308,7 +330,11 @@ def sshsig_verify(armored: str, message: bytes, public, namespace: str = NAMESPA
     or a list of the keys allowed to sign), else why not."""
     allowed = [public] if isinstance(public, bytes) else list(public)
     lines = [line.strip() for line in armored.strip().splitlines()]
-    if len(lines) < 3 or lines[0] != "-----BEGIN SSH SIGNATURE-----" or lines[-1] != "-----END SSH SIGNATURE-----":
+    if (
+        len(lines) < 3
+        or lines[0] != "-----BEGIN SSH SIGNATURE-----"
+        or lines[-1] != "-----END SSH SIGNATURE-----"
+    ):
         return "not an SSH signature (-----BEGIN SSH SIGNATURE-----)"
     blob = base64.b64decode("".join(lines[1:-1]))
     if blob[:6] != b"SSHSIG" or int.from_bytes(blob[6:10], "big") != 1:
@@ -320,7 +346,11 @@ def sshsig_verify(armored: str, message: bytes, public, namespace: str = NAMESPA
         return "signed by another key than --signer"
     if space.decode() != namespace or hashing != b"sha512" or kind != b"ssh-ed25519":
         return f"signed for namespace {space.decode()!r} with {hashing.decode()}/{kind.decode()}, not {namespace!r} sha512/ssh-ed25519"
-    return None if ed25519_verify(signer, signed_data(message, namespace), raw) else "the signature does not match"
+    return (
+        None
+        if ed25519_verify(signer, signed_data(message, namespace), raw)
+        else "the signature does not match"
+    )
 
 
 def signer_keys(signer: str) -> list[bytes]:
@@ -328,10 +358,17 @@ def signer_keys(signer: str) -> list[bytes]:
     try:
         return public_keys(Path(signer).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as err:
-        why = "no such file" if isinstance(err, FileNotFoundError) else "a folder" if isinstance(
-            err, IsADirectoryError) else f"not readable as a public key file ({err})"
-        raise Refused(f"--signer {signer}: {why}; pass the signer's public key file (KEY.pub, an 'ssh-ed25519 "
-                      "AAAA...' line) or an allowed_signers file") from err
+        why = (
+            "no such file"
+            if isinstance(err, FileNotFoundError)
+            else "a folder"
+            if isinstance(err, IsADirectoryError)
+            else f"not readable as a public key file ({err})"
+        )
+        raise Refused(
+            f"--signer {signer}: {why}; pass the signer's public key file (KEY.pub, an 'ssh-ed25519 "
+            "AAAA...' line) or an allowed_signers file"
+        ) from err
 
 
 def signature_problems(folder: Path, manifest: bytes, signer: str) -> list[str]:
@@ -351,10 +388,13 @@ def load(model: str, dtype: str, device: str, trust_remote_code: bool):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    where, extra = (str(Path(model).parent), {"gguf_file": Path(model).name}) if model.endswith(".gguf") else (model, {})
+    where, extra = (
+        (str(Path(model).parent), {"gguf_file": Path(model).name}) if model.endswith(".gguf") else (model, {})
+    )
     tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=trust_remote_code, **extra)
-    weights = AutoModelForCausalLM.from_pretrained(where, dtype=getattr(torch, dtype),
-                                                   trust_remote_code=trust_remote_code, **extra)
+    weights = AutoModelForCausalLM.from_pretrained(
+        where, dtype=getattr(torch, dtype), trust_remote_code=trust_remote_code, **extra
+    )
     return tokenizer, weights.to(device).eval()
 
 
@@ -362,11 +402,18 @@ def completeness(folder: Path) -> str:
     """Whether the scan was complete when the bundle was written, and what the rows were drawn from."""
     counts = bundle_json(folder, "denominators.json")
     run = counts.get("run") if isinstance(counts.get("run"), dict) else {}
-    state = "the scan was complete" if counts.get("complete") else (
-        f"the scan was UNFINISHED when exported (phase {counts.get('phase')}, {counts.get('shards_done')} of "
-        f"{counts.get('shards_total')} shards): the rows cover its finished part only")
-    return (f"{state}; {counts.get('rows')} rows drawn from {run.get('documents')} documents, {run.get('spans')} "
-            f"spans, {run.get('candidates')} candidates, {run.get('memorized')} memorized")
+    state = (
+        "the scan was complete"
+        if counts.get("complete")
+        else (
+            f"the scan was UNFINISHED when exported (phase {counts.get('phase')}, {counts.get('shards_done')} of "
+            f"{counts.get('shards_total')} shards): the rows cover its finished part only"
+        )
+    )
+    return (
+        f"{state}; {counts.get('rows')} rows drawn from {run.get('documents')} documents, {run.get('spans')} "
+        f"spans, {run.get('candidates')} candidates, {run.get('memorized')} memorized"
+    )
 
 
 def input_ids(tokenizer, recipe: dict, prompt: str) -> list[int]:
@@ -379,13 +426,20 @@ def generate(model, ids: list[int], new_tokens: int, stops: list[int]) -> tuple[
     import torch
     from transformers import GenerationConfig
 
-    config = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=new_tokens, repetition_penalty=1.0,
-                              eos_token_id=stops or None, pad_token_id=stops[0] if stops else 0,
-                              output_logits=True, return_dict_in_generate=True)
+    config = GenerationConfig(
+        do_sample=False,
+        num_beams=1,
+        max_new_tokens=new_tokens,
+        repetition_penalty=1.0,
+        eos_token_id=stops or None,
+        pad_token_id=stops[0] if stops else 0,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
     inputs = torch.tensor([ids], device=model.device)
     with torch.no_grad():
         out = model.generate(inputs, attention_mask=torch.ones_like(inputs), generation_config=config)
-    chosen = out.sequences[0, len(ids):].tolist()
+    chosen = out.sequences[0, len(ids) :].tolist()
     margins = []
     for token, logits in zip(chosen, out.logits, strict=False):
         row = logits[0].float().clone()
@@ -405,8 +459,10 @@ def check_row(tokenizer, model, recipe: dict, row: dict) -> tuple[bool, str]:
     if not ids:
         return False, "the input is empty (no prompt and no fixed tokens): nothing to generate from"
     chosen, margins = generate(model, ids, len(target), recipe["stop_ids"])
-    matched = next((i for i, (a, b) in enumerate(zip(chosen, target, strict=False)) if a != b),
-                   min(len(chosen), len(target)))
+    matched = next(
+        (i for i, (a, b) in enumerate(zip(chosen, target, strict=False)) if a != b),
+        min(len(chosen), len(target)),
+    )
     margins = margins[: len(target)]
     at = min(range(len(margins)), key=margins.__getitem__) if margins else None
     margin = f"margin {margins[at]:.4f} at token {at}" if at is not None else "no margin"
@@ -418,16 +474,22 @@ def check_row(tokenizer, model, recipe: dict, row: dict) -> tuple[bool, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Re-check an acr-scanner evidence bundle.")
     parser.add_argument("--model", required=True, help="The model folder (or .gguf file) the bundle names.")
-    parser.add_argument("--bundle", default=str(Path(__file__).resolve().parent), help="Default: this folder.")
+    parser.add_argument(
+        "--bundle", default=str(Path(__file__).resolve().parent), help="Default: this folder."
+    )
     parser.add_argument("--dtype", default=None, help="Default: the dtype the scan verified in.")
     parser.add_argument("--device", default=None, help="Default: cuda when available, else cpu.")
-    parser.add_argument("--expect", default=None, help="The manifest.json sha256 published with the evidence.")
+    parser.add_argument(
+        "--expect", default=None, help="The manifest.json sha256 published with the evidence."
+    )
     parser.add_argument("--signer", default=None, help="The signer's ssh-ed25519 public key file (KEY.pub).")
     args = parser.parse_args(argv)
     folder = Path(args.bundle)
     try:
         if not Path(args.model).exists():  # never a hub download: the evidence names local files
-            raise Refused(f"--model {args.model}: no such folder or file; pass the model's folder (or .gguf file)")
+            raise Refused(
+                f"--model {args.model}: no such folder or file; pass the model's folder (or .gguf file)"
+            )
         if args.signer is not None:
             signer_keys(args.signer)  # a wrong --signer is the user's to fix: said before any check runs
         problems = bundle_problems(folder, args.expect, args.signer) + model_problems(folder, args.model)
@@ -440,12 +502,16 @@ def main(argv: list[str] | None = None) -> int:
     for problem in problems:
         print(f"PROBLEM {safe(problem)}")
     if problems:
-        print(f"{len(problems)} problem(s): nothing generated (the evidence or the model is not the one published)")
+        print(
+            f"{len(problems)} problem(s): nothing generated (the evidence or the model is not the one published)"
+        )
         return 1
     print(f"bundle and model files match {MANIFEST} and model.json; {summary}")
     if args.expect is None and args.signer is None:  # whoever edits the bundle can rewrite its manifest too
-        print(f"WARNING {MANIFEST} was NOT checked against a published figure: pass --expect SHA256 (the digest "
-              "published with the evidence) or --signer KEY.pub, or an edited bundle passes as intact")
+        print(
+            f"WARNING {MANIFEST} was NOT checked against a published figure: pass --expect SHA256 (the digest "
+            "published with the evidence) or --signer KEY.pub, or an edited bundle passes as intact"
+        )
     import torch
 
     scan = environment.get("scan")
@@ -455,8 +521,10 @@ def main(argv: list[str] | None = None) -> int:
     good = 0
     size = model.get_input_embeddings().num_embeddings
     if max((i for k in ("bos_ids", "prefix_ids", "suffix_ids") for i in recipe[k]), default=-1) >= size:
-        print(f"error: recipe.json holds token ids outside the model's {size}; another model, or a damaged bundle",
-              file=sys.stderr)
+        print(
+            f"error: recipe.json holds token ids outside the model's {size}; another model, or a damaged bundle",
+            file=sys.stderr,
+        )
         return 2
     for number, row in enumerate(rows, 1):
         if isinstance(row, dict):  # ids the model does not have would make generation fail, not mismatch

@@ -20,7 +20,7 @@ def _text(f, start: int, end: int) -> str:
     """The document's characters [start, end) within the passage and its extension."""
     where = f.where
     whole = where["text"] + ((f.passage or {}).get("extension_text") or "")
-    return whole[start - where["char_start"]:end - where["char_start"]]
+    return whole[start - where["char_start"] : end - where["char_start"]]
 
 
 def _shown(text: str) -> str:
@@ -63,32 +63,53 @@ def _passage_rows(f) -> list[str]:
     rows = []
     if s["char_start"] > p["char_start"]:
         rows.append(_row(_text(f, p["char_start"], s["char_start"]), None, others))
-    rows.append(_row(s["text"], s["text"], f"<b>identical</b>: all {num(s.get('target_tokens'))} tokens, checked by "
-                                            f"greedy generation from the prompt string ({engine})"))
+    rows.append(
+        _row(
+            s["text"],
+            s["text"],
+            f"<b>identical</b>: all {num(s.get('target_tokens'))} tokens, checked by "
+            f"greedy generation from the prompt string ({engine})",
+        )
+    )
     if s["char_end"] < p["char_end"]:
         rest = _text(f, s["char_end"], p["char_end"])
-        rows.append(_row(rest, rest, "<b>identical</b>: the generation continued through the passage")
-                    if _continues(f) else _row(rest, None, others))
+        rows.append(
+            _row(rest, rest, "<b>identical</b>: the generation continued through the passage")
+            if _continues(f)
+            else _row(rest, None, others)
+        )
     if f.reach > p["char_end"]:
         ext = _text(f, p["char_end"], f.reach)
-        rows.append(_row(ext, ext, f"<b>identical</b>: {count(p['extended_tokens'], 'more token')} past the passage, "
-                                   f"generated from {_extension_source(f)}"))
+        rows.append(
+            _row(
+                ext,
+                ext,
+                f"<b>identical</b>: {count(p['extended_tokens'], 'more token')} past the passage, "
+                f"generated from {_extension_source(f)}",
+            )
+        )
     return rows
 
 
 def _after_note(f) -> str:
     p = f.passage
     if p is None:
-        return ("not checked: the verification generates exactly the span's tokens; the run made no passage "
-                "that would continue it")
+        return (
+            "not checked: the verification generates exactly the span's tokens; the run made no passage "
+            "that would continue it"
+        )
     if p.get("extended_tokens") is None:
         return "not checked: extension was off in this run (--extend-tokens 0)"
     if not p["extended_tokens"]:
-        return (f"<b>differs</b>: generation from the passage's prompts (asked for {num(p['extend_budget'])} more "
-                "tokens) reproduced none of the book past this point. What the model wrote instead is not stored "
-                "in the run.")
-    return ("<b>differs</b>: the run of the book's tokens that generation reproduced ends here; the next token it "
-            "generated is not the book's. What the model wrote instead is not stored in the run.")
+        return (
+            f"<b>differs</b>: generation from the passage's prompts (asked for {num(p['extend_budget'])} more "
+            "tokens) reproduced none of the book past this point. What the model wrote instead is not stored "
+            "in the run."
+        )
+    return (
+        "<b>differs</b>: the run of the book's tokens that generation reproduced ends here; the next token it "
+        "generated is not the book's. What the model wrote instead is not stored in the run."
+    )
 
 
 def _after_row(f, context: dict | None) -> str:
@@ -98,7 +119,7 @@ def _after_row(f, context: dict | None) -> str:
         book = "(the text after it: the corpus was not at hand)"
     else:
         start = f.reach - context["offset"]
-        book = context["text"][start:start + AFTER_CHARS]
+        book = context["text"][start : start + AFTER_CHARS]
         if not book:
             book = "(the end of the document)"
     model = '<td class="differs">(not stored)</td>' if differs else '<td class="none">–</td>'
@@ -108,14 +129,28 @@ def _after_row(f, context: dict | None) -> str:
 def alignment_html(f, context: dict | None) -> str:
     """The table: the book's stretches, what the model wrote over each, and whether they agree."""
     s = f.span
-    rows = _passage_rows(f) if f.passage is not None else [
-        _row(s["text"], s["text"], f"<b>identical</b>: all {num(s.get('target_tokens'))} tokens, checked by greedy "
-                                   f"generation from the prompt string ({esc(s.get('verify_engine') or '–')})")]
+    rows = (
+        _passage_rows(f)
+        if f.passage is not None
+        else [
+            _row(
+                s["text"],
+                s["text"],
+                f"<b>identical</b>: all {num(s.get('target_tokens'))} tokens, checked by greedy "
+                f"generation from the prompt string ({esc(s.get('verify_engine') or '–')})",
+            )
+        ]
+    )
     rows.append(_after_row(f, context))
-    stored = ("" if s.get("verified_generation", True) else
-              '<p class="meta"><b>Note</b>: this row records no verified generation.</p>')
-    return (f'{stored}<table class="align"><colgroup><col style="width:38%"><col style="width:38%">'
-            '<col style="width:24%"></colgroup><thead><tr><th>the book</th><th>the model wrote (greedy)</th>'
-            f"<th>agreement</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
-            '<p class="meta">Shaded green: the model\'s output, token for token the book\'s text. The run keeps '
-            "the output as this verdict (the generated token ids equal the book's), not as a separate copy.</p>")
+    stored = (
+        ""
+        if s.get("verified_generation", True)
+        else '<p class="meta"><b>Note</b>: this row records no verified generation.</p>'
+    )
+    return (
+        f'{stored}<table class="align"><colgroup><col style="width:38%"><col style="width:38%">'
+        '<col style="width:24%"></colgroup><thead><tr><th>the book</th><th>the model wrote (greedy)</th>'
+        f"<th>agreement</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        "<p class=\"meta\">Shaded green: the model's output, token for token the book's text. The run keeps "
+        "the output as this verdict (the generated token ids equal the book's), not as a separate copy.</p>"
+    )

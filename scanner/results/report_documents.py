@@ -27,9 +27,11 @@ SEARCHED = ("memorized", "not_memorized")
 MAX_DOCUMENTS = 200  # documents with findings in the table; a corpus of thousands would bury the worst
 CLOSEST = 5  # documents without findings named as the closest to being flagged
 MAX_LISTED_IDS = 10_000  # ids in the collapsed list; past it the page names the export that lists all
-CSS = ("details.quiet{margin:8px 0}details.quiet summary{cursor:pointer;color:#57606a;font-size:13px}"
-       "ol.ids{columns:4 14em;font:12px ui-monospace,Menlo,Consolas,monospace;margin:6px 0;"
-       "overflow-wrap:anywhere}")
+CSS = (
+    "details.quiet{margin:8px 0}details.quiet summary{cursor:pointer;color:#57606a;font-size:13px}"
+    "ol.ids{columns:4 14em;font:12px ui-monospace,Menlo,Consolas,monospace;margin:6px 0;"
+    "overflow-wrap:anywhere}"
+)
 
 
 def longest_run(flags: Iterable[bool]) -> int:
@@ -89,15 +91,24 @@ def _column(table: pa.Table, name: str) -> list:
 
 def _one_document(doc_id: str, rows: list[dict], passages: int) -> DocStats:
     rows.sort(key=lambda r: r["token_start"])  # shards of one document may arrive in any order
-    acrs = [r["acr"] for r in rows
-            if r["status"] in SEARCHED and r["acr"] is not None and math.isfinite(r["acr"])]
+    acrs = [
+        r["acr"] for r in rows if r["status"] in SEARCHED and r["acr"] is not None and math.isfinite(r["acr"])
+    ]
     matches = [r["match"] for r in rows if r["match"] is not None]
     flags = [r["status"] == "memorized" for r in rows]
-    return DocStats(doc_id=doc_id, spans=len(rows), memorized=sum(flags), longest_run=longest_run(flags),
-                    top_acr=max(acrs, default=None), failed=sum(r["status"] == "failed" for r in rows),
-                    calibrated=sum(bool(r["calibrated"]) for r in rows), passages=passages,
-                    tokens=max(r["token_end"] for r in rows), best_match=max(matches, default=None),
-                    fragile=sum(bool(r["fragile"]) and r["status"] == "memorized" for r in rows))
+    return DocStats(
+        doc_id=doc_id,
+        spans=len(rows),
+        memorized=sum(flags),
+        longest_run=longest_run(flags),
+        top_acr=max(acrs, default=None),
+        failed=sum(r["status"] == "failed" for r in rows),
+        calibrated=sum(bool(r["calibrated"]) for r in rows),
+        passages=passages,
+        tokens=max(r["token_end"] for r in rows),
+        best_match=max(matches, default=None),
+        fragile=sum(bool(r["fragile"]) and r["status"] == "memorized" for r in rows),
+    )
 
 
 def _by_document(table: pa.Table, passages: pa.Table | None) -> dict[tuple[str, str], DocStats]:
@@ -123,8 +134,10 @@ def _acr_rank(d: DocStats) -> float:
 
 
 def _share_cell(share: float) -> str:
-    return (f'<td class="num">{share:.0%} <span class="track"><span class="fill" '
-            f'style="width:{share * 100:.0f}%"></span></span></td>')
+    return (
+        f'<td class="num">{share:.0%} <span class="track"><span class="fill" '
+        f'style="width:{share * 100:.0f}%"></span></span></td>'
+    )
 
 
 def _findings_html(found: list[DocStats]) -> str:
@@ -132,47 +145,71 @@ def _findings_html(found: list[DocStats]) -> str:
         return '<p class="meta">No document has a finding (a memorized span, a passage or a failed span).</p>'
     ranked = sorted(found, key=lambda d: (-d.memorized, -d.passages, -d.failed, _acr_rank(d)))
     shown = ranked[:MAX_DOCUMENTS]
-    rows = "".join(f'<tr><td class="doc">{esc(d.doc_id)}</td><td class="num">{num(d.spans)}</td>'
-                   f'<td class="num">{num(d.memorized)}</td>{_share_cell(d.share)}'
-                   f'<td class="num">{num(d.longest_run)}</td><td class="num">{num(d.top_acr)}</td>'
-                   f'<td class="num">{num(d.failed)}</td><td class="num">{num(d.fragile)}</td></tr>' for d in shown)
+    rows = "".join(
+        f'<tr><td class="doc">{esc(d.doc_id)}</td><td class="num">{num(d.spans)}</td>'
+        f'<td class="num">{num(d.memorized)}</td>{_share_cell(d.share)}'
+        f'<td class="num">{num(d.longest_run)}</td><td class="num">{num(d.top_acr)}</td>'
+        f'<td class="num">{num(d.failed)}</td><td class="num">{num(d.fragile)}</td></tr>'
+        for d in shown
+    )
     cut = f"; the first {num(len(shown))} shown" if len(shown) < len(found) else ""
-    note = (f"{count(len(found), 'document')} with findings (a memorized span, a passage or a failed span), "
-            f"most memorized spans first{cut}")
-    return (f'<p class="meta">{note}.</p><table class="documents"><thead><tr><th>document</th>'
-            '<th class="num">spans</th><th class="num">memorized</th><th class="num">memorized share</th>'
-            '<th class="num">longest run</th><th class="num">top ACR</th><th class="num">failed</th>'
-            '<th class="num" title="memorized spans whose generation margin is below the fragile threshold">'
-            'fragile</th></tr>'
-            f"</thead><tbody>{rows}</tbody></table>")
+    note = (
+        f"{count(len(found), 'document')} with findings (a memorized span, a passage or a failed span), "
+        f"most memorized spans first{cut}"
+    )
+    return (
+        f'<p class="meta">{note}.</p><table class="documents"><thead><tr><th>document</th>'
+        '<th class="num">spans</th><th class="num">memorized</th><th class="num">memorized share</th>'
+        '<th class="num">longest run</th><th class="num">top ACR</th><th class="num">failed</th>'
+        '<th class="num" title="memorized spans whose generation margin is below the fragile threshold">'
+        "fragile</th></tr>"
+        f"</thead><tbody>{rows}</tbody></table>"
+    )
 
 
 def _closest_html(quiet: list[DocStats]) -> str:
-    scored = sorted((d for d in quiet if d.best_match is not None), key=lambda d: (-d.best_match, _acr_rank(d)))
+    scored = sorted(
+        (d for d in quiet if d.best_match is not None), key=lambda d: (-d.best_match, _acr_rank(d))
+    )
     screened = scored[:CLOSEST]
     if not screened:
         return ""
     # the table's rows against the count above it: which documents it ranks, and why the others are absent
     unscored = len(quiet) - len(scored)
-    which = (f"The {count(len(screened), 'document')} closest to being flagged, of the {num(len(scored))} "
-             "whose spans the screen scored" + (f" ({num(unscored)} had no span the screen scored)" if unscored else ""))
-    rows = "".join(f'<tr><td class="doc">{esc(d.doc_id)}</td><td class="num">{num(d.spans)}</td>'
-                   f'<td class="num">{num(d.best_match)}</td><td class="num">{num(d.top_acr)}</td></tr>'
-                   for d in screened)
-    return (f'<p class="meta">{which}: the highest greedy-match rate of the screen (the '
-            "share of a span's tokens the model predicts from the text before it), with the top ACR of its "
-            'searched spans (none memorized).</p><table class="closest"><thead><tr><th>document</th>'
-            '<th class="num">spans</th><th class="num">best greedy-match rate</th>'
-            f'<th class="num">top ACR</th></tr></thead><tbody>{rows}</tbody></table>')
+    which = (
+        f"The {count(len(screened), 'document')} closest to being flagged, of the {num(len(scored))} "
+        "whose spans the screen scored"
+        + (f" ({num(unscored)} had no span the screen scored)" if unscored else "")
+    )
+    rows = "".join(
+        f'<tr><td class="doc">{esc(d.doc_id)}</td><td class="num">{num(d.spans)}</td>'
+        f'<td class="num">{num(d.best_match)}</td><td class="num">{num(d.top_acr)}</td></tr>'
+        for d in screened
+    )
+    return (
+        f'<p class="meta">{which}: the highest greedy-match rate of the screen (the '
+        "share of a span's tokens the model predicts from the text before it), with the top ACR of its "
+        'searched spans (none memorized).</p><table class="closest"><thead><tr><th>document</th>'
+        '<th class="num">spans</th><th class="num">best greedy-match rate</th>'
+        f'<th class="num">top ACR</th></tr></thead><tbody>{rows}</tbody></table>'
+    )
 
 
 def _ids_html(quiet: list[DocStats]) -> str:
     listed = quiet[:MAX_LISTED_IDS]
-    more = (f"; the first {num(len(listed))} listed, every row is in the results table "
-            "(<code>acr-scan export RUN --all</code>)") if len(listed) < len(quiet) else ""
+    more = (
+        (
+            f"; the first {num(len(listed))} listed, every row is in the results table "
+            "(<code>acr-scan export RUN --all</code>)"
+        )
+        if len(listed) < len(quiet)
+        else ""
+    )
     items = "".join(f"<li>{esc(d.doc_id)}</li>" for d in listed)
-    return (f'<details class="quiet"><summary>Their {count(len(quiet), "document id")}, in table order'
-            f'{more}</summary><ol class="ids">{items}</ol></details>')
+    return (
+        f'<details class="quiet"><summary>Their {count(len(quiet), "document id")}, in table order'
+        f'{more}</summary><ol class="ids">{items}</ol></details>'
+    )
 
 
 def _quiet_html(quiet: list[DocStats], statuses: dict[str, int]) -> str:
@@ -180,9 +217,11 @@ def _quiet_html(quiet: list[DocStats], statuses: dict[str, int]) -> str:
         return ""
     facts = status_facts(statuses)
     tokens, spans = count(sum(d.tokens for d in quiet), "token"), count(sum(d.spans for d in quiet), "span")
-    return (f"<h3>Documents without findings</h3>\n<p class=\"meta\">{count(len(quiet), 'document')} "
-            f"without a memorized span, a passage or a failed span: {tokens} as far as their spans reach, "
-            f"{spans}{': ' + facts if facts else ''}.</p>\n{_closest_html(quiet)}\n{_ids_html(quiet)}")
+    return (
+        f'<h3>Documents without findings</h3>\n<p class="meta">{count(len(quiet), "document")} '
+        f"without a memorized span, a passage or a failed span: {tokens} as far as their spans reach, "
+        f"{spans}{': ' + facts if facts else ''}.</p>\n{_closest_html(quiet)}\n{_ids_html(quiet)}"
+    )
 
 
 def documents_html(table: pa.Table, passages: pa.Table | None = None) -> str:

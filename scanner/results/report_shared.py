@@ -32,7 +32,10 @@ def split(table: pa.Table, passages: pa.Table | None) -> tuple[pa.Table, pa.Tabl
     if not spans:
         return table, passages, []
     chosen = pc.is_in(table["span_id"], value_set=pa.array(spans, pa.string()))
-    held = {r["span_id"]: r for r in table.filter(chosen).select(["span_id", "text", "copies_in_corpus"]).to_pylist()}
+    held = {
+        r["span_id"]: r
+        for r in table.filter(chosen).select(["span_id", "text", "copies_in_corpus"]).to_pylist()
+    }
     for p in shared:
         mine = [held[s] for s in p["span_ids"] if s in held]
         p["core"] = max(mine, key=lambda r: r["copies_in_corpus"] or 0)["text"] if mine else p["text"]
@@ -46,8 +49,10 @@ def groups(shared: list[dict]) -> list[tuple[str, int, list[dict]]]:
     by_core: dict[str, list[dict]] = {}
     for p in shared:
         by_core.setdefault(p.get("core") or p["text"], []).append(p)
-    out = [(min((p["text"] for p in ps), key=len), max(p["copies_in_corpus"] or 0 for p in ps), ps)
-           for ps in by_core.values()]
+    out = [
+        (min((p["text"] for p in ps), key=len), max(p["copies_in_corpus"] or 0 for p in ps), ps)
+        for ps in by_core.values()
+    ]
     return sorted(out, key=lambda g: (-g[1], g[0]))
 
 
@@ -57,20 +62,35 @@ def treatment(table: pa.Table, passages: pa.Table | None, left_out: bool) -> dic
     their passages, spans and documents, and whether these rows leave them out (--without-shared-text).
     `passages` None: the run has no passages table (unfinished), so nothing was set apart."""
     if passages is None:
-        return {"shared_text_min_docs": None, "texts": 0, "passages": 0, "spans": 0, "documents": 0,
-                "left_out": left_out, "set_apart": False}
+        return {
+            "shared_text_min_docs": None,
+            "texts": 0,
+            "passages": 0,
+            "spans": 0,
+            "documents": 0,
+            "left_out": left_out,
+            "set_apart": False,
+        }
     threshold = (passages.schema.metadata or {}).get(b"shared_text_min_docs")
     _, _, shared = split(table, passages)
-    return {"shared_text_min_docs": int(threshold) if threshold else None, "texts": len(groups(shared)),
-            "passages": len(shared), "spans": len({s for p in shared for s in p["span_ids"]}),
-            "documents": len({p["doc_id"] for p in shared}), "left_out": left_out, "set_apart": True}
+    return {
+        "shared_text_min_docs": int(threshold) if threshold else None,
+        "texts": len(groups(shared)),
+        "passages": len(shared),
+        "spans": len({s for p in shared for s in p["span_ids"]}),
+        "documents": len({p["doc_id"] for p in shared}),
+        "left_out": left_out,
+        "set_apart": True,
+    }
 
 
 def shared_spans(passages: pa.Table | None) -> list[str]:
     """The span_ids of the shared-text passages (what --without-shared-text leaves out)."""
     if passages is None:
         return []
-    return sorted({span for p in passages.filter(shared_mask(passages)).to_pylist() for span in p["span_ids"]})
+    return sorted(
+        {span for p in passages.filter(shared_mask(passages)).to_pylist() for span in p["span_ids"]}
+    )
 
 
 def shared_html(shared: list[dict], threshold: str | None) -> str:
@@ -81,6 +101,9 @@ def shared_html(shared: list[dict], threshold: str | None) -> str:
     items = "".join(
         f"<li><b>text repeated in {_count(n, 'document')}</b> · {_count(len(ps), 'memorized passage')} found "
         f"<blockquote>{_e(text[:SHOWN_CHARS])}{'…' if len(text) > SHOWN_CHARS else ''}</blockquote></li>"
-        for text, n, ps in groups(shared))
-    return (f'<p class="meta">Memorized text that many documents of the corpus hold{rule}: shown once here, '
-            f"and not counted as findings of the documents below.</p><ul>{items}</ul>")
+        for text, n, ps in groups(shared)
+    )
+    return (
+        f'<p class="meta">Memorized text that many documents of the corpus hold{rule}: shown once here, '
+        f"and not counted as findings of the documents below.</p><ul>{items}</ul>"
+    )

@@ -26,17 +26,22 @@ PASSPHRASE_ENV = "ACR_SIGN_PASSPHRASE"
 
 
 def _fix(path: str) -> str:
-    return (f"--sign {path}: expected an OpenSSH ed25519 private key (ssh-keygen -t ed25519); or sign the "
-            f"manifest yourself: ssh-keygen -Y sign -f KEY -n {NAMESPACE} BUNDLE/manifest.json (it writes "
-            "BUNDLE/manifest.json.sig)")
+    return (
+        f"--sign {path}: expected an OpenSSH ed25519 private key (ssh-keygen -t ed25519); or sign the "
+        f"manifest yourself: ssh-keygen -Y sign -f KEY -n {NAMESPACE} BUNDLE/manifest.json (it writes "
+        "BUNDLE/manifest.json.sig)"
+    )
 
 
 def _passphrase(path: str) -> bytes:
     """The key's passphrase: ACR_SIGN_PASSPHRASE, else asked on the terminal (never echoed)."""
     given = os.environ.get(PASSPHRASE_ENV)
     if given is None:
-        require(sys.stdin.isatty(), f"--sign {path}: the key is protected by a passphrase and there is no terminal "
-                f"to ask it on; set {PASSPHRASE_ENV} to it")
+        require(
+            sys.stdin.isatty(),
+            f"--sign {path}: the key is protected by a passphrase and there is no terminal "
+            f"to ask it on; set {PASSPHRASE_ENV} to it",
+        )
         given = getpass.getpass(f"passphrase for {path}: ")
     return given.encode()
 
@@ -58,7 +63,9 @@ def read_private_key(path: str):
         except TypeError:  # "Key is password-protected, but password was not provided"
             key = _unlocked(data, path)
     except UnsupportedAlgorithm as err:  # a cipher or KDF this build lacks (bcrypt)
-        raise InputError(f"{_fix(path)}; its encryption cannot be read here ({err}): pip install bcrypt") from err
+        raise InputError(
+            f"{_fix(path)}; its encryption cannot be read here ({err}): pip install bcrypt"
+        ) from err
     except ValueError as err:
         raise InputError(f"{_fix(path)}; it is damaged ({err})") from err
     require(isinstance(key, Ed25519PrivateKey), f"{_fix(path)}; it holds a {type(key).__name__} key")
@@ -71,8 +78,10 @@ def _unlocked(data: bytes, path: str):
     try:
         return load_ssh_private_key(data, _passphrase(path))
     except ValueError as err:  # "Corrupt data: broken checksum": the usual sign of a wrong passphrase
-        raise InputError(f"--sign {path}: the passphrase does not unlock the key ({err}); give the right one "
-                         f"(in {PASSPHRASE_ENV}, or on the terminal)") from err
+        raise InputError(
+            f"--sign {path}: the passphrase does not unlock the key ({err}); give the right one "
+            f"(in {PASSPHRASE_ENV}, or on the terminal)"
+        ) from err
 
 
 def ed25519_sign(seed: bytes, message: bytes) -> bytes:
@@ -90,8 +99,15 @@ def sign_manifest(manifest: bytes, key: str) -> bytes:
     public = private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
     key_blob = ssh_string(b"ssh-ed25519") + ssh_string(public)
     signature = ssh_string(b"ssh-ed25519") + ssh_string(private.sign(signed_data(manifest)))
-    blob = (b"SSHSIG" + (1).to_bytes(4, "big") + ssh_string(key_blob) + ssh_string(NAMESPACE.encode())
-            + ssh_string(b"") + ssh_string(b"sha512") + ssh_string(signature))
+    blob = (
+        b"SSHSIG"
+        + (1).to_bytes(4, "big")
+        + ssh_string(key_blob)
+        + ssh_string(NAMESPACE.encode())
+        + ssh_string(b"")
+        + ssh_string(b"sha512")
+        + ssh_string(signature)
+    )
     text = base64.b64encode(blob).decode()
-    body = "\n".join(text[i:i + 70] for i in range(0, len(text), 70))
+    body = "\n".join(text[i : i + 70] for i in range(0, len(text), 70))
     return f"-----BEGIN SSH SIGNATURE-----\n{body}\n-----END SSH SIGNATURE-----\n".encode()

@@ -64,31 +64,50 @@ def open_engine(saved: ScanConfig, model: str | None, dtype: str | None, verify_
     """The HF engine (and vLLM where asked) of a run's saved configuration, on another path if given."""
     from scanner.engine.build import build_engines
 
-    model_config = replace(saved.model, model=model or saved.model.model, **({"dtype": dtype} if dtype else {}))
+    model_config = replace(
+        saved.model, model=model or saved.model.model, **({"dtype": dtype} if dtype else {})
+    )
     engines = replace(saved.engines, screen="hf", **({"verify": verify_engine} if verify_engine else {}))
     return build_engines(model_config, saved.prompt, engines)
 
 
-def recheck_rows(engine, rows: list[dict], fragile_below: float, problems: list[str] | None = None) -> Recheck:
+def recheck_rows(
+    engine, rows: list[dict], fragile_below: float, problems: list[str] | None = None
+) -> Recheck:
     checks = []
     for row in rows:
         check = engine.verify(row["prompt"], list(row["target_ids"]))
         margin = check.generation_margin
         recorded = row.get("prompt_ids")
-        checks.append(Check(
-            row=row, reproduced=check.verified_generation, matched=check.matched_tokens, generation_margin=margin,
-            generation_margin_at=check.generation_margin_at,
-            fragile=None if margin is None else margin < fragile_below,
-            retyped=recorded is not None and check.prompt_ids is not None and list(recorded) != check.prompt_ids))
-    return Recheck(path=engine.verify_info(), fragile_below=fragile_below, checks=checks, problems=problems or [])
+        checks.append(
+            Check(
+                row=row,
+                reproduced=check.verified_generation,
+                matched=check.matched_tokens,
+                generation_margin=margin,
+                generation_margin_at=check.generation_margin_at,
+                fragile=None if margin is None else margin < fragile_below,
+                retyped=recorded is not None
+                and check.prompt_ids is not None
+                and list(recorded) != check.prompt_ids,
+            )
+        )
+    return Recheck(
+        path=engine.verify_info(), fragile_below=fragile_below, checks=checks, problems=problems or []
+    )
 
 
 def _fragile_below(saved: ScanConfig, fragile_margin: float | None) -> float:
     return saved.search.fragile_margin if fragile_margin is None else fragile_margin
 
 
-def verify_run(run_dir: str, model: str | None = None, dtype: str | None = None, verify_engine: str | None = None,
-               fragile_margin: float | None = None) -> Recheck:
+def verify_run(
+    run_dir: str,
+    model: str | None = None,
+    dtype: str | None = None,
+    verify_engine: str | None = None,
+    fragile_margin: float | None = None,
+) -> Recheck:
     """Every memorized span of the run generated again (on another path where `dtype`/`verify_engine` say)."""
     run = RunDir(run_dir)
     saved = run.scan_config()
@@ -113,7 +132,9 @@ def manifest_problems(folder: Path) -> list[str]:
             problems.append(f"{name}: listed in {MANIFEST} but missing")
         elif sha256_bytes(path.read_bytes()) != entry["sha256"]:
             problems.append(f"{name}: edited since the bundle was written (sha256 differs from {MANIFEST})")
-    extra = sorted(p.name for p in folder.iterdir() if p.name not in listed and p.name not in (MANIFEST, SIGNATURE))
+    extra = sorted(
+        p.name for p in folder.iterdir() if p.name not in listed and p.name not in (MANIFEST, SIGNATURE)
+    )
     problems += [f"{name}: not in {MANIFEST} (added after the bundle was written)" for name in extra]
     return problems
 
@@ -121,20 +142,32 @@ def manifest_problems(folder: Path) -> list[str]:
 def manifest_entries(index: dict) -> dict[str, dict]:
     """manifest.json's {"files": {name: {"sha256": hex, ...}}}, checked (InputError naming what is wrong)."""
     files = index.get("files")
-    require(isinstance(files, dict), f"{MANIFEST}: \"files\" is {type(files).__name__}, not an object of file "
-            "name -> {\"sha256\"}; the bundle is damaged: get the manifest as published")
-    wrong = sorted(repr(name) for name, entry in files.items()
-                   if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str))
-    require(not wrong, f"{MANIFEST}: the entries of {', '.join(wrong[:3])} hold no sha256 string; the bundle is "
-            "damaged: get the manifest as published")
+    require(
+        isinstance(files, dict),
+        f'{MANIFEST}: "files" is {type(files).__name__}, not an object of file '
+        'name -> {"sha256"}; the bundle is damaged: get the manifest as published',
+    )
+    wrong = sorted(
+        repr(name)
+        for name, entry in files.items()
+        if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str)
+    )
+    require(
+        not wrong,
+        f"{MANIFEST}: the entries of {', '.join(wrong[:3])} hold no sha256 string; the bundle is "
+        "damaged: get the manifest as published",
+    )
     return files
 
 
 def bundle_file(folder: Path, name: str) -> Path:
     """A file of the bundle, inside it (no link leading out), present (InputError naming it if not)."""
     path = inside(folder, name, f"the bundle {folder}")
-    require(path.is_file(), f"the bundle's {name} is missing from {folder} (deleted, or the folder was copied "
-            "in part); get the whole bundle as published")
+    require(
+        path.is_file(),
+        f"the bundle's {name} is missing from {folder} (deleted, or the folder was copied "
+        "in part); get the whole bundle as published",
+    )
     return path
 
 
@@ -144,8 +177,10 @@ def published_problems(folder: Path, expect: str | None, signer: str | None) -> 
     data = bundle_file(folder, MANIFEST).read_bytes()
     problems = []
     if expect is not None and sha256_bytes(data) != expect.strip().lower():
-        problems.append(f"{MANIFEST}: sha256 {sha256_bytes(data)} is not the expected {expect} (--expect); this "
-                        "is not the bundle that was published")
+        problems.append(
+            f"{MANIFEST}: sha256 {sha256_bytes(data)} is not the expected {expect} (--expect); this "
+            "is not the bundle that was published"
+        )
     if signer is not None:
         try:
             problems += recheck.signature_problems(folder, data, signer)
@@ -169,12 +204,17 @@ def model_record(folder: Path) -> dict:
     record = _read_json(folder, MODEL)
     files = record.get("files")
     fields = ("path", "role", "sha256")
-    require(isinstance(files, list) and all(isinstance(f, dict) and all(isinstance(f.get(k), str) for k in fields)
-                                            for f in files),
-            f"{MODEL}: \"files\" is not a list of {{\"path\", \"role\", \"sha256\"}} strings; the bundle is damaged")
+    require(
+        isinstance(files, list)
+        and all(isinstance(f, dict) and all(isinstance(f.get(k), str) for k in fields) for f in files),
+        f'{MODEL}: "files" is not a list of {{"path", "role", "sha256"}} strings; the bundle is damaged',
+    )
     # No weight listed, nothing compared: it "matched" any model.
-    require(any(f["role"] == "weight" for f in files), f"{MODEL} lists no weight file of the model, so nothing ties "
-            "the evidence to a model; the bundle is damaged or was altered: get it as published")
+    require(
+        any(f["role"] == "weight" for f in files),
+        f"{MODEL} lists no weight file of the model, so nothing ties "
+        "the evidence to a model; the bundle is damaged or was altered: get it as published",
+    )
     return record
 
 
@@ -182,18 +222,23 @@ def bundle_config(folder: Path, model: str) -> ScanConfig:
     """run_config.json's "config", read as a run's is (config.from_saved; InputError if it is none)."""
     saved = _read_json(folder, "run_config.json").get("config")
     try:
-        return replace(from_saved(ScanConfig, saved, "the bundle's run_config.json"),
-                       model=replace(from_saved(ModelConfig, saved["model"], "run_config.json"), model=model))
+        return replace(
+            from_saved(ScanConfig, saved, "the bundle's run_config.json"),
+            model=replace(from_saved(ModelConfig, saved["model"], "run_config.json"), model=model),
+        )
     except (InputError, KeyError, TypeError) as err:
-        raise InputError(f"the bundle's run_config.json is not a run configuration ({err}); the bundle is "
-                         "damaged") from err
+        raise InputError(
+            f"the bundle's run_config.json is not a run configuration ({err}); the bundle is damaged"
+        ) from err
 
 
 def _ids(value, nullable: bool = False) -> bool:
     """A list of token ids (ints >= 0; not bools), or None where `nullable`."""
     if value is None:
         return nullable
-    return isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value)
+    return isinstance(value, list) and all(
+        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value
+    )
 
 
 def evidence_rows(folder: Path, problems: list[str]) -> list[dict]:
@@ -206,12 +251,19 @@ def evidence_rows(folder: Path, problems: list[str]) -> list[dict]:
         except json.JSONDecodeError as err:
             problems.append(f"{EVIDENCE} line {number}: not JSON ({err.msg}); the row cannot be re-checked")
             continue
-        if (isinstance(row, dict) and isinstance(row.get("prompt"), str) and _ids(row.get("target_ids"))
-                and row["target_ids"] and _ids(row.get("prompt_ids"), nullable=True)):
+        if (
+            isinstance(row, dict)
+            and isinstance(row.get("prompt"), str)
+            and _ids(row.get("target_ids"))
+            and row["target_ids"]
+            and _ids(row.get("prompt_ids"), nullable=True)
+        ):
             rows.append(row)
         else:
-            problems.append(f"{EVIDENCE} line {number}: no prompt string and target_ids (a list of token ids); "
-                            "it cannot be re-checked")
+            problems.append(
+                f"{EVIDENCE} line {number}: no prompt string and target_ids (a list of token ids); "
+                "it cannot be re-checked"
+            )
     return rows
 
 
@@ -221,8 +273,10 @@ def in_vocabulary(rows: list[dict], size: int, problems: list[str]) -> list[dict
     for row in rows:
         outside = [i for i in row["target_ids"] if i >= size]
         if outside:
-            problems.append(f"{EVIDENCE} row {row.get('span_id')!r}: target id {outside[0]} is outside the model's "
-                            f"vocabulary of {size}; it cannot be re-checked with this model")
+            problems.append(
+                f"{EVIDENCE} row {row.get('span_id')!r}: target id {outside[0]} is outside the model's "
+                f"vocabulary of {size}; it cannot be re-checked with this model"
+            )
         else:
             kept.append(row)
     return kept
@@ -233,12 +287,22 @@ def vocabulary_size(engine) -> int:
     return engine.model.get_input_embeddings().num_embeddings
 
 
-def verify_bundle(bundle: str, model: str, dtype: str | None = None, verify_engine: str | None = None,
-                  fragile_margin: float | None = None, expect: str | None = None, signer: str | None = None) -> Recheck:
+def verify_bundle(
+    bundle: str,
+    model: str,
+    dtype: str | None = None,
+    verify_engine: str | None = None,
+    fragile_margin: float | None = None,
+    expect: str | None = None,
+    signer: str | None = None,
+) -> Recheck:
     """The manifest (against --expect and --signer), the model's files, the input recipe, then every row
     generated again from `model`."""
     folder = Path(bundle)
-    require(folder.is_dir(), f"--bundle {bundle}: no such folder; pass the folder `acr-scan export --bundle` wrote")
+    require(
+        folder.is_dir(),
+        f"--bundle {bundle}: no such folder; pass the folder `acr-scan export --bundle` wrote",
+    )
     problems = manifest_problems(folder)
     problems += published_problems(folder, expect, signer)
     problems += identity_problems(model_record(folder), model)
@@ -271,9 +335,15 @@ def by_prompt_source(table: pa.Table, failures: list[dict]) -> dict[str, dict[st
 
 def prompt_source_line(table: pa.Table, failures: list[dict]) -> str:
     """e.g. "free prompts: 3/3 reproduce; work_text prompts (certificates or k+ tokens of the work): 9/9"."""
-    names = {"free": "prompts free of the work's text", "work_text": "prompts holding the work's text",
-             None: "prompts not measured"}
+    names = {
+        "free": "prompts free of the work's text",
+        "work_text": "prompts holding the work's text",
+        None: "prompts not measured",
+    }
     counts = by_prompt_source(table, failures)
-    parts = [f"{names[key]}: {counts[key]['reproduced']}/{counts[key]['flagged']} reproduce" for key in names
-             if key in counts]
+    parts = [
+        f"{names[key]}: {counts[key]['reproduced']}/{counts[key]['flagged']} reproduce"
+        for key in names
+        if key in counts
+    ]
     return "; ".join(parts) if parts else "no flagged spans"

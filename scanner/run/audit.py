@@ -63,16 +63,22 @@ def population(phases, kept: list[int]) -> dict[str, pa.Table]:
     and the spans the screen dropped (screened_out; run/dropped.py: millions of them at library scale);
     a target decided anywhere (an earlier draw's committed parts `kept` included) is
     decided for every copy."""
-    decided = {r["span_id"] for name in ("search", "tighten") for r in phases.stores[name].rows()
-               if r["status"] != "failed"} | plans.settled(phases)
+    decided = {
+        r["span_id"]
+        for name in ("search", "tighten")
+        for r in phases.stores[name].rows()
+        if r["status"] != "failed"
+    } | plans.settled(phases)
     decided |= {r["span_id"] for r in phases.stores["audit"].rows(kept) if r["status"] != "failed"}
     ranked = bm.rank(plans.candidates(phases))
     known = {bm.target_key(r): r["span_id"] for r in ranked if r["span_id"] in decided}
     left, _ = bm.distinct([r for r in ranked if r["span_id"] not in decided], bm.target_key, known)
     known.update((bm.target_key(r), r["span_id"]) for r in ranked)
     paths = [phases.stores["screen"].result_path(s.shard) for s in phases.plan]
-    left = pa.Table.from_pylist([{"span_id": r["span_id"], "shard": r["shard"]} for r in left],
-                                schema=pa.schema([("span_id", pa.string()), ("shard", pa.int64())]))
+    left = pa.Table.from_pylist(
+        [{"span_id": r["span_id"], "shard": r["shard"]} for r in left],
+        schema=pa.schema([("span_id", pa.string()), ("shard", pa.int64())]),
+    )
     return {"not_searched": left, "screened_out": ranked_distinct(paths, "screened_out", decided, set(known))}
 
 
@@ -90,7 +96,9 @@ def units(phases) -> list[Unit]:
     rule = parse_audit(config.audit_sample)
     if rule.kind == "count" and rule.amount == 0:
         if saved or (phases.run.path / AUDIT_PLAN).exists():
-            log.info("--audit-sample 0: the recall audit's earlier draw is discarded (its committed finds stay)")
+            log.info(
+                "--audit-sample 0: the recall audit's earlier draw is discarded (its committed finds stay)"
+            )
             discard(phases, saved)
         return []
     kept = earlier(phases, saved)
@@ -113,7 +121,7 @@ def _key(parts: dict, config) -> str:
         digest.update(f"{', ' if n else ''}{json.dumps(part)}: [".encode())
         ids = _ids(rows)
         for start in range(0, len(ids), 65536):
-            chunk = ids[start:start + 65536].to_pylist()
+            chunk = ids[start : start + 65536].to_pylist()
             digest.update(((", " if start else "") + ", ".join(map(json.dumps, chunk))).encode())
         digest.update(b"]")
     digest.update(f"}}, {json.dumps(str(config.audit_sample))}, {json.dumps(config.search.seed)}]".encode())
@@ -123,38 +131,65 @@ def _key(parts: dict, config) -> str:
 def _draw(phases, parts: dict, rule) -> dict:
     """A new draw of `parts`, its size bought by `rule` at what the search's committed units measured."""
     config, store = phases.config, phases.stores["audit"]
-    cost = recall.search_cost([phases.stores["search"].stats(i) for i in phases.stores["search"].done_parts()])
+    cost = recall.search_cost(
+        [phases.stores["search"].stats(i) for i in phases.stores["search"].done_parts()]
+    )
     size, why = recall.audit_size(rule, cost)
-    strata = recall.plan_strata({part: _ids(rows) for part, rows in parts.items()}, size, config.search.seed, SortedIds)
+    strata = recall.plan_strata(
+        {part: _ids(rows) for part, rows in parts.items()}, size, config.search.seed, SortedIds
+    )
     shard_of = _shards(parts, {span for s in strata for span in s["drawn"]})
     items = [[shard_of[span], span] for s in strata for span in s["drawn"]]
     first = max(store.done_parts(), default=-1) + 1
-    saved = {"key": _key(parts, config), "sample": config.audit_sample, "seed": config.search.seed,
-             "size": sum(len(s["drawn"]) for s in strata), "why": why, "cost": cost, "first": first,
-             "strata": strata, "units": bm.units(items, config.unit_size)}
+    saved = {
+        "key": _key(parts, config),
+        "sample": config.audit_sample,
+        "seed": config.search.seed,
+        "size": sum(len(s["drawn"]) for s in strata),
+        "why": why,
+        "cost": cost,
+        "first": first,
+        "strata": strata,
+        "units": bm.units(items, config.unit_size),
+    }
     atomic_write_json(phases.run.path / AUDIT_PLAN, saved)
     if saved["size"]:
         every = " (all there were)" if saved["size"] < size else ""
-        log.info("recall audit: %d searches drawn%s (--audit-sample %s: %s)", saved["size"], every,
-                 config.audit_sample, why)
+        log.info(
+            "recall audit: %d searches drawn%s (--audit-sample %s: %s)",
+            saved["size"],
+            every,
+            config.audit_sample,
+            why,
+        )
     else:
-        log.info("recall audit: none drawn, no recall stated (--audit-sample %s: %s); --audit-sample N asks for "
-                 "N searches", config.audit_sample, why)
+        log.info(
+            "recall audit: none drawn, no recall stated (--audit-sample %s: %s); --audit-sample N asks for "
+            "N searches",
+            config.audit_sample,
+            why,
+        )
     return saved
 
 
 def _shards(parts: dict, spans: set[str]) -> dict[str, int]:
     """{span_id: shard} of the drawn `spans`."""
     wanted = pa.array(sorted(spans), pa.string())
-    return {r["span_id"]: r["shard"] for rows in parts.values()
-            for r in rows.filter(pc.is_in(rows.column("span_id"), value_set=wanted)).to_pylist()}
+    return {
+        r["span_id"]: r["shard"]
+        for rows in parts.values()
+        for r in rows.filter(pc.is_in(rows.column("span_id"), value_set=wanted)).to_pylist()
+    }
 
 
 def discard(phases, saved: dict) -> None:
     """The draw given up: its uncommitted parts, audit_plan.json and recall.json removed; its committed
     parts kept (their rows stand as searches). Written results are made pending, so they are written
     again without the discarded draw's marks."""
-    store, drawn = phases.stores["audit"], bool(saved.get("strata")) or (phases.run.path / AUDIT_PLAN).exists()
+    store, drawn = (
+        phases.stores["audit"],
+        bool(saved.get("strata")) or (phases.run.path / AUDIT_PLAN).exists(),
+    )
     done = store.done()
     for folder in store.folders():
         for path in folder.glob("*"):
@@ -178,7 +213,11 @@ def committed(phases) -> dict[str, str]:
     saved = read_plan(phases.run)
     stratum = {span: s["name"] for s in saved.get("strata", []) for span in s["drawn"]}
     rows = phases.stores["audit"].rows(current(saved))
-    return {r["span_id"]: stratum[r["span_id"]] for r in rows if r["status"] in VERDICTS and r["span_id"] in stratum}
+    return {
+        r["span_id"]: stratum[r["span_id"]]
+        for r in rows
+        if r["status"] in VERDICTS and r["span_id"] in stratum
+    }
 
 
 def write_recall(phases) -> dict | None:
@@ -194,10 +233,19 @@ def write_recall(phases) -> dict | None:
     for span, name in searched.items():
         hits[name] += statuses[span] == "memorized"
     strata = [{**s, "drawn": [span for span in s["drawn"] if span in searched]} for s in saved["strata"]]
-    found = sum(1 for s in phases.plan for r in phases.run.results.read(s.shard).select(["status", "searched_as"])
-                .to_pylist() if r["status"] == "memorized" and r["searched_as"] is None)
-    out = {**recall.summary(strata, hits, found), "sample": saved.get("sample"), "seed": saved.get("seed"),
-           "planned": saved.get("size"), "strata_drawn": {s["name"]: s["drawn"] for s in strata}}
+    found = sum(
+        1
+        for s in phases.plan
+        for r in phases.run.results.read(s.shard).select(["status", "searched_as"]).to_pylist()
+        if r["status"] == "memorized" and r["searched_as"] is None
+    )
+    out = {
+        **recall.summary(strata, hits, found),
+        "sample": saved.get("sample"),
+        "seed": saved.get("seed"),
+        "planned": saved.get("size"),
+        "strata_drawn": {s["name"]: s["drawn"] for s in strata},
+    }
     if read_json_object(path) != json.loads(json.dumps(out)):
         atomic_write_json(path, out)
     return out
@@ -208,8 +256,10 @@ def cost_line(saved: dict, pending: list[Unit]) -> str:
     left = sum(len(u.items) for u in pending)
     per = (saved.get("cost") or {}).get("per_search_s")
     eta = f", about {_minutes(left * per)} at {per:.1f} s a search measured by this scan" if per else ""
-    return (f"recall audit: {left} of {saved.get('size', left)} searches to run{eta}, outside the search budget "
-            f"(--audit-sample {saved.get('sample')}: {saved.get('why', '?')})")
+    return (
+        f"recall audit: {left} of {saved.get('size', left)} searches to run{eta}, outside the search budget "
+        f"(--audit-sample {saved.get('sample')}: {saved.get('why', '?')})"
+    )
 
 
 def _minutes(seconds: float) -> str:

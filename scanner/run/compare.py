@@ -43,15 +43,27 @@ from scanner.storage.store import Store
 
 log = logging.getLogger(__name__)
 
-IDENTITY, PLAN, TABLE, SUMMARY = "compare.json", "compare_plan.json", "compare.parquet", "compare_summary.json"
+IDENTITY, PLAN, TABLE, SUMMARY = (
+    "compare.json",
+    "compare_plan.json",
+    "compare.parquet",
+    "compare_summary.json",
+)
 OWN = {IDENTITY, PLAN, TABLE, SUMMARY, STORE, "lock", "logs", "progress", "provenance.json", "model.json"}
 FIX = "use a new --out, or relaunch with the options it was started with"
 SAMPLE_SPANS = 256  # span texts of run A that B's tokenizer must cut as A's does (check_same_tokenizer)
 
 
-def compare_config(run_dir: str, model: ModelConfig, spans: tuple[str, ...] | None = None, tighten: bool = False,
-                   unit_size: int = 8, corpus: str | None = None, template: dict | None = None,
-                   targets: tuple[str, ...] | None = None) -> CompareConfig:
+def compare_config(
+    run_dir: str,
+    model: ModelConfig,
+    spans: tuple[str, ...] | None = None,
+    tighten: bool = False,
+    unit_size: int = 8,
+    corpus: str | None = None,
+    template: dict | None = None,
+    targets: tuple[str, ...] | None = None,
+) -> CompareConfig:
     """Run A's saved scan with B's model, no draft (of A's tokenizer), and the corpus where it lies now.
     `template`: B's chat, system_prompt, instruction where not None (the rest of A's template kept): B may
     be A itself behind a fixed prompt (in-context unlearning), measured under the template it is used with."""
@@ -60,19 +72,33 @@ def compare_config(run_dir: str, model: ModelConfig, spans: tuple[str, ...] | No
     scan = run.scan_config()
     search = replace(scan.search, gcg=replace(scan.search.gcg, draft=DraftConfig()))
     prompt = replace(scan.prompt, **{k: v for k, v in (template or {}).items() if v is not None})
-    scan = replace(scan, model=model, search=search, prompt=prompt,
-                   corpus=replace(scan.corpus, path=corpus) if corpus else scan.corpus)
+    scan = replace(
+        scan,
+        model=model,
+        search=search,
+        prompt=prompt,
+        corpus=replace(scan.corpus, path=corpus) if corpus else scan.corpus,
+    )
     require(unit_size >= 1, f"--unit-size {unit_size} must be >= 1")
-    require(spans is None or len(spans) > 0, "--spans names no span_id (it is empty); pass comma-separated span_id "
-            "values of run A's results (acr-scan export RUN --all --out rows.csv lists them), or leave --spans out "
-            "to compare A's flagged spans and its controls")
+    require(
+        spans is None or len(spans) > 0,
+        "--spans names no span_id (it is empty); pass comma-separated span_id "
+        "values of run A's results (acr-scan export RUN --all --out rows.csv lists them), or leave --spans out "
+        "to compare A's flagged spans and its controls",
+    )
     require(spans is None or targets is None, "--spans and --file both choose the spans; pass one of them")
-    return CompareConfig(run=str(Path(run_dir).resolve()), scan=scan, spans=spans, tighten=tighten, unit_size=unit_size,
-                         targets=targets)
-
+    return CompareConfig(
+        run=str(Path(run_dir).resolve()),
+        scan=scan,
+        spans=spans,
+        tighten=tighten,
+        unit_size=unit_size,
+        targets=targets,
+    )
 
 
 # ---------------------------------------------------------------------------------------------- the driver
+
 
 def validate(config: CompareConfig, out: str) -> None:
     """Everything checked before a folder is made or a model loads: RUN_B is new, empty or this
@@ -82,12 +108,18 @@ def validate(config: CompareConfig, out: str) -> None:
 
     folder, run = Path(out), Path(config.run)
     require(folder.resolve() != run, f"--out {out} is run A itself; pass a new folder for the comparison")
-    require(run not in folder.resolve().parents, f"--out {out} is inside run A ({run}), whose folder is the scan's "
-            f"alone; pass a folder outside it, e.g. {run.parent / (run.name + '-b')}")
+    require(
+        run not in folder.resolve().parents,
+        f"--out {out} is inside run A ({run}), whose folder is the scan's "
+        f"alone; pass a folder outside it, e.g. {run.parent / (run.name + '-b')}",
+    )
     if folder.is_dir() and not (folder / IDENTITY).is_file():
         foreign = foreign_entries(folder, OWN, unrecorded=True)
-        require(not foreign, f"--out {out} holds files that are not a comparison's ({', '.join(map(repr, foreign[:3]))}); "
-                "pass a new --out")
+        require(
+            not foreign,
+            f"--out {out} holds files that are not a comparison's ({', '.join(map(repr, foreign[:3]))}); "
+            "pass a new --out",
+        )
     check_model(config.scan.model)
     check_same_tokenizer(config)
     check_template(config.scan.model, config.scan.prompt)
@@ -107,17 +139,26 @@ def check_same_tokenizer(config: CompareConfig) -> None:
     except (InputError, OSError, ValueError):
         a_tokenizer = None
     if a_tokenizer is not None:  # by vocabulary, then by behaviour: A's own spans cut into the same ids
-        problems = vocabulary_problems(a_tokenizer, b_tokenizer) or \
-            encoding_problems(a_tokenizer, b_tokenizer, span_texts(RunDir(config.run)))
+        problems = vocabulary_problems(a_tokenizer, b_tokenizer) or encoding_problems(
+            a_tokenizer, b_tokenizer, span_texts(RunDir(config.run))
+        )
     else:
         recorded = (read_json_object(Path(config.run) / "provenance.json") or {}).get("tokenizer_hash")
-        problems = [] if recorded == tokenizer_hash(b_tokenizer) else [
-            f"its tokenizer's hash differs from run A's ({str(recorded)[:12]}; A's model {saved['model']} cannot be "
-            "loaded to compare vocabularies)"]
-    require(not problems, f"--model {config.scan.model.model}: its tokenizer is not run A's ({'; '.join(problems)}); "
-            "compare measures A's spans, cut into A's token ids, so B must share A's tokenizer (a fine-tuned, "
-            "unlearned, quantized or distilled copy of A). For a model of another tokenizer, scan the corpus with it "
-            "(acr-scan scan) and compare the two reports")
+        problems = (
+            []
+            if recorded == tokenizer_hash(b_tokenizer)
+            else [
+                f"its tokenizer's hash differs from run A's ({str(recorded)[:12]}; A's model {saved['model']} cannot be "
+                "loaded to compare vocabularies)"
+            ]
+        )
+    require(
+        not problems,
+        f"--model {config.scan.model.model}: its tokenizer is not run A's ({'; '.join(problems)}); "
+        "compare measures A's spans, cut into A's token ids, so B must share A's tokenizer (a fine-tuned, "
+        "unlearned, quantized or distilled copy of A). For a model of another tokenizer, scan the corpus with it "
+        "(acr-scan scan) and compare the two reports",
+    )
 
 
 def span_texts(run: RunDir, limit: int = SAMPLE_SPANS) -> list[str]:
@@ -125,10 +166,12 @@ def span_texts(run: RunDir, limit: int = SAMPLE_SPANS) -> list[str]:
     there are four times as many): the texts B's tokenizer must cut into A's ids."""
     texts: list[str] = []
     for shard in run.done_shards():
-        texts += [t for t in pq.read_table(run.result_path(shard), columns=["text"]).column("text").to_pylist() if t]
+        texts += [
+            t for t in pq.read_table(run.result_path(shard), columns=["text"]).column("text").to_pylist() if t
+        ]
         if len(texts) >= 4 * limit:
             break
-    return texts[::max(1, len(texts) // limit)][:limit]
+    return texts[:: max(1, len(texts) // limit)][:limit]
 
 
 def identity(config: CompareConfig) -> dict:
@@ -136,9 +179,18 @@ def identity(config: CompareConfig) -> dict:
     scan = dataclasses.asdict(config.scan)
     scan["model"] = {k: v for k, v in scan["model"].items() if k not in ("threads", "device")}
     scan["corpus"] = {k: v for k, v in scan["corpus"].items() if k != "path"}
-    return json.loads(json.dumps({"version": COMPARE_VERSION, "scan": scan, "spans": config.spans,
-                                  "targets": config.targets, "tighten": config.tighten,
-                                  "unit_size": config.unit_size}))
+    return json.loads(
+        json.dumps(
+            {
+                "version": COMPARE_VERSION,
+                "scan": scan,
+                "spans": config.spans,
+                "targets": config.targets,
+                "tighten": config.tighten,
+                "unit_size": config.unit_size,
+            }
+        )
+    )
 
 
 def _check_identity(folder: Path, config: CompareConfig) -> None:
@@ -149,8 +201,10 @@ def _check_identity(folder: Path, config: CompareConfig) -> None:
         atomic_write_json(path, {**now, "run": config.run})
         return
     changed = changed_keys({k: v for k, v in saved.items() if k != "run"}, now)  # scan.prompt.instruction ...
-    require(not changed, f"--out {folder} holds a comparison made with other options (changed: {', '.join(changed)}); "
-            f"{FIX}")
+    require(
+        not changed,
+        f"--out {folder} holds a comparison made with other options (changed: {', '.join(changed)}); {FIX}",
+    )
 
 
 def _units(folder: Path, config: CompareConfig) -> list[CompareUnit]:
@@ -164,8 +218,10 @@ def _units(folder: Path, config: CompareConfig) -> list[CompareUnit]:
         items = selected(rows, config.spans, config.targets)
         saved = {"units": bm.units([list(i) for i in items], config.unit_size)}
         atomic_write_json(path, saved)
-    return [CompareUnit(i, tuple((int(s), str(span), str(kind)) for s, span, kind in items))
-            for i, items in enumerate(saved["units"])]
+    return [
+        CompareUnit(i, tuple((int(s), str(span), str(kind)) for s, span, kind in items))
+        for i, items in enumerate(saved["units"])
+    ]
 
 
 def _pending(store: Store, units: list[CompareUnit]) -> list[CompareUnit]:
@@ -202,7 +258,9 @@ class CompareJob:
         return len(self.pending)
 
     def run(self, execute) -> dict:
-        failed = execute(self.pending, None, lambda stats: log.info("%s: %d spans", stats["unit"], stats["spans"]))
+        failed = execute(
+            self.pending, None, lambda stats: log.info("%s: %d spans", stats["unit"], stats["spans"])
+        )
         stop.check()  # SIGTERM / SIGUSR1: the units not run stay pending (scanner/stop.py)
         return failed
 
@@ -226,8 +284,10 @@ def identities(config: CompareConfig, folder: Path) -> dict:
     a = read_json_object(Path(config.run) / "provenance.json") or {}
     b = read_json_object(folder / "provenance.json") or {}
     a_template = RunDir(config.run).saved_config()["config"].get("prompt")
-    return {"a": {k: a.get(k) for k in keys} | {"run": config.run, "template": a_template},
-            "b": {k: b.get(k) for k in keys} | {"template": dataclasses.asdict(config.scan.prompt)}}
+    return {
+        "a": {k: a.get(k) for k in keys} | {"run": config.run, "template": a_template},
+        "b": {k: b.get(k) for k in keys} | {"template": dataclasses.asdict(config.scan.prompt)},
+    }
 
 
 def write_table(folder: Path, config: CompareConfig, store: Store, units: list[CompareUnit]) -> dict:
@@ -247,13 +307,24 @@ def write_table(folder: Path, config: CompareConfig, store: Store, units: list[C
 def summarize(rows: list[dict]) -> dict:
     """Counts per class (and of the flagged spans alone), and what the warm start saved: the searches'
     forwards, steps and seconds, and the spans whose verdicts the two searches agree on."""
-    both = [r for r in rows if r["a_prompt"] and r["warm_memorized"] is not None and r["cold_memorized"] is not None]
-    cost = {side: {k: sum(r[f"{side}_{k}"] or 0 for r in both) for k in ("forwards", "steps", "s")}
-            for side in ("warm", "cold")}
-    return {"spans": len(rows), "classes": cm.counts([r["verdict_class"] for r in rows]),
-            "flagged_on_a": sum(r["a_status"] == "memorized" for r in rows),
-            "warm_vs_cold": {"spans": len(both), **cost,
-                             "a_prompt_reproduces": sum(bool(r["warm_from_a"]) for r in both),
-                             "memorized_warm": sum(bool(r["warm_memorized"]) for r in both),
-                             "memorized_cold": sum(bool(r["cold_memorized"]) for r in both)}}
-
+    both = [
+        r
+        for r in rows
+        if r["a_prompt"] and r["warm_memorized"] is not None and r["cold_memorized"] is not None
+    ]
+    cost = {
+        side: {k: sum(r[f"{side}_{k}"] or 0 for r in both) for k in ("forwards", "steps", "s")}
+        for side in ("warm", "cold")
+    }
+    return {
+        "spans": len(rows),
+        "classes": cm.counts([r["verdict_class"] for r in rows]),
+        "flagged_on_a": sum(r["a_status"] == "memorized" for r in rows),
+        "warm_vs_cold": {
+            "spans": len(both),
+            **cost,
+            "a_prompt_reproduces": sum(bool(r["warm_from_a"]) for r in both),
+            "memorized_warm": sum(bool(r["warm_memorized"]) for r in both),
+            "memorized_cold": sum(bool(r["cold_memorized"]) for r in both),
+        },
+    }

@@ -84,8 +84,15 @@ def drive(job: Job, out: str, executor: ExecutorConfig | None = None) -> dict:
         return job.result(folder, failed, report)
 
 
-def run_scan(config: ScanConfig, out: str, progress=None, executor: ExecutorConfig | None = None,
-             corpus: Corpus | None = None, passages: PassageConfig | None = None, draw=None) -> dict:
+def run_scan(
+    config: ScanConfig,
+    out: str,
+    progress=None,
+    executor: ExecutorConfig | None = None,
+    corpus: Corpus | None = None,
+    passages: PassageConfig | None = None,
+    draw=None,
+) -> dict:
     """Scan the corpus into `out`, passages.parquet included; returns the merged stats with the
     executor's report under "run" (failed shards, actor restarts, and "failed_rows": {unit kind: spans
     whose search or check failed}, which a relaunch retries). Raises stop.Stopped on a stop request
@@ -101,8 +108,14 @@ class ScanJob:
 
     command, worker = "scan", Worker
 
-    def __init__(self, config: ScanConfig, progress=None, corpus: Corpus | None = None,
-                 passages: PassageConfig | None = None, draw=None) -> None:
+    def __init__(
+        self,
+        config: ScanConfig,
+        progress=None,
+        corpus: Corpus | None = None,
+        passages: PassageConfig | None = None,
+        draw=None,
+    ) -> None:
         self.config, self.model = config, config.model
         self.progress, self.corpus, self.passages, self.draw = progress, corpus, passages, draw
         self.phases: Phases | None = None
@@ -115,11 +128,21 @@ class ScanJob:
 
     def open(self, folder: Path, model: ModelRecord) -> int:
         run, config = RunDir(folder), self.config
-        plan = run.prepare(config.to_dict(), self.corpus.fingerprint(), self.corpus.num_rows, config.docs_per_shard,
-                           model.digest)
-        for name in clear_stale(run.path):  # under the lock: no unit runs yet, each file is a stopped worker's
-            log.warning("progress/%s: left by a worker that stopped (the run was killed); removed, its unit "
-                        "is rerun where it is not done", name)
+        plan = run.prepare(
+            config.to_dict(),
+            self.corpus.fingerprint(),
+            self.corpus.num_rows,
+            config.docs_per_shard,
+            model.digest,
+        )
+        for name in clear_stale(
+            run.path
+        ):  # under the lock: no unit runs yet, each file is a stopped worker's
+            log.warning(
+                "progress/%s: left by a worker that stopped (the run was killed); removed, its unit "
+                "is rerun where it is not done",
+                name,
+            )
         self.phases = Phases(config, run, plan, self.corpus, self.passages, self.draw)
         _announce(self.phases, self.progress)
         return len(plan)
@@ -128,13 +151,17 @@ class ScanJob:
         return run_phases(self.phases, execute, self.progress)
 
     def result(self, folder: Path, failed: dict, report: dict) -> dict:
-        return {**self.phases.run.merge_stats(),
-                "run": {**report, "failed_shards": failed, "failed_rows": self.phases.failed_rows()}}
+        return {
+            **self.phases.run.merge_stats(),
+            "run": {**report, "failed_shards": failed, "failed_rows": self.phases.failed_rows()},
+        }
 
 
 def validate(config: ScanConfig, out: str) -> Corpus:
     """Every check that needs no run directory, before one is made or locked."""
-    RunDir(out).require_own_folder()  # the path's own checks (empty, object-store URI), no others' files in it
+    RunDir(
+        out
+    ).require_own_folder()  # the path's own checks (empty, object-store URI), no others' files in it
     corpus = open_corpus(config.corpus)
     check_model(config.model)  # a bad --model leaves no run directory to refuse the corrected command
     check_template(config.model, config.prompt)  # likewise a template that cannot score a first token
@@ -152,9 +179,14 @@ def fit_positions(config: ScanConfig) -> ScanConfig:
     context = fit_context(config.spans.span_tokens, asked, config.search.tau, positions)
     if context == asked:
         return config
-    log.warning("--context-tokens %d capped to %d: the model has %d positions, which must hold the context, "
-                "two %d-token spans (the screen's stream advances a span a chunk) and BOS", asked, context,
-                positions, config.spans.span_tokens)
+    log.warning(
+        "--context-tokens %d capped to %d: the model has %d positions, which must hold the context, "
+        "two %d-token spans (the screen's stream advances a span a chunk) and BOS",
+        asked,
+        context,
+        positions,
+        config.spans.span_tokens,
+    )
     return replace(config, screen=replace(config.screen, context_tokens=context))
 
 
@@ -166,7 +198,9 @@ def _announce(phases: Phases, progress) -> None:
         start(sum(s.num_docs for s in pending))
 
 
-def open_executor(executor: ExecutorConfig, job: Job, folder: Path, model: ModelRecord, expected: int) -> Executor:
+def open_executor(
+    executor: ExecutorConfig, job: Job, folder: Path, model: ModelRecord, expected: int
+) -> Executor:
     """The executor that runs the job's tasks, each on a worker of the job."""
     on_setup = partial(write_provenance, folder, {"model_hash_s": round(model.seconds, 3)})
     if executor.kind == "local":  # the driver's corpus, already open; one model load in this process
@@ -174,8 +208,14 @@ def open_executor(executor: ExecutorConfig, job: Job, folder: Path, model: Model
     from scanner.executors.ray import RayExecutor  # Ray is imported only when asked for
 
     # Actors open the corpus themselves from shared storage: the factory pickles configs and paths only.
-    return RayExecutor(executor, partial(job.worker, job.config, str(folder.resolve())), on_setup, expected_tasks=expected,
-                       beat_path=partial(beat_path, folder), on_given_up=partial(record_given_up, folder))
+    return RayExecutor(
+        executor,
+        partial(job.worker, job.config, str(folder.resolve())),
+        on_setup,
+        expected_tasks=expected,
+        beat_path=partial(beat_path, folder),
+        on_given_up=partial(record_given_up, folder),
+    )
 
 
 def beat_path(run_path, task):

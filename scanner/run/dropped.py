@@ -19,7 +19,15 @@ import pyarrow.parquet as pq
 
 from scanner.measures.budget import ids_digest, ids_key
 
-READ = ["span_id", "shard", "target_tokens", "certificate_tokens", "greedy_match_rate", "mean_nll", "target_ids"]
+READ = [
+    "span_id",
+    "shard",
+    "target_tokens",
+    "certificate_tokens",
+    "greedy_match_rate",
+    "mean_nll",
+    "target_ids",
+]
 ORDER = [("bound", "descending"), ("match", "descending"), ("nll", "ascending"), ("span_id", "ascending")]
 
 
@@ -31,7 +39,7 @@ def keys(column: pa.ChunkedArray, printed: bool = True) -> pa.Array:
     for chunk in column.chunks:
         offsets = chunk.offsets.to_numpy()  # into `values`, which ignores a slice's offset: absolute
         data = memoryview(np.asarray(chunk.values.to_numpy(zero_copy_only=False), dtype="<i8").tobytes())
-        out += [digest(data[a * 8:b * 8]) for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+        out += [digest(data[a * 8 : b * 8]) for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
     return pa.array(out, kind)
 
 
@@ -40,13 +48,21 @@ def _shard(path, status: str, exclude: pa.Array) -> pa.Table:
     table = pq.read_table(path, columns=READ, filters=[("status", "=", status)])
     table = table.filter(pc.invert(pc.is_in(table.column("span_id"), value_set=exclude)))
     certificate = pc.fill_null(table.column("certificate_tokens"), 0)
-    bound = pc.if_else(pc.greater(certificate, 0),
-                       pc.divide(pc.cast(table.column("target_tokens"), pa.float64()), pc.cast(certificate, pa.float64())),
-                       0.0)
-    return pa.table({"span_id": table.column("span_id"), "shard": table.column("shard"), "bound": bound,
-                     "match": pc.fill_null(table.column("greedy_match_rate"), 0.0),
-                     "nll": pc.fill_null(table.column("mean_nll"), float("inf")),
-                     "key": keys(table.column("target_ids").cast(pa.list_(pa.int64())), printed=False)})
+    bound = pc.if_else(
+        pc.greater(certificate, 0),
+        pc.divide(pc.cast(table.column("target_tokens"), pa.float64()), pc.cast(certificate, pa.float64())),
+        0.0,
+    )
+    return pa.table(
+        {
+            "span_id": table.column("span_id"),
+            "shard": table.column("shard"),
+            "bound": bound,
+            "match": pc.fill_null(table.column("greedy_match_rate"), 0.0),
+            "nll": pc.fill_null(table.column("mean_nll"), float("inf")),
+            "key": keys(table.column("target_ids").cast(pa.list_(pa.int64())), printed=False),
+        }
+    )
 
 
 def ranked_distinct(paths: list, status: str, exclude: set[str], known: set[str]) -> pa.Table:
@@ -64,9 +80,15 @@ def ranked_distinct(paths: list, status: str, exclude: set[str], known: set[str]
     known = pa.array([bytes.fromhex(k) for k in sorted(known)], pa.binary(16))
     table = table.filter(pc.invert(pc.is_in(table.column("key"), value_set=known)))
     position = pa.array(np.arange(table.num_rows))
-    first = pa.table({"key": table.column("key"), "at": position}).group_by("key", use_threads=False) \
-        .aggregate([("at", "min")]).column("at_min")
-    return table.take(pc.take(first, pc.sort_indices(first))).select(["span_id", "shard"])  # first positions, in order
+    first = (
+        pa.table({"key": table.column("key"), "at": position})
+        .group_by("key", use_threads=False)
+        .aggregate([("at", "min")])
+        .column("at_min")
+    )
+    return table.take(pc.take(first, pc.sort_indices(first))).select(
+        ["span_id", "shard"]
+    )  # first positions, in order
 
 
 class SortedIds(Sequence):

@@ -56,7 +56,9 @@ def task_beat(run_path: str | Path, name: str, every: float = WRITE_EVERY_S):
 
     def beat() -> None:
         with contextlib.suppress(OSError):  # a watcher's view is not worth the task
-            write_progress(path, {"task": name, "pid": os.getpid(), "started": began, "heartbeat": time.time()})
+            write_progress(
+                path, {"task": name, "pid": os.getpid(), "started": began, "heartbeat": time.time()}
+            )
 
     beat()
     timer = Beat(beat, every).start()
@@ -71,7 +73,9 @@ def task_beat(run_path: str | Path, name: str, every: float = WRITE_EVERY_S):
 class UnitProgress(SearchObserver):
     """One unit's progress: `spans` are its candidates' span ids in job order."""
 
-    def __init__(self, run_path: str | Path, unit: str, spans: list[str], every: float = WRITE_EVERY_S) -> None:
+    def __init__(
+        self, run_path: str | Path, unit: str, spans: list[str], every: float = WRITE_EVERY_S
+    ) -> None:
         self.path, self.unit, self.spans, self.every = progress_path(run_path, unit), unit, spans, every
         self.done, self.live, self.warned, self.step = 0, {}, False, None
         self.began, self.written = time.time(), float("-inf")
@@ -84,8 +88,14 @@ class UnitProgress(SearchObserver):
 
     def started(self, progress: SearchProgress) -> None:
         self.live[progress.index] = progress
-        log.info("span %s (candidate %d/%d, %d tokens) starts%s", self._span(progress.index), progress.index + 1,
-                 len(self.spans), progress.target_tokens, f", prompt cap {progress.cap}" if progress.cap else "")
+        log.info(
+            "span %s (candidate %d/%d, %d tokens) starts%s",
+            self._span(progress.index),
+            progress.index + 1,
+            len(self.spans),
+            progress.target_tokens,
+            f", prompt cap {progress.cap}" if progress.cap else "",
+        )
         self._write()  # a search is seen at once (one write a candidate, not a step): a short one too
 
     def length_started(self, progress: SearchProgress) -> None:
@@ -97,9 +107,18 @@ class UnitProgress(SearchObserver):
 
     def length_finished(self, progress: SearchProgress) -> None:
         retry = f" (restart {progress.trial})" if progress.trial else ""
-        log.info("span %s: length %s%s %s after %d/%d steps, best right %d/%d, %.1f s", self._span(progress.index),
-                 progress.length, retry, progress.outcome, progress.step, progress.steps, progress.right,
-                 progress.target_tokens, progress.elapsed())
+        log.info(
+            "span %s: length %s%s %s after %d/%d steps, best right %d/%d, %.1f s",
+            self._span(progress.index),
+            progress.length,
+            retry,
+            progress.outcome,
+            progress.step,
+            progress.steps,
+            progress.right,
+            progress.target_tokens,
+            progress.elapsed(),
+        )
         self._maybe_write()
 
     def finished(self, progress: SearchProgress) -> None:
@@ -132,13 +151,32 @@ class UnitProgress(SearchObserver):
     def record(self) -> dict:
         """What progress/<unit>.json holds (storage/progress.py reads it back)."""
         # A copy first: the timer's thread reads while the unit's adds and removes searches.
-        live = [{"candidate": p.index + 1, "span_id": self._span(p.index), "length": p.length, "trial": p.trial,
-                 "step": p.step, "steps": p.steps, "right": p.right, "target_tokens": p.target_tokens,
-                 "prompt_tokens": p.prompt_tokens, "total_steps": p.total_steps, "elapsed_s": round(p.elapsed(), 3)}
-                for _, p in sorted(list(self.live.items()), key=lambda item: item[0])]
-        return {"unit": self.unit, "pid": os.getpid(), "candidates_done": self.done,
-                "candidates_total": len(self.spans), "started": self.began, "heartbeat": time.time(), "live": live,
-                **({"stage": self.step} if self.step else {})}
+        live = [
+            {
+                "candidate": p.index + 1,
+                "span_id": self._span(p.index),
+                "length": p.length,
+                "trial": p.trial,
+                "step": p.step,
+                "steps": p.steps,
+                "right": p.right,
+                "target_tokens": p.target_tokens,
+                "prompt_tokens": p.prompt_tokens,
+                "total_steps": p.total_steps,
+                "elapsed_s": round(p.elapsed(), 3),
+            }
+            for _, p in sorted(list(self.live.items()), key=lambda item: item[0])
+        ]
+        return {
+            "unit": self.unit,
+            "pid": os.getpid(),
+            "candidates_done": self.done,
+            "candidates_total": len(self.spans),
+            "started": self.began,
+            "heartbeat": time.time(),
+            "live": live,
+            **({"stage": self.step} if self.step else {}),
+        }
 
     def _write(self) -> None:
         with self.lock:

@@ -20,8 +20,9 @@ from scanner.search.result import AcrResult
 log = logging.getLogger(__name__)
 
 
-def build_engine(model: ModelConfig, prompt: PromptConfig, engines: EngineConfig | None = None,
-                 draft: str | None = None) -> HFEngine:
+def build_engine(
+    model: ModelConfig, prompt: PromptConfig, engines: EngineConfig | None = None, draft: str | None = None
+) -> HFEngine:
     return build_engines(model, prompt, engines or EngineConfig(), draft)
 
 
@@ -36,8 +37,13 @@ def validate_targets(engine: HFEngine, targets: list[dict], search: SearchConfig
 
 def record(engine: HFEngine, result, model: ModelConfig) -> dict:
     out = result.to_dict()
-    out.update(model=model.model, revision=model.revision, device=engine.device, dtype=engine.dtype,
-               package_version=__version__)
+    out.update(
+        model=model.model,
+        revision=model.revision,
+        device=engine.device,
+        dtype=engine.dtype,
+        package_version=__version__,
+    )
     if engine.draft is not None:
         out.update(draft_model=engine.draft_name, draft_load_s=round(engine.draft_load_s, 3))
     return out
@@ -49,10 +55,16 @@ def request(target: dict) -> SearchRequest:
     return SearchRequest(target["text"], known=Certificate(prefix) if prefix else None)
 
 
-def measure_many(model: ModelConfig, prompt: PromptConfig, search: SearchConfig,
-                 targets: list[dict], engine: HFEngine | None = None,
-                 engines: EngineConfig | None = None,
-                 calibration: CalibrationConfig | None = None, observer: SearchObserver = QUIET) -> Iterator[dict]:
+def measure_many(
+    model: ModelConfig,
+    prompt: PromptConfig,
+    search: SearchConfig,
+    targets: list[dict],
+    engine: HFEngine | None = None,
+    engines: EngineConfig | None = None,
+    calibration: CalibrationConfig | None = None,
+    observer: SearchObserver = QUIET,
+) -> Iterator[dict]:
     """Records in the order of `targets`, each as soon as it and those before it are done; several
     targets share forwards where `engines.targets_per_forward` asks; memorized ones calibrated
     (stages/calibrate.py). An error stops the run. `observer` sees each search move (search/progress.py;
@@ -68,16 +80,29 @@ def measure_many(model: ModelConfig, prompt: PromptConfig, search: SearchConfig,
         jobs = [(request(t), search) for t in targets]
         finished: dict[int, AcrResult] = {}
         emitted = 0
-        for index, result in measure_targets(engine, jobs, batched.width(engine, engines.targets_per_forward), observer):
+        for index, result in measure_targets(
+            engine, jobs, batched.width(engine, engines.targets_per_forward), observer
+        ):
             if isinstance(result, Exception):
                 raise result
             finished[index] = result
             while emitted in finished:
                 done = finished.pop(emitted)
-                log.info("ACR %.2f (%s tokens -> %s) for %r", done.acr, done.target_tokens,
-                         done.prompt_tokens, done.target[:40])
-                yield calibrate_record(engine, record(engine, done, model), calibration, model=model, prompt=prompt,
-                                       natural_prefix=targets[emitted].get("natural_prefix"))
+                log.info(
+                    "ACR %.2f (%s tokens -> %s) for %r",
+                    done.acr,
+                    done.target_tokens,
+                    done.prompt_tokens,
+                    done.target[:40],
+                )
+                yield calibrate_record(
+                    engine,
+                    record(engine, done, model),
+                    calibration,
+                    model=model,
+                    prompt=prompt,
+                    natural_prefix=targets[emitted].get("natural_prefix"),
+                )
                 emitted += 1
     finally:
         if owned:

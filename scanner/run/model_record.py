@@ -54,7 +54,9 @@ SHOWN = 5  # problems named in an error; the rest are counted
 class ModelRecord:
     """The run's record of its model, and what this launch measured of it."""
 
-    identity: dict  # {"model", "source", "hub_id", "revision", "files": [{"path", "role", "bytes", "sha256"}]}
+    identity: (
+        dict  # {"model", "source", "hub_id", "revision", "files": [{"path", "role", "bytes", "sha256"}]}
+    )
     seconds: float  # the driver's hashing of every file, this launch
     seen: dict = field(default_factory=dict)  # {path: [bytes, mtime_ns, inode]} as the driver hashed them
 
@@ -65,8 +67,10 @@ class ModelRecord:
 
 
 # How a refusal names the folder's model, and its fix: a scan's, or a comparison's model B.
-MEASURED = {"scan": ("this run was scanned with", "scan into a new --out"),
-            "compare": ("this comparison measured as model B", "compare into a new --out")}
+MEASURED = {
+    "scan": ("this run was scanned with", "scan into a new --out"),
+    "compare": ("this comparison measured as model B", "compare into a new --out"),
+}
 
 
 def record_model(folder: Path, config: ModelConfig, finished: bool, command: str = "scan") -> ModelRecord:
@@ -75,18 +79,27 @@ def record_model(folder: Path, config: ModelConfig, finished: bool, command: str
     folder is checked first (write_record, after it)."""
     start = time.perf_counter()
     root = model_root(config, fetch=True)[0]
-    seen = stamps(root, [path for path, _ in listed_files(root)])  # before reading: a write while hashing shows
+    seen = stamps(
+        root, [path for path, _ in listed_files(root)]
+    )  # before reading: a write while hashing shows
     identity = model_identity(config)
     seconds = time.perf_counter() - start
-    log.info("hashed %d model files (%.1f GB) in %.1f s", len(identity["files"]),
-             sum(f["bytes"] for f in identity["files"]) / 1e9, seconds)
+    log.info(
+        "hashed %d model files (%.1f GB) in %.1f s",
+        len(identity["files"]),
+        sum(f["bytes"] for f in identity["files"]) / 1e9,
+        seconds,
+    )
     path = folder / RECORD
     if finished and path.exists():
         saved = read_record(folder)
         problems = record_problems(saved["files"], identity["files"])
         measured, fix = MEASURED[command]
-        require(not problems, f"--model {config.model}: its files are not the bytes {measured} (recorded in "
-                f"{path}): {_listed(problems)}; restore the model's files, or {fix}")
+        require(
+            not problems,
+            f"--model {config.model}: its files are not the bytes {measured} (recorded in "
+            f"{path}): {_listed(problems)}; restore the model's files, or {fix}",
+        )
         return ModelRecord(saved, seconds, seen)
     if finished:
         # model.json deleted after work was committed: this launch's files are recorded again; of a scan,
@@ -119,15 +132,24 @@ def check_loaded(folder: Path, config: ModelConfig, seen: dict | None = None) ->
     for path, role in listed_files(root):
         file = root if root.is_file() else root / path
         entry = by_path.get(path)
-        if entry is not None and seen is not None and path in seen and stamps(root, [path])[path] == seen[path]:
+        if (
+            entry is not None
+            and seen is not None
+            and path in seen
+            and stamps(root, [path])[path] == seen[path]
+        ):
             found.append(entry)  # unchanged since the driver hashed it, on this machine, in this process
         else:
-            found.append({"path": path, "role": role, "bytes": file.stat().st_size, "sha256": sha256_file(file)})
+            found.append(
+                {"path": path, "role": role, "bytes": file.stat().st_size, "sha256": sha256_file(file)}
+            )
     problems = record_problems(recorded, found, missing_ok=True)
     if problems:
-        raise InputError(f"--model {config.model}: the files this worker loaded are not the bytes the run "
-                         f"recorded in {folder / RECORD}: {_listed(problems)}; give every worker the same "
-                         "model files, or scan into a new --out")
+        raise InputError(
+            f"--model {config.model}: the files this worker loaded are not the bytes the run "
+            f"recorded in {folder / RECORD}: {_listed(problems)}; give every worker the same "
+            "model files, or scan into a new --out"
+        )
     return files_digest(recorded)
 
 

@@ -47,12 +47,20 @@ def _span_at(doc, ids: list[int], offsets: list, char: int, rep: dict, tokenizer
     starts = [start for start, _ in offsets]
     first = bisect.bisect_left(starts, char)
     n = len(rep["target_ids"])
-    if first >= len(starts) or starts[first] != char or ids[first:first + n] != list(rep["target_ids"]):
+    if first >= len(starts) or starts[first] != char or ids[first : first + n] != list(rep["target_ids"]):
         return None  # the text is there, but cut into other tokens: another search
     end = first + n
-    return Span(doc_id=doc.doc_id, doc_row=doc.row, span_id=span_id(doc.row, doc.doc_id, first, n, tokenizer_id),
-                token_start=first, token_end=end, char_start=char, char_end=offsets[end - 1][1],
-                text=doc.text[char:offsets[end - 1][1]], target_ids=list(rep["target_ids"]))
+    return Span(
+        doc_id=doc.doc_id,
+        doc_row=doc.row,
+        span_id=span_id(doc.row, doc.doc_id, first, n, tokenizer_id),
+        token_start=first,
+        token_end=end,
+        char_start=char,
+        char_end=offsets[end - 1][1],
+        text=doc.text[char : offsets[end - 1][1]],
+        target_ids=list(rep["target_ids"]),
+    )
 
 
 def find(docs, shard: int, memorized: list[dict], tokenizer, tokenizer_id: str) -> list[Found]:
@@ -64,11 +72,18 @@ def find(docs, shard: int, memorized: list[dict], tokenizer, tokenizer_id: str) 
             continue
         # Other documents only: the places of one document are its own windows' (and the passage's
         # extension by generation reaches a repeat that follows it).
-        hits = [(rep, char) for rep in memorized if rep["doc_row"] != doc.row for char in places(doc.text, rep["text"])]
+        hits = [
+            (rep, char)
+            for rep in memorized
+            if rep["doc_row"] != doc.row
+            for char in places(doc.text, rep["text"])
+        ]
         if not hits:
             continue
         ids, offsets = tokenize_document(doc.text, tokenizer)
-        extra = json.dumps(doc.extra, ensure_ascii=False, default=str) if doc.extra else None  # as screen_document
+        extra = (
+            json.dumps(doc.extra, ensure_ascii=False, default=str) if doc.extra else None
+        )  # as screen_document
         for rep, char in hits:
             span = _span_at(doc, ids, offsets, char, rep, tokenizer_id)
             if span is not None:
@@ -86,8 +101,11 @@ def apply(rows: dict, found: list[Found], verdicts: dict, tau: float) -> int:
         if row is not None and (row["status"] == "memorized" or row["span_id"] == place.rep):
             continue
         if row is None:
-            row = {**base_row(place.span, place.shard, tau, place.extra), "status": "not_searched",
-                   "reason": "a copy of a memorized span found by its text"}
+            row = {
+                **base_row(place.span, place.shard, tau, place.extra),
+                "status": "not_searched",
+                "reason": "a copy of a memorized span found by its text",
+            }
         rows[place.span.span_id] = copied_row(row, *verdicts[place.rep])
         taken += 1
     return taken

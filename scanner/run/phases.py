@@ -49,8 +49,15 @@ class Phases:
     """The driver's view of one run directory's phases: its config, shard plan and stores, which
     run/units.py, run/spend.py, run/audit.py and run/write.py read and write."""
 
-    def __init__(self, config: ScanConfig, run: RunDir, plan: Plan, corpus=None,
-                 passages: PassageConfig | None = None, draw=None) -> None:
+    def __init__(
+        self,
+        config: ScanConfig,
+        run: RunDir,
+        plan: Plan,
+        corpus=None,
+        passages: PassageConfig | None = None,
+        draw=None,
+    ) -> None:
         self.config, self.run, self.plan = config, run, plan
         self.corpus, self.passages = corpus, passages or PassageConfig()  # phase 4
         # `acr-scan plan` only: draw(order) -> (the candidates to search, what the draw records); saved
@@ -104,8 +111,10 @@ class PhaseExecutor(Executor):
 
     def __init__(self, inner: Executor) -> None:
         if not isinstance(inner, Executor):
-            raise TypeError(f"the phases run on an Executor (scanner/executors: __call__(tasks, admit, finished), "
-                            f"workers, set_up(), close()); {inner!r} is not one")
+            raise TypeError(
+                f"the phases run on an Executor (scanner/executors: __call__(tasks, admit, finished), "
+                f"workers, set_up(), close()); {inner!r} is not one"
+            )
         self.inner, self.finished = inner, 0
         self.workers = inner.workers  # read as the phases start, for every phase's deadline
 
@@ -113,6 +122,7 @@ class PhaseExecutor(Executor):
         def count(stats: dict) -> None:
             self.finished += 1
             finished(stats)
+
         failed = self.inner(tasks, admit, count)
         stop.check()
         return failed
@@ -145,7 +155,9 @@ def _screen_search_write(phases: Phases, execute: PhaseExecutor, progress) -> di
         return failed
     if ran or execute.finished or len(phases.run.done_shards()) < len(phases.plan):
         write_results(phases, search + tighten)  # a relaunch of a finished run writes nothing
-    audit.write_recall(phases)  # ... but recall.json, when missing or saying otherwise than the committed audit
+    audit.write_recall(
+        phases
+    )  # ... but recall.json, when missing or saying otherwise than the committed audit
     return {}
 
 

@@ -42,7 +42,16 @@ from scanner.storage.passages import PASSAGES_FILE
 from scanner.storage.rundir import CONFIG_FILE, PHASE_PLANS, RunDir, foreign_entries
 
 CANDIDATE = ("memorized", "not_memorized", "not_searched", "failed")
-RESULT_COLUMNS = ["doc_row", "token_end", "screen_s", "status", "acr_kind", "search_s", "steps", "rejected_early"]
+RESULT_COLUMNS = [
+    "doc_row",
+    "token_end",
+    "screen_s",
+    "status",
+    "acr_kind",
+    "search_s",
+    "steps",
+    "rejected_early",
+]
 SEARCH_PLAN = PHASE_PLANS[1]
 
 
@@ -57,8 +66,9 @@ def plan_config(config: ScanConfig, sample: Path, share: float) -> ScanConfig:
     share, no --search-budget (the drawn candidates are searched whole; the projection applies it) and no
     recall audit (the projection counts it: measures/plan.py audit_figure)."""
     corpus = dataclasses.replace(config.corpus, path=str(sample))
-    return dataclasses.replace(config, corpus=corpus, search_budget=None, audit_sample=0,
-                               max_candidates=screened_cap(config, share))
+    return dataclasses.replace(
+        config, corpus=corpus, search_budget=None, audit_sample=0, max_candidates=screened_cap(config, share)
+    )
 
 
 class Draw:
@@ -73,17 +83,23 @@ class Draw:
 
     def __call__(self, order: list[dict]) -> tuple[list[dict], dict]:
         positions = systematic(len(order), drawn_size(self.kind, self.amount, len(order)), self.seed)
-        return [order[i] for i in positions], {**self.key(), "population": len(order), "positions": positions,
-                                               "spans": [order[i]["span_id"] for i in positions]}
+        return [order[i] for i in positions], {
+            **self.key(),
+            "population": len(order),
+            "positions": positions,
+            "spans": [order[i]["span_id"] for i in positions],
+        }
 
 
 def check_draw(run_dir: Path, draw: Draw) -> None:
     """A plan relaunched into the same --out must draw the same sample: its search plan is saved."""
     saved = (read_json_object(run_dir / SEARCH_PLAN) or {}).get("drawn")
     if saved and {k: saved.get(k) for k in draw.key()} != draw.key():
-        raise InputError(f"{run_dir} holds a plan drawn with --sample {saved['amount']:g} ({saved['kind']}), seed "
-                         f"{saved['seed']}; this one asks {draw.amount:g} ({draw.kind}), seed {draw.seed}: give "
-                         "those again to resume it, or a new --out")
+        raise InputError(
+            f"{run_dir} holds a plan drawn with --sample {saved['amount']:g} ({saved['kind']}), seed "
+            f"{saved['seed']}; this one asks {draw.amount:g} ({draw.kind}), seed {draw.seed}: give "
+            "those again to resume it, or a new --out"
+        )
 
 
 def check_plan_folder(out: Path) -> None:
@@ -91,16 +107,31 @@ def check_plan_folder(out: Path) -> None:
     directory or among others' files."""
     if not out.is_dir():
         return
-    require(not (out / CONFIG_FILE).exists(), f"--out {out} is a scan's run directory; a plan writes into its own "
-            "folder (sample.parquet, sample.json, run/): pass a new --out")
+    require(
+        not (out / CONFIG_FILE).exists(),
+        f"--out {out} is a scan's run directory; a plan writes into its own "
+        "folder (sample.parquet, sample.json, run/): pass a new --out",
+    )
     foreign = foreign_entries(out, {SAMPLE_FILE, RECORD_FILE, "run"})
-    require(not foreign, f"--out {out} holds files that are not a plan's ({', '.join(map(repr, foreign[:3]))}); "
-            "a plan writes into a new folder, an empty one or its own: pass a new --out")
+    require(
+        not foreign,
+        f"--out {out} holds files that are not a plan's ({', '.join(map(repr, foreign[:3]))}); "
+        "a plan writes into a new folder, an empty one or its own: pass a new --out",
+    )
 
 
-def plan_scan(config: ScanConfig, out: str, sample: str, *, workers: int, efficiency: float,
-              executor: ExecutorConfig | None = None, passages: PassageConfig | None = None,
-              progress=None, screen_sample: str = "1.0") -> dict:
+def plan_scan(
+    config: ScanConfig,
+    out: str,
+    sample: str,
+    *,
+    workers: int,
+    efficiency: float,
+    executor: ExecutorConfig | None = None,
+    passages: PassageConfig | None = None,
+    progress=None,
+    screen_sample: str = "1.0",
+) -> dict:
     """Screen the sampled documents into out/run, search the drawn candidates, project; returns the
     projection with the sample's figures."""
     kind, amount = parse_sample(sample)  # before the corpus is read: bad options cost nothing
@@ -116,7 +147,9 @@ def plan_scan(config: ScanConfig, out: str, sample: str, *, workers: int, effici
     check_template(config.model, config.prompt)
     path = write_sample(corpus, size, seed, out)
     share = size / corpus.num_rows if corpus.num_rows else 1.0
-    stats = run_scan(plan_config(config, path, share), str(run_dir), progress, executor, passages=passages, draw=draw)
+    stats = run_scan(
+        plan_config(config, path, share), str(run_dir), progress, executor, passages=passages, draw=draw
+    )
     run = RunDir(run_dir)
     cost = run_cost(run)
     docs = document_figures(run, path, config.corpus.text_column)
@@ -128,23 +161,51 @@ def plan_scan(config: ScanConfig, out: str, sample: str, *, workers: int, effici
     if size < corpus.num_rows:
         where += f" in the screened documents, x{scale:.3g} (corpus bytes / screened bytes)"
     search = search_figures(drawn["rows"], drawn["population"], scale, where)
-    projection = project(cost, docs, whole, workers=workers, efficiency=efficiency, seed=seed,
-                         budget=(budget.kind, budget.amount) if budget else None,
-                         max_candidates=config.max_candidates, search=search, every_document=size == corpus.num_rows,
-                         audit=parse_audit(config.audit_sample))
-    sampled = {"documents": size, "of": corpus.num_rows, "seed": seed, "bytes": sum(d["bytes"] for d in docs),
-               "tokens": (cost.get("screen") or {}).get("corpus_tokens"), "path": str(path), "run": str(run_dir),
-               "caps": _caps_text(config, share), "drawn": len(drawn["rows"]), "population": drawn["population"]}
-    return {"sample": sampled, "corpus": {**whole, "source": "counted in the whole corpus: UTF-8 bytes of the text "
-                                          "column (read, not tokenized)"},
-            "inputs": inputs(cost, sampled, workers, efficiency, budget, config.max_candidates),
-            "projection": projection, "failed": stats["run"]["failed_shards"]}
+    projection = project(
+        cost,
+        docs,
+        whole,
+        workers=workers,
+        efficiency=efficiency,
+        seed=seed,
+        budget=(budget.kind, budget.amount) if budget else None,
+        max_candidates=config.max_candidates,
+        search=search,
+        every_document=size == corpus.num_rows,
+        audit=parse_audit(config.audit_sample),
+    )
+    sampled = {
+        "documents": size,
+        "of": corpus.num_rows,
+        "seed": seed,
+        "bytes": sum(d["bytes"] for d in docs),
+        "tokens": (cost.get("screen") or {}).get("corpus_tokens"),
+        "path": str(path),
+        "run": str(run_dir),
+        "caps": _caps_text(config, share),
+        "drawn": len(drawn["rows"]),
+        "population": drawn["population"],
+    }
+    return {
+        "sample": sampled,
+        "corpus": {
+            **whole,
+            "source": "counted in the whole corpus: UTF-8 bytes of the text column (read, not tokenized)",
+        },
+        "inputs": inputs(cost, sampled, workers, efficiency, budget, config.max_candidates),
+        "projection": projection,
+        "failed": stats["run"]["failed_shards"],
+    }
 
 
 def _caps_text(config: ScanConfig, share: float) -> str:
     most = screened_cap(config, share)
     caps = "" if most is None else f", --max-candidates {most} of the screened documents"
-    budget = "" if config.search_budget is None else f"; --search-budget {config.search_budget} applied in the projection"
+    budget = (
+        ""
+        if config.search_budget is None
+        else f"; --search-budget {config.search_budget} applied in the projection"
+    )
     return f"drawn systematically along the rank{caps}{budget}"
 
 
@@ -154,12 +215,21 @@ def drawn_rows(run: RunDir, cost: dict) -> dict:
     seconds over their rows': what a unit spends beside its rows' searches, measured)."""
     stages = [cost.get(k) or {} for k in ("search", "tighten")]
     rows_s = sum(s.get("seconds") or 0.0 for s in stages)
-    overhead = sum(s.get("unit_seconds") or s.get("seconds") or 0.0 for s in stages) / rows_s if rows_s else 1.0
+    overhead = (
+        sum(s.get("unit_seconds") or s.get("seconds") or 0.0 for s in stages) / rows_s if rows_s else 1.0
+    )
     drawn = (read_json_object(run.path / SEARCH_PLAN) or {}).get("drawn") or {"population": 0, "spans": []}
     table = run.read_results(["span_id", "status", "search_s", "steps", "rejected_early"]).to_pylist()
     rows = {r["span_id"]: r for r in table}
-    out = [{"outcome": outcome(rows[span]), "steps": rows[span]["steps"] or 0, "seconds": (rows[span]["search_s"] or 0.0) * overhead}
-           for span in drawn["spans"] if span in rows and rows[span]["status"] != "not_searched"]
+    out = [
+        {
+            "outcome": outcome(rows[span]),
+            "steps": rows[span]["steps"] or 0,
+            "seconds": (rows[span]["search_s"] or 0.0) * overhead,
+        }
+        for span in drawn["spans"]
+        if span in rows and rows[span]["status"] != "not_searched"
+    ]
     return {"population": drawn["population"], "rows": out}
 
 
@@ -170,14 +240,21 @@ def inputs(cost: dict, sampled: dict, workers: int, efficiency: float, budget, m
     tokens = sampled["tokens"]
     measured = {
         "tokens_per_byte": tokens / sampled["bytes"] if tokens is not None and sampled["bytes"] else None,
-        "screen_s_per_token": screen["seconds"] / tokens if tokens and screen.get("seconds") is not None else None,
-        "reencoding": screen.get("reencoding"), "candidate_share": screen.get("candidate_share"),
+        "screen_s_per_token": screen["seconds"] / tokens
+        if tokens and screen.get("seconds") is not None
+        else None,
+        "reencoding": screen.get("reencoding"),
+        "candidate_share": screen.get("candidate_share"),
         "settled_share": (cost.get("certify") or {}).get("settled_share"),
-        "search_per_candidate": search.get("per_candidate")}
+        "search_per_candidate": search.get("per_candidate"),
+    }
     out = {name: {"value": value, "source": where} for name, value in measured.items()}
     out["workers"] = {"value": workers, "source": "given (--workers)"}
-    out["parallel_efficiency"] = {"value": efficiency, "source": "assumed (--efficiency; bench/cluster/scale_model.py "
-                                  "uses 0.85, measured by bench/cluster/scale.py), not measured by this sample"}
+    out["parallel_efficiency"] = {
+        "value": efficiency,
+        "source": "assumed (--efficiency; bench/cluster/scale_model.py "
+        "uses 0.85, measured by bench/cluster/scale.py), not measured by this sample",
+    }
     out["search_budget"] = {"value": str(budget) if budget else None, "source": "given (--search-budget)"}
     out["max_candidates"] = {"value": max_candidates, "source": "given (--max-candidates)"}
     return out

@@ -50,10 +50,17 @@ def _is_candidate(row: dict, config: ScanConfig) -> bool:
     return row["certificate_tokens"] is not None or row["greedy_match_rate"] >= config.min_match_rate
 
 
-def search_rows(engine: HFEngine, rows: list[dict], config: ScanConfig, width: int,
-                decided: dict[str, str] | None = None, stage: str = "search",
-                observer: SearchObserver = QUIET, deadline: float | None = None,
-                resume: dict[str, dict] | None = None) -> tuple[dict, dict, dict]:
+def search_rows(
+    engine: HFEngine,
+    rows: list[dict],
+    config: ScanConfig,
+    width: int,
+    decided: dict[str, str] | None = None,
+    stage: str = "search",
+    observer: SearchObserver = QUIET,
+    deadline: float | None = None,
+    resume: dict[str, dict] | None = None,
+) -> tuple[dict, dict, dict]:
     """MiniPrompt on the candidates' rows, `width` at a time sharing forwards: their new rows by span_id,
     the steps, forwards and seconds of the searches by stage (deciding, shrinking) summed, and the
     searches the `deadline` (a time.time() instant: the search budget's end) cut or kept from starting,
@@ -64,18 +71,38 @@ def search_rows(engine: HFEngine, rows: list[dict], config: ScanConfig, width: i
     raises is a failed row, never a lost unit. `stage`: the unit's kind, recorded with every attempt;
     `observer` sees the searches move (run/heartbeat.py)."""
     decided, resume = decided or {}, resume or {}
-    jobs = [(SearchRequest(r["text"], r["target_ids"], _known(r["certificate_prompt"], decided.get(r["span_id"])),
-                           Resume.from_json(resume.get(r["span_id"]))),
-             replace(config.search, seed=span_seed(config.search.seed, r["span_id"]))) for r in rows]
+    jobs = [
+        (
+            SearchRequest(
+                r["text"],
+                r["target_ids"],
+                _known(r["certificate_prompt"], decided.get(r["span_id"])),
+                Resume.from_json(resume.get(r["span_id"])),
+            ),
+            replace(config.search, seed=span_seed(config.search.seed, r["span_id"])),
+        )
+        for r in rows
+    ]
     searched, stages, cut = {}, {}, {}
     for index, result in measure_many(engine, jobs, width, observer, deadline, stop.state):
         row = rows[index]
         if isinstance(result, Cut):
-            where = result.resume or Resume.from_json(resume.get(row["span_id"]))  # not reached: the old record
-            cut[row["span_id"]] = {"steps": result.steps, "forwards": result.forwards, "search_s": result.seconds,
-                                   **({"resume": where.to_json()} if where else {})}
-            log.info("span %s: cut (%s) after %d GCG steps, %.2f s", row["span_id"],
-                     stop.reason() if stop.requested() else "search budget", result.steps, result.seconds)
+            where = result.resume or Resume.from_json(
+                resume.get(row["span_id"])
+            )  # not reached: the old record
+            cut[row["span_id"]] = {
+                "steps": result.steps,
+                "forwards": result.forwards,
+                "search_s": result.seconds,
+                **({"resume": where.to_json()} if where else {}),
+            }
+            log.info(
+                "span %s: cut (%s) after %d GCG steps, %.2f s",
+                row["span_id"],
+                stop.reason() if stop.requested() else "search budget",
+                result.steps,
+                result.seconds,
+            )
             continue
         if isinstance(result, Exception):
             log.error("span %s failed", row["span_id"], exc_info=result)
@@ -111,21 +138,37 @@ def _add_stages(stages: dict, spent_by_stage: dict) -> None:
 
 def _log_searched(row: dict) -> None:
     """One line per candidate as its result arrives, so a unit's log shows a long search moving."""
-    outcome = row["status"] if row["status"] == "failed" else "memorized" if row["memorized"] else "not_memorized"
+    outcome = (
+        row["status"] if row["status"] == "failed" else "memorized" if row["memorized"] else "not_memorized"
+    )
     tokens = row.get("prompt_tokens")
-    log.info("span %s: %s%s, %s, steps %d, %.2f s", row["span_id"], outcome,
-             ", rejected early" if row.get("rejected_early") else "",
-             "no prompt found" if tokens is None else f"prompt tokens {tokens}", row.get("steps") or 0,
-             row.get("search_s") or 0.0)
+    log.info(
+        "span %s: %s%s, %s, steps %d, %.2f s",
+        row["span_id"],
+        outcome,
+        ", rejected early" if row.get("rejected_early") else "",
+        "no prompt found" if tokens is None else f"prompt tokens {tokens}",
+        row.get("steps") or 0,
+        row.get("search_s") or 0.0,
+    )
 
 
-def calibrate(engine: HFEngine, rows: dict, docs: list[Document], config: ScanConfig,
-              progress=lambda done, total: None) -> dict:
+def calibrate(
+    engine: HFEngine, rows: dict, docs: list[Document], config: ScanConfig, progress=lambda done, total: None
+) -> dict:
     """The searched rows with compression ratios and, memorized ones, the calibrated verdict (by span_id);
     `progress(done, total)` follows the memorized spans calibrated."""
-    return calibrate_rows(engine, rows, docs, config.calibration, model=config.model, prompt=config.prompt,
-                          context_tokens=config.screen.context_tokens,
-                          exact_window=resolve_window(engine, config.screen) == "exact", progress=progress)
+    return calibrate_rows(
+        engine,
+        rows,
+        docs,
+        config.calibration,
+        model=config.model,
+        prompt=config.prompt,
+        context_tokens=config.screen.context_tokens,
+        exact_window=resolve_window(engine, config.screen) == "exact",
+        progress=progress,
+    )
 
 
 _TOKENIZE = object()  # screen_document's default: tokenize the document itself
@@ -136,9 +179,16 @@ def document_tokens(engine: HFEngine, doc: Document) -> tuple[list[int], list[tu
     return tokenize_document(doc.text, engine.tokenizer) if doc.text and doc.text.strip() else None
 
 
-def screen_document(engine: HFEngine, doc: Document, config: ScanConfig, shard: int, tokenizer_id: str,
-                    budget: int | None = None, tokens=_TOKENIZE, work: ScreenWork | None = None
-                    ) -> tuple[dict, list[Span]]:
+def screen_document(
+    engine: HFEngine,
+    doc: Document,
+    config: ScanConfig,
+    shard: int,
+    tokenizer_id: str,
+    budget: int | None = None,
+    tokens=_TOKENIZE,
+    work: ScreenWork | None = None,
+) -> tuple[dict, list[Span]]:
     """Rows of one document's spans after the screen (by span_id, in order), and the spans chosen for
     search: at most `budget` (None: no global limit). `tokens`: document_tokens, when the caller has it;
     `work`: where the screen's forwarded tokens are counted."""
@@ -156,7 +206,7 @@ def screen_document(engine: HFEngine, doc: Document, config: ScanConfig, shard: 
     rows = {s.span_id: rows.get(s.span_id) or base_row(s, shard, tau, extra) for s in live}
     for span, result, each in screened:
         start = result.certificate_start
-        cert = None if start is None else doc.text[tokens[1][start][0]:span.char_start]
+        cert = None if start is None else doc.text[tokens[1][start][0] : span.char_start]
         pz = extraction.columns(result.log_pz_topk, result.pz_greedy, config.screen.extraction)
         rows[span.span_id] = screened_row(rows[span.span_id], result, cert, each, screen_engine, pz)
     chosen = _choose(live, rows, config)
@@ -169,6 +219,7 @@ def screen_document(engine: HFEngine, doc: Document, config: ScanConfig, shard: 
 
 def _choose(live: list[Span], rows: dict, config: ScanConfig) -> list[Span]:
     """Candidates, best first (certificates, then greedy-match rate), capped per document."""
+
     def key(span: Span):
         row = rows[span.span_id]
         return (row["certificate_tokens"] is None, -(row["greedy_match_rate"] or 0.0), span.token_start)
@@ -199,18 +250,29 @@ def model_hash(model: str) -> str:
 
 
 def provenance(config: ScanConfig, engine: HFEngine) -> dict[bytes, bytes]:
-    values = {"model": config.model.model, "model_revision": config.model.revision or "",
-              "tokenizer_hash": tokenizer_hash(engine.tokenizer),
-              "package_version": __version__, "config_hash": config_hash(run_identity(config.to_dict())),
-              "bos": engine.template.bos_policy, "device": engine.device, "dtype": engine.dtype,
-              "verify_engine": json.dumps(engine.verify_info(), sort_keys=True),
-              "screen_engine": json.dumps(engine.screen_info(), sort_keys=True),
-              "screen_window": json.dumps(window_info(engine, config.screen, config.spans.span_tokens), sort_keys=True),
-              "targets_per_forward": batched.width(engine, config.engines.targets_per_forward)}
+    values = {
+        "model": config.model.model,
+        "model_revision": config.model.revision or "",
+        "tokenizer_hash": tokenizer_hash(engine.tokenizer),
+        "package_version": __version__,
+        "config_hash": config_hash(run_identity(config.to_dict())),
+        "bos": engine.template.bos_policy,
+        "device": engine.device,
+        "dtype": engine.dtype,
+        "verify_engine": json.dumps(engine.verify_info(), sort_keys=True),
+        "screen_engine": json.dumps(engine.screen_info(), sort_keys=True),
+        "screen_window": json.dumps(
+            window_info(engine, config.screen, config.spans.span_tokens), sort_keys=True
+        ),
+        "targets_per_forward": batched.width(engine, config.engines.targets_per_forward),
+    }
     if engine.draft is not None:  # probe sampling: which draft, its tokenizer and what loading it cost
-        values.update(draft_model=engine.draft_name, draft_model_hash=model_hash(engine.draft_name),
-                      draft_tokenizer_hash=tokenizer_hash(engine.draft.tokenizer),
-                      draft_load_s=round(engine.draft_load_s, 3))
+        values.update(
+            draft_model=engine.draft_name,
+            draft_model_hash=model_hash(engine.draft_name),
+            draft_tokenizer_hash=tokenizer_hash(engine.draft.tokenizer),
+            draft_load_s=round(engine.draft_load_s, 3),
+        )
     return {k.encode(): str(v).encode() for k, v in values.items()}
 
 
@@ -224,28 +286,42 @@ def open_engine(config: ScanConfig) -> tuple[HFEngine, dict[bytes, bytes]]:
 PENDING = "not searched yet"
 
 
-def screen_shard(engine: HFEngine, shard: Shard, docs: list[Document], config: ScanConfig,
-                 meta: dict[bytes, bytes]) -> tuple[pa.Table, dict]:
+def screen_shard(
+    engine: HFEngine, shard: Shard, docs: list[Document], config: ScanConfig, meta: dict[bytes, bytes]
+) -> tuple[pa.Table, dict]:
     """Phase 1 of a shard: every document screened; its candidates (after --max-candidates-per-doc) are
     rows with status not_searched, which phase 2 settles, searches or leaves (scanner/run/phases.py)."""
     start = time.perf_counter()
     tokenizer_id = meta[b"tokenizer_hash"].decode()[:16]
     rows: dict = {}
-    corpus_tokens = 0  # the documents' tokens, for `status`'s tokens per second (the corpus's, not the model's)
+    corpus_tokens = (
+        0  # the documents' tokens, for `status`'s tokens per second (the corpus's, not the model's)
+    )
     work = ScreenWork()  # the model's tokens: corpus tokens times the re-encoding of windows and certificates
     for doc in docs:
         tokens = document_tokens(engine, doc)
         corpus_tokens += len(tokens[0]) if tokens else 0
-        doc_rows, chosen = screen_document(engine, doc, config, shard.shard, tokenizer_id, tokens=tokens, work=work)
+        doc_rows, chosen = screen_document(
+            engine, doc, config, shard.shard, tokenizer_id, tokens=tokens, work=work
+        )
         for span in chosen:
             doc_rows[span.span_id].update(status="not_searched", reason=PENDING)
         rows.update(doc_rows)
     rows = list(rows.values())
     table = pa.Table.from_pylist(rows, schema=results_schema()).replace_schema_metadata(meta)
     counts = Counter(r["status"] for r in rows)
-    stats = {"documents": len(docs), "spans": len(rows), "rows": len(rows), "status_counts": dict(counts),
-             "candidates": counts["not_searched"], "memorized": 0, "seconds": time.perf_counter() - start,
-             "screen_s": sum(r["screen_s"] for r in rows), "tokens": corpus_tokens, **work.to_dict()}
+    stats = {
+        "documents": len(docs),
+        "spans": len(rows),
+        "rows": len(rows),
+        "status_counts": dict(counts),
+        "candidates": counts["not_searched"],
+        "memorized": 0,
+        "seconds": time.perf_counter() - start,
+        "screen_s": sum(r["screen_s"] for r in rows),
+        "tokens": corpus_tokens,
+        **work.to_dict(),
+    }
     return table, stats
 
 

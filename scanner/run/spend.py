@@ -36,14 +36,21 @@ SEARCHED = ("search", "tighten")  # the stores whose units spend the budget
 
 def spent(phases) -> float:
     """What the committed search and tighten units spent, in the budget's unit."""
-    stats = [store.stats(i) for name in SEARCHED for store in [phases.stores[name]] for i in store.done_parts()]
+    stats = [
+        store.stats(i) for name in SEARCHED for store in [phases.stores[name]] for i in store.done_parts()
+    ]
     return bm.spent(stats, phases.budget)
 
 
 def cut(phases) -> dict[str, dict]:
     """{span_id: what its search spent} of every search the budget cut in a done unit."""
-    return {span: used for name in SEARCHED for store in [phases.stores[name]]
-            for i in store.done_parts() for span, used in store.stats(i).get("cut", {}).items()}
+    return {
+        span: used
+        for name in SEARCHED
+        for store in [phases.stores[name]]
+        for i in store.done_parts()
+        for span, used in store.stats(i).get("cut", {}).items()
+    }
 
 
 class AutoStop:
@@ -63,8 +70,9 @@ class AutoStop:
         if self.ranked is None:  # the saved plan does not change: read once, not at every unit's start
             self.ranked = plans.read_plan(self.phases, plans.SEARCH_PLAN).get("units", [])
         done = self.phases.stores["search"].done()
-        return bm.auto_stop([self._verdicts(i, unit) if i in done else None for i, unit in enumerate(self.ranked)],
-                            rule)
+        return bm.auto_stop(
+            [self._verdicts(i, unit) if i in done else None for i, unit in enumerate(self.ranked)], rule
+        )
 
     def _verdicts(self, index: int, unit: list) -> list[bool] | None:
         """A done search unit's verdicts in rank order (True: memorized); None for a unit a relaunch
@@ -76,9 +84,14 @@ class AutoStop:
         if stats.get("cut") or stats.get("failed"):
             return None
         table = pq.read_table(store.result_path(index), columns=["span_id", "status"])
-        status = dict(zip(table.column("span_id").to_pylist(), table.column("status").to_pylist(), strict=True))
-        verdicts = [status[span] == "memorized" for _, span, *_ in unit
-                    if status.get(span) in ("memorized", "not_memorized")]
+        status = dict(
+            zip(table.column("span_id").to_pylist(), table.column("status").to_pylist(), strict=True)
+        )
+        verdicts = [
+            status[span] == "memorized"
+            for _, span, *_ in unit
+            if status.get(span) in ("memorized", "not_memorized")
+        ]
         self.judged[index] = verdicts
         return verdicts
 
@@ -92,9 +105,17 @@ class AutoStop:
             return
         done = phases.stores["search"].done()
         left = [u for i, u in enumerate(self.ranked) if i >= stop.unit and i not in done]
-        atomic_write_json(path, {"budget": phases.config.search_budget, **stop.to_json(),
-                                 "unit_name": f"search-{stop.unit:05d}", "why": stop.why(),
-                                 "units_left": len(left), "candidates_left": sum(map(len, left))})
+        atomic_write_json(
+            path,
+            {
+                "budget": phases.config.search_budget,
+                **stop.to_json(),
+                "unit_name": f"search-{stop.unit:05d}",
+                "why": stop.why(),
+                "units_left": len(left),
+                "candidates_left": sum(map(len, left)),
+            },
+        )
 
 
 def spend(phases, execute: Executor, units: list[Unit]) -> dict:
@@ -124,19 +145,29 @@ def _start(phases, execute: Executor, units: list[Unit], stop) -> dict:
         used["value"] += bm.spent([stats], phases.budget)
 
     def admit() -> bool:
-        return (bm.may_start(used["value"], phases.budget) and (deadline is None or time.time() < deadline)
-                and stop() is None)
+        return (
+            bm.may_start(used["value"], phases.budget)
+            and (deadline is None or time.time() < deadline)
+            and stop() is None
+        )
 
     return execute(pending, admit, logged(phases, lambda: used["value"], finished))
 
 
 def logged(phases, used=lambda: None, then=None):
     """A `finished(stats)` that logs each unit, with what the search spent so far where `used()` says."""
+
     def log_unit(stats: dict) -> None:
         if then:
             then(stats)
         so_far = used()
         line = "" if so_far is None else f"; search spent {so_far:g} of {phases.budget or 'no budget'}"
-        log.info("%s: %d candidates, %d memorized%s", stats.get("unit"), stats.get("candidates", 0),
-                 stats.get("memorized", 0), line)
+        log.info(
+            "%s: %d candidates, %d memorized%s",
+            stats.get("unit"),
+            stats.get("candidates", 0),
+            stats.get("memorized", 0),
+            line,
+        )
+
     return log_unit

@@ -117,7 +117,9 @@ def settled(engine, row: dict, check, config: ScanConfig) -> dict | None:
         return None  # a bound at or below tau proves nothing: the search decides
     taus = {"tau": config.search.tau, **compression_thresholds(row["text"])}
     flags = acr_math.threshold_flags(value, True, taus)
-    return settled_by_certificate(row, check, value, flags, engine.verify_info(), config.search.fragile_margin)
+    return settled_by_certificate(
+        row, check, value, flags, engine.verify_info(), config.search.fragile_margin
+    )
 
 
 def _checks(engine, rows: list[dict]) -> list:
@@ -187,11 +189,23 @@ def measured_prompts(rows: dict, texts: dict, k: int) -> dict:
     """The unit's rows with their prompts measured against span and document (results/rows.py
     measured_prompt); `texts`: {doc_row: (text, token_string)} of the documents read, others against
     the span alone."""
-    return {span: measured_prompt(row, k, *texts.get(row.get("doc_row"), (None, None))) for span, row in rows.items()}
+    return {
+        span: measured_prompt(row, k, *texts.get(row.get("doc_row"), (None, None)))
+        for span, row in rows.items()
+    }
 
 
-def run_unit(engine, unit: Unit, rows: list[dict], config: ScanConfig, width: int, docs,
-             texts=lambda rows: {}, observer: SearchObserver = QUIET, resume: dict | None = None) -> tuple[pa.Table, dict]:
+def run_unit(
+    engine,
+    unit: Unit,
+    rows: list[dict],
+    config: ScanConfig,
+    width: int,
+    docs,
+    texts=lambda rows: {},
+    observer: SearchObserver = QUIET,
+    resume: dict | None = None,
+) -> tuple[pa.Table, dict]:
     """A unit's new rows (certified or searched, then calibrated, their prompts measured) and its stats;
     `docs(rows)` gives the documents calibration needs (only with a reference model), `texts(rows)` the
     documents' texts and token strings the prompts are measured against; `observer` sees its candidates
@@ -201,21 +215,44 @@ def run_unit(engine, unit: Unit, rows: list[dict], config: ScanConfig, width: in
     if unit.kind == "certify":
         new, stages, cut = _certify(engine, rows, config, observer), None, {}
     else:
-        new, stages, cut = search_rows(engine, rows, unit_search(config, unit.kind), width, unit.decided(),
-                                       unit.kind, observer, unit.deadline, resume)
+        new, stages, cut = search_rows(
+            engine,
+            rows,
+            unit_search(config, unit.kind),
+            width,
+            unit.decided(),
+            unit.kind,
+            observer,
+            unit.deadline,
+            resume,
+        )
     verify_s = engine.verify_s - verified
-    new.update(calibrate(engine, new, docs(new.values()), config,
-                         lambda done, total: observer.stage("calibration", done, total)))
-    new = measured_prompts(new, texts([r for r in new.values() if r["prompt"] is not None]), config.work_text_tokens)
+    new.update(
+        calibrate(
+            engine,
+            new,
+            docs(new.values()),
+            config,
+            lambda done, total: observer.stage("calibration", done, total),
+        )
+    )
+    new = measured_prompts(
+        new, texts([r for r in new.values() if r["prompt"] is not None]), config.work_text_tokens
+    )
     out = [new[r["span_id"]] for r in rows if r["span_id"] in new]
     table = pa.Table.from_pylist(out, schema=results_schema())
-    stats = {"unit": unit.name, "candidates": len(rows), "settled": len(out) if unit.kind == "certify" else 0,
-             "memorized": sum(r["status"] == "memorized" for r in out),
-             "failed": sum(r["status"] == "failed" for r in out),
-             "steps": sum(r["steps"] for r in out) + sum(c["steps"] for c in cut.values()),
-             "search_s": time.perf_counter() - start,
-             "forwards": sum(r["forwards"] for r in out) + sum(c["forwards"] for c in cut.values()),
-             "cost": unit_cost(out, stages, verify_s), **({"cut": cut} if cut else {})}
+    stats = {
+        "unit": unit.name,
+        "candidates": len(rows),
+        "settled": len(out) if unit.kind == "certify" else 0,
+        "memorized": sum(r["status"] == "memorized" for r in out),
+        "failed": sum(r["status"] == "failed" for r in out),
+        "steps": sum(r["steps"] for r in out) + sum(c["steps"] for c in cut.values()),
+        "search_s": time.perf_counter() - start,
+        "forwards": sum(r["forwards"] for r in out) + sum(c["forwards"] for c in cut.values()),
+        "cost": unit_cost(out, stages, verify_s),
+        **({"cut": cut} if cut else {}),
+    }
     return table, stats
 
 
@@ -229,11 +266,18 @@ def summed(old, new):
     return old if new is None else new
 
 
-def resumed(kept: pa.Table, earlier: dict, table: pa.Table, stats: dict, candidates: int) -> tuple[pa.Table, dict]:
+def resumed(
+    kept: pa.Table, earlier: dict, table: pa.Table, stats: dict, candidates: int
+) -> tuple[pa.Table, dict]:
     """A cut unit's rows and stats after its relaunch: the verdicts of the first run kept, the searches
     it cut added, what both spent summed (the budget counts both)."""
-    merged = summed({k: v for k, v in earlier.items() if k not in ("cut", "rows")}, {k: v for k, v in stats.items() if k != "cut"})
-    merged.update(unit=stats["unit"], candidates=candidates, **({"cut": stats["cut"]} if stats.get("cut") else {}))
+    merged = summed(
+        {k: v for k, v in earlier.items() if k not in ("cut", "rows")},
+        {k: v for k, v in stats.items() if k != "cut"},
+    )
+    merged.update(
+        unit=stats["unit"], candidates=candidates, **({"cut": stats["cut"]} if stats.get("cut") else {})
+    )
     return pa.concat_tables([kept, table.replace_schema_metadata(kept.schema.metadata)]), merged
 
 
@@ -257,14 +301,24 @@ class Worker(ModelWorker):
         store, rows = Store(self.run.path, task.kind), self._rows(task)
         earlier = store.stats(task.index) if task.index in store.done() else {}
         total = len(rows)
-        if earlier.get("cut"):  # the budget cut it: the verdicts it reached stand, the cut searches go on from where they stood
+        if earlier.get(
+            "cut"
+        ):  # the budget cut it: the verdicts it reached stand, the cut searches go on from where they stood
             rows = [r for r in rows if r["span_id"] in earlier["cut"]]
         watcher = UnitProgress(self.run.path, task.name, [r["span_id"] for r in rows])
         try:
             with task_log(self.run.path / "logs" / f"{task.name}.log"):
-                table, stats = run_unit(self.engine, task, rows, self.config, int(self.meta[b"targets_per_forward"]),
-                                        self._docs, self._texts, watcher,
-                                        {s: c["resume"] for s, c in earlier.get("cut", {}).items() if c.get("resume")})
+                table, stats = run_unit(
+                    self.engine,
+                    task,
+                    rows,
+                    self.config,
+                    int(self.meta[b"targets_per_forward"]),
+                    self._docs,
+                    self._texts,
+                    watcher,
+                    {s: c["resume"] for s, c in earlier.get("cut", {}).items() if c.get("resume")},
+                )
             table = table.replace_schema_metadata(self.meta)
             if earlier.get("cut"):
                 table, stats = resumed(store.read(task.index), earlier, table, stats, total)
@@ -286,7 +340,11 @@ class Worker(ModelWorker):
         for shard, span in unit.spans:
             by_shard[shard].add(span)
         screen = Store(self.run.path, "screen")
-        found = {r["span_id"]: r for shard, spans in by_shard.items() for r in screen.read(shard, spans).to_pylist()}
+        found = {
+            r["span_id"]: r
+            for shard, spans in by_shard.items()
+            for r in screen.read(shard, spans).to_pylist()
+        }
         return [found[span] for _, span in unit.spans]
 
     def _docs(self, rows) -> list:
@@ -296,7 +354,11 @@ class Worker(ModelWorker):
         if not (calibration.enabled and calibration.reference_model and shards):
             return []
         plan = self.run.load_plan()
-        return [d for s in sorted(shards) for d in self.corpus.documents(plan.shards[s].doc_start, plan.shards[s].doc_end)]
+        return [
+            d
+            for s in sorted(shards)
+            for d in self.corpus.documents(plan.shards[s].doc_start, plan.shards[s].doc_end)
+        ]
 
     def _texts(self, rows: list[dict]) -> dict[str, tuple[str, str]]:
         """{doc_row: (text, token string)} of the rows' documents, for measuring their prompts: read
@@ -315,4 +377,3 @@ class Worker(ModelWorker):
         while len(self._kept) > TEXTS_KEPT:
             self._kept.popitem(last=False)
         return {key: self._kept[key] for key in wanted if key in self._kept}
-

@@ -28,7 +28,9 @@ from scanner.storage.atomic import atomic_write_json
 from scanner.storage.records import AUDIT_DRAW, UNITS_PLAN, read_record
 from scanner.storage.rundir import AUDIT_PLAN, PHASE_PLANS
 
-CERTIFY_PLAN, SEARCH_PLAN, TIGHTEN_PLAN = PHASE_PLANS  # saved once, beside run_config.json (storage/rundir.py)
+CERTIFY_PLAN, SEARCH_PLAN, TIGHTEN_PLAN = (
+    PHASE_PLANS  # saved once, beside run_config.json (storage/rundir.py)
+)
 POSITION = ("doc_row", "token_start", "token_end")  # where a span stands: its passage's neighbours
 
 
@@ -53,8 +55,13 @@ def candidates(phases, status: str = "not_searched") -> list[dict]:
     for the screened_out ones): the ranking columns and what tells copies apart (target ids, certificate)."""
     screen = phases.stores["screen"]
     columns = [*RANK_COLUMNS, *POSITION, "target_ids", "certificate_prompt"]
-    return [row for s in phases.plan for row in _keyed(pq.read_table(screen.result_path(s.shard), columns=columns,
-                                                                      filters=[("status", "=", status)])).to_pylist()]
+    return [
+        row
+        for s in phases.plan
+        for row in _keyed(
+            pq.read_table(screen.result_path(s.shard), columns=columns, filters=[("status", "=", status)])
+        ).to_pylist()
+    ]
 
 
 def _keyed(table: pa.Table) -> pa.Table:
@@ -69,8 +76,11 @@ def certify_units(phases) -> list[Unit]:
         settling = bm.rank([r for r in candidates(phases) if bm.settles(r)])
         # the same target after the same certificate: one generation decides every copy
         checked, copies = bm.distinct(settling, lambda r: (bm.target_key(r), r["certificate_prompt"]))
-        return {"units": bm.units([[r["shard"], r["span_id"]] for r in checked], phases.config.unit_size),
-                "copies": copies}
+        return {
+            "units": bm.units([[r["shard"], r["span_id"]] for r in checked], phases.config.unit_size),
+            "copies": copies,
+        }
+
     return _units(phases, CERTIFY_PLAN, "certify", make)
 
 
@@ -94,29 +104,37 @@ def search_units(phases) -> list[Unit]:
         open_, waits = bm.fresh_first([r for r in ranked if r["span_id"] not in done], found)
         order, copies = bm.distinct(open_, bm.target_key, known)
         if phases.config.max_candidates is not None:
-            order = order[:phases.config.max_candidates]
+            order = order[: phases.config.max_candidates]
         drawn = {}
         if phases.draw is not None:
             order, drawn = phases.draw(order)
             chosen = {r["span_id"] for r in order}
             copies = {rep: items for rep, items in copies.items() if rep in chosen}
-        return {"units": bm.units([[r["shard"], r["span_id"]] for r in order], phases.config.unit_size),
-                "copies": copies, "waits": sorted(waits & {r["span_id"] for r in order}),
-                **({"drawn": drawn} if drawn else {})}
+        return {
+            "units": bm.units([[r["shard"], r["span_id"]] for r in order], phases.config.unit_size),
+            "copies": copies,
+            "waits": sorted(waits & {r["span_id"] for r in order}),
+            **({"drawn": drawn} if drawn else {}),
+        }
+
     return _units(phases, SEARCH_PLAN, "search", make)
 
 
 def tighten_units(phases) -> list[Unit]:
     """Once every search unit is done: the decided prompts (--tighten: and the certified spans'),
     best bound first, each decided one with the prompt its shrinking starts from."""
+
     def make() -> dict:
         rows = [r for r in phases.stores["search"].rows() if r["acr_kind"] == "decision_bound"]
         if phases.config.tighten:  # a certificate bounds the search from its length (known_length)
             rows += [r for r in phases.stores["certify"].rows() if r["status"] == "memorized"]
         order = sorted(rows, key=lambda r: (-(r["acr"] or 0.0), bm.evidence_key(r)))
-        items = [[r["shard"], r["span_id"], *([r["prompt"]] if r["acr_kind"] == "decision_bound" else [])]
-                 for r in order]
+        items = [
+            [r["shard"], r["span_id"], *([r["prompt"]] if r["acr_kind"] == "decision_bound" else [])]
+            for r in order
+        ]
         return {"units": bm.units(items, phases.config.unit_size)}
+
     return _units(phases, TIGHTEN_PLAN, "tighten", make)
 
 
@@ -147,8 +165,11 @@ def failed(phases, kind: str) -> bool:
 def unchecked(phases) -> dict[str, str]:
     """Certify units holding failed rows: {unit name: why}."""
     store = phases.stores["certify"]
-    return {f"certify-{i:05d}": "a certificate check failed (see logs/); relaunch to check it again"
-            for i in store.done_parts() if store.stats(i).get("failed")}
+    return {
+        f"certify-{i:05d}": "a certificate check failed (see logs/); relaunch to check it again"
+        for i in store.done_parts()
+        if store.stats(i).get("failed")
+    }
 
 
 def failing(phases, drawn: set[int]) -> list[tuple[str, int, int]]:

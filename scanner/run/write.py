@@ -30,13 +30,19 @@ def write_results(phases, units: list[Unit]) -> None:
     """results/part-XXXXX.parquet per shard, screen rows updated by the units' rows, the copies by the
     span searched for them, and every other place of a memorized span's tokens by that span."""
     updates, copies = _updates(phases), plans.copies(phases)
-    verdicts = _verdicts(phases, set(copies) | {r["span_id"] for rows in updates.values() for r in rows}, updates)
+    verdicts = _verdicts(
+        phases, set(copies) | {r["span_id"] for rows in updates.values() for r in rows}, updates
+    )
     copy_of = {span: rep for rep, items in copies.items() for _, span in items}
     found = _elsewhere(phases, verdicts)
     holders = _holders(phases, verdicts, copies, found)
     reasons = _reasons(phases, units, copies)
     drawn = plans.read_plan(phases, plans.SEARCH_PLAN).get("drawn")
-    left = "not drawn into the plan's sample of the search" if drawn else "candidate budget spent (--max-candidates)"
+    left = (
+        "not drawn into the plan's sample of the search"
+        if drawn
+        else "candidate budget spent (--max-candidates)"
+    )
     screen, audited = phases.stores["screen"], audit.committed(phases)
     for shard in phases.plan:
         table = screen.read(shard.shard)
@@ -56,18 +62,27 @@ def write_results(phases, units: list[Unit]) -> None:
         final = list(rows.values())  # the places found by text after the shard's own rows
         stats = screen.stats(shard.shard)
         seconds = stats.get("seconds", 0.0) + sum(r["search_s"] for r in final)
-        out = pa.Table.from_pylist(final, schema=results_schema()).replace_schema_metadata(table.schema.metadata)
+        out = pa.Table.from_pylist(final, schema=results_schema()).replace_schema_metadata(
+            table.schema.metadata
+        )
         phases.run.write_shard(shard.shard, out, results_stats(final, stats.get("documents", 0), seconds))
 
 
 def results_stats(rows: list[dict], documents: int, seconds: float) -> dict:
     """A written shard's stats (stats/NNNNN.json, RunDir.shard_stats reads them), from its final rows."""
     counts = Counter(r["status"] for r in rows)
-    return {"documents": documents, "spans": len(rows), "rows": len(rows), "status_counts": dict(counts),
-            "candidates": counts["memorized"] + counts["not_memorized"] + counts["failed"],
-            "memorized": counts["memorized"], "seconds": seconds,
-            "calibrated_memorized": sum(bool(r["calibrated_memorized"]) for r in rows),
-            "screen_s": sum(r["screen_s"] for r in rows), "search_s": sum(r["search_s"] for r in rows)}
+    return {
+        "documents": documents,
+        "spans": len(rows),
+        "rows": len(rows),
+        "status_counts": dict(counts),
+        "candidates": counts["memorized"] + counts["not_memorized"] + counts["failed"],
+        "memorized": counts["memorized"],
+        "seconds": seconds,
+        "calibrated_memorized": sum(bool(r["calibrated_memorized"]) for r in rows),
+        "screen_s": sum(r["screen_s"] for r in rows),
+        "search_s": sum(r["search_s"] for r in rows),
+    }
 
 
 def _reasons(phases, units: list[Unit], copies: dict) -> dict[str, str]:
@@ -75,15 +90,19 @@ def _reasons(phases, units: list[Unit], copies: dict) -> dict[str, str]:
     done = {kind: phases.stores[kind].done() for kind in SEARCHED}
     budget = f"--search-budget {phases.config.search_budget}"
     waits = set(plans.read_plan(phases, plans.SEARCH_PLAN).get("waits", []))
-    out = {span: _cut_reason(budget, spent) + (WAITED if span in waits and not spent.get("steps") else "")
-           for span, spent in cut(phases).items()}
+    out = {
+        span: _cut_reason(budget, spent) + (WAITED if span in waits and not spent.get("steps") else "")
+        for span, spent in cut(phases).items()
+    }
     stop = phases.auto_stop()
     for unit in units:
         if unit.kind == "search" and unit.index not in done["search"]:
             why = f"not reached: the search budget ({budget}) was spent before its turn"
             if stop is not None and unit.index >= stop.unit:
-                why = (f"search stopped before search-{stop.unit:05d} by {budget}: {stop.why()}; a relaunch "
-                       "with a fixed --search-budget searches it")
+                why = (
+                    f"search stopped before search-{stop.unit:05d} by {budget}: {stop.why()}; a relaunch "
+                    "with a fixed --search-budget searches it"
+                )
             out.update({span: why + (WAITED if span in waits else "") for _, span in unit.spans})
     for rep, items in copies.items():
         if rep in out:
@@ -94,10 +113,14 @@ def _reasons(phases, units: list[Unit], copies: dict) -> dict[str, str]:
 def _cut_reason(budget: str, spent: dict) -> str:
     """Why a search the budget cut stays undecided; one cut before its first GCG step was never reached."""
     if not spent.get("steps"):
-        return (f"not reached: the search budget ({budget}) ran out before its search started; "
-                "a relaunch with a larger budget searches it")
-    return (f"search budget spent during its search ({budget}, after {spent['steps']} GCG steps, "
-            f"{spent['search_s']:.1f} s); a relaunch with a larger budget goes on from where it stood")
+        return (
+            f"not reached: the search budget ({budget}) ran out before its search started; "
+            "a relaunch with a larger budget searches it"
+        )
+    return (
+        f"search budget spent during its search ({budget}, after {spent['steps']} GCG steps, "
+        f"{spent['search_s']:.1f} s); a relaunch with a larger budget goes on from where it stood"
+    )
 
 
 def _better(old: dict, new: dict) -> dict:
@@ -142,7 +165,10 @@ def _verdicts(phases, copies, updates: dict) -> dict[str, tuple[dict, dict]]:
         mine = [row for row in rows if row["span_id"] in copies]
         if not mine:
             continue
-        screened = {r["span_id"]: r for r in phases.stores["screen"].read(shard, {r["span_id"] for r in mine}).to_pylist()}
+        screened = {
+            r["span_id"]: r
+            for r in phases.stores["screen"].read(shard, {r["span_id"] for r in mine}).to_pylist()
+        }
         final = _final({k: dict(v) for k, v in screened.items()}, mine)
         out.update({span: (screened[span], final[span]) for span in screened})
     return out
@@ -150,7 +176,11 @@ def _verdicts(phases, copies, updates: dict) -> dict[str, tuple[dict, dict]]:
 
 def _elsewhere(phases, verdicts: dict) -> dict[int, list]:
     """{shard: [occurrences.Found]}: the other places of the corpus where a memorized span's tokens stand."""
-    memorized = [final for _, final in verdicts.values() if final["status"] == "memorized" and not final.get("searched_as")]
+    memorized = [
+        final
+        for _, final in verdicts.values()
+        if final["status"] == "memorized" and not final.get("searched_as")
+    ]
     if phases.corpus is None or not memorized:
         return {}
     from scanner.engine.loading import load_tokenizer  # the tokenizer only, no weights
@@ -158,9 +188,17 @@ def _elsewhere(phases, verdicts: dict) -> dict[int, list]:
     tokenizer = load_tokenizer(phases.config.model)[0]
     meta = pq.read_schema(phases.stores["screen"].result_path(phases.plan.shards[0].shard)).metadata or {}
     tokenizer_id = meta.get(b"tokenizer_hash", b"").decode()[:16]
-    found = {s.shard: occurrences.find(phases.corpus.documents(s.doc_start, s.doc_end), s.shard, memorized,
-                                       tokenizer, tokenizer_id) for s in phases.plan}
-    log.info("%d more places of %d memorized spans found by their text", sum(map(len, found.values())), len(memorized))
+    found = {
+        s.shard: occurrences.find(
+            phases.corpus.documents(s.doc_start, s.doc_end), s.shard, memorized, tokenizer, tokenizer_id
+        )
+        for s in phases.plan
+    }
+    log.info(
+        "%d more places of %d memorized spans found by their text",
+        sum(map(len, found.values())),
+        len(memorized),
+    )
     return found
 
 

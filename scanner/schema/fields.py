@@ -22,8 +22,15 @@ ROLES = (ROLE_RANK, ROLE_WALL_CLOCK)
 _NO_DEFAULT = object()
 
 
-def field(name: str, type_: pa.DataType, doc: str, nullable: bool = False, *, default=_NO_DEFAULT,
-          roles: tuple[str, ...] = ()) -> pa.Field:
+def field(
+    name: str,
+    type_: pa.DataType,
+    doc: str,
+    nullable: bool = False,
+    *,
+    default=_NO_DEFAULT,
+    roles: tuple[str, ...] = (),
+) -> pa.Field:
     """A documented field; `default` (JSON-able) and `roles` are recorded only when given."""
     unknown = [r for r in roles if r not in ROLES]
     if unknown:

@@ -69,8 +69,17 @@ class _Live:
         spent["draft_seconds"] = spent.get("draft_seconds", 0.0) + seconds
 
     def finished(self, value: object, error: Exception | None, cut: bool = False) -> Finished:
-        return Finished(self.index, value, error, self.forwards, self.seconds, self.stages, self.draft_forwards,
-                        self.draft_seconds, cut)
+        return Finished(
+            self.index,
+            value,
+            error,
+            self.forwards,
+            self.seconds,
+            self.stages,
+            self.draft_forwards,
+            self.draft_seconds,
+            cut,
+        )
 
     def cut(self) -> Finished:
         """Stopped at the deadline: the search is closed where it waits for its next request."""
@@ -86,8 +95,9 @@ def run_one(engine: HFEngine, search: Search) -> Finished:
     return done
 
 
-def run_many(engine: HFEngine, searches: Iterable[Search], width: int,
-             deadline: float | None = None, stop=None) -> Iterator[Finished]:
+def run_many(
+    engine: HFEngine, searches: Iterable[Search], width: int, deadline: float | None = None, stop=None
+) -> Iterator[Finished]:
     """Every search to its end, at most `width` at a time; yields each as it finishes. An error in
     one search finishes that search only (Finished.error); the others go on. `deadline` (a time.time()
     instant, None: none): past it no search starts, and the live ones are cut (Finished.cut) between two
@@ -154,7 +164,9 @@ def _answer(engine: HFEngine, live: list[_Live]) -> dict[int, object]:
     """Every live search's request answered: gradients together, then scores together."""
     answers: dict[int, object] = {}
     for kind in (Gradient, DraftScore, Score):
-        jobs = [job for job in live if type(job.request) is kind]  # exact: a DraftScore is a Score of another model
+        jobs = [
+            job for job in live if type(job.request) is kind
+        ]  # exact: a DraftScore is a Score of another model
         if not jobs:
             continue
         start = time.perf_counter()

@@ -100,8 +100,9 @@ class GCGOutcome:
     agreement: list[float] = field(default_factory=list)  # Spearman rho of draft and target per drafted step
 
 
-def sample_candidates(prompt: torch.Tensor, grad: torch.Tensor, config: GCGConfig,
-                      generator: torch.Generator) -> torch.Tensor:
+def sample_candidates(
+    prompt: torch.Tensor, grad: torch.Tensor, config: GCGConfig, generator: torch.Generator
+) -> torch.Tensor:
     """[B', n] distinct candidates, each `prompt` with `n_replace` positions swapped for top-k ids.
 
     prompt [n] on the CPU, grad [n, V] on any device: top-k runs where the gradient is and only the
@@ -124,8 +125,9 @@ def keep_typeable(engine: HFEngine, candidates: torch.Tensor) -> torch.Tensor:
     return candidates[torch.tensor(ok, dtype=torch.bool)] if candidates.numel() else candidates
 
 
-def confirm(engine: HFEngine, candidates: torch.Tensor, scores: Scores, target_ids: list[int],
-            limit: int) -> tuple[Verification | None, int]:
+def confirm(
+    engine: HFEngine, candidates: torch.Tensor, scores: Scores, target_ids: list[int], limit: int
+) -> tuple[Verification | None, int]:
     """Verify teacher-forced matches by generation, best loss first; the first that holds wins (a
     vLLM verifier checks all of them in one call). Returns it and the matches refuted before it."""
     matches = torch.nonzero(scores.exact).flatten()
@@ -133,31 +135,40 @@ def confirm(engine: HFEngine, candidates: torch.Tensor, scores: Scores, target_i
     return engine.verify_first([engine.decode(candidates[i].tolist()) for i in matches.tolist()], target_ids)
 
 
-def probe_scores(scorer: TargetScorer, candidates: torch.Tensor, draft: DraftConfig,
-                 generator: torch.Generator) -> Generator[Request, Any, tuple[torch.Tensor, Scores, float]]:
+def probe_scores(
+    scorer: TargetScorer, candidates: torch.Tensor, draft: DraftConfig, generator: torch.Generator
+) -> Generator[Request, Any, tuple[torch.Tensor, Scores, float]]:
     """Probe sampling: the draft scores all B candidates, the target a random probe of them; the
     Spearman rho of the two on the probe sets how many of the draft's best (outside the probe) the
     target scores too (measures/probe.py). Returns the target-scored candidates, their scores and rho."""
     b = candidates.shape[0]
     drafted = yield DraftScore(scorer.draft, candidates)
-    probe = torch.randperm(b, generator=generator)[:probe_math.probe_size(b, draft.probe_size)]
+    probe = torch.randperm(b, generator=generator)[: probe_math.probe_size(b, draft.probe_size)]
     probed = yield Score(scorer, candidates[probe])
     rho = probe_math.spearman(probed.loss.tolist(), drafted.loss[probe].tolist())
     outside = torch.ones(b, dtype=torch.bool)
     outside[probe] = False
     ranked = drafted.loss.argsort(stable=True)
     ranked = ranked[outside[ranked]]
-    best = ranked[:probe_math.filtered_size(b, rho, draft.reduction, draft.min_kept)]
+    best = ranked[: probe_math.filtered_size(b, rho, draft.reduction, draft.min_kept)]
     if best.numel() == 0:
         return candidates[probe], probed, rho
     filtered = yield Score(scorer, candidates[best])
-    scores = Scores(loss=torch.cat([probed.loss, filtered.loss]), exact=torch.cat([probed.exact, filtered.exact]),
-                    right=torch.cat([probed.right, filtered.right]))
+    scores = Scores(
+        loss=torch.cat([probed.loss, filtered.loss]),
+        exact=torch.cat([probed.exact, filtered.exact]),
+        right=torch.cat([probed.right, filtered.right]),
+    )
     return candidates[torch.cat([probe, best])], scores, rho
 
 
-def score_step(scorer: TargetScorer, candidates: torch.Tensor, draft: DraftConfig, generator: torch.Generator,
-               outcome: GCGOutcome) -> Generator[Request, Any, tuple[torch.Tensor, Scores]]:
+def score_step(
+    scorer: TargetScorer,
+    candidates: torch.Tensor,
+    draft: DraftConfig,
+    generator: torch.Generator,
+    outcome: GCGOutcome,
+) -> Generator[Request, Any, tuple[torch.Tensor, Scores]]:
     """The candidates the target scored and their scores: all of them, or with a draft attached to the
     scorer (scorer.draft) a probe and the draft's best (probe_scores); counted in `outcome`."""
     outcome.sampled += candidates.shape[0]
@@ -170,10 +181,16 @@ def score_step(scorer: TargetScorer, candidates: torch.Tensor, draft: DraftConfi
     return kept, scores
 
 
-def run_gcg(scorer: TargetScorer, init: list[int], steps: int, config: GCGConfig,
-            generator: torch.Generator, verify_limit: int,
-            stop: Callable[[GCGOutcome], str | None] | None = None,
-            on_step: Callable[[GCGOutcome], None] | None = None) -> Generator[Request, Any, GCGOutcome]:
+def run_gcg(
+    scorer: TargetScorer,
+    init: list[int],
+    steps: int,
+    config: GCGConfig,
+    generator: torch.Generator,
+    verify_limit: int,
+    stop: Callable[[GCGOutcome], str | None] | None = None,
+    on_step: Callable[[GCGOutcome], None] | None = None,
+) -> Generator[Request, Any, GCGOutcome]:
     """Optimize a prompt of len(init) tokens for at most `steps` steps; stop at a verified match, or
     when `stop` (asked after every step) gives a reason why the run will not get there (outcome.stopped).
     `on_step(outcome)` is told after every scored step (a watcher's hook: it must stay cheap)."""

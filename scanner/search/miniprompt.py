@@ -71,7 +71,9 @@ def _shrink(scorer: TargetScorer, source: list[int], n: int, state: _State, veri
     if len(source) != n + 1:
         tail = source[-n:]
         return None, tail if engine.retokenizes([tail])[0] else None
-    deletions = keep_typeable(engine, torch.tensor([source[:i] + source[i + 1:] for i in range(len(source))]))
+    deletions = keep_typeable(
+        engine, torch.tensor([source[:i] + source[i + 1 :] for i in range(len(source))])
+    )
     if deletions.shape[0] == 0:
         return None, None
     scores = yield Score(scorer, deletions)
@@ -84,7 +86,9 @@ def _grow(engine: HFEngine, source: list[int], n: int, generator: torch.Generato
     ids = list(source)
     while len(ids) < n:
         at = int(torch.randint(len(ids) + 1, (1,), generator=generator))
-        ids.insert(at, engine.allowed_ids[int(torch.randint(len(engine.allowed_ids), (1,), generator=generator))])
+        ids.insert(
+            at, engine.allowed_ids[int(torch.randint(len(engine.allowed_ids), (1,), generator=generator))]
+        )
     return ids if engine.retokenizes([ids])[0] else None
 
 
@@ -100,17 +104,31 @@ def _record(state: _State, attempt: Attempt, trial: int, warm: str, outcome: GCG
     state.steps += outcome.steps
     state.rejected += outcome.rejected
     state.stopped += outcome.stopped is not None
-    state.trace.append({"length": attempt.length, "trial": trial, "tries": attempt.tries, "warm": warm,
-                        "max_steps": attempt.steps if warm not in ("none", "deletion") else 0, "steps": outcome.steps,
-                        "best_loss": outcome.best_loss, "success": outcome.success is not None,
-                        "rejected_early": outcome.stopped, "losses": [round(x, 5) for x in outcome.losses],
-                        "rights": outcome.rights, "top_rights": outcome.top_rights,
-                        "sampled": outcome.sampled, "scored": outcome.scored,
-                        "agreement": [round(x, 4) for x in outcome.agreement]})
+    state.trace.append(
+        {
+            "length": attempt.length,
+            "trial": trial,
+            "tries": attempt.tries,
+            "warm": warm,
+            "max_steps": attempt.steps if warm not in ("none", "deletion") else 0,
+            "steps": outcome.steps,
+            "best_loss": outcome.best_loss,
+            "success": outcome.success is not None,
+            "rejected_early": outcome.stopped,
+            "losses": [round(x, 5) for x in outcome.losses],
+            "rights": outcome.rights,
+            "top_rights": outcome.top_rights,
+            "sampled": outcome.sampled,
+            "scored": outcome.scored,
+            "agreement": [round(x, 4) for x in outcome.agreement],
+        }
+    )
     return outcome
 
 
-def _stop_rule(config: SearchConfig, attempt: Attempt, target_tokens: int) -> Callable[[GCGOutcome], str | None] | None:
+def _stop_rule(
+    config: SearchConfig, attempt: Attempt, target_tokens: int
+) -> Callable[[GCGOutcome], str | None] | None:
     """The early-rejection test for this attempt's GCG run, or None (off, or not allowed here)."""
     rule = config.reject_rule()
     if rule is None or not attempt.may_reject:
@@ -126,15 +144,20 @@ class _Watch:
     progress: SearchProgress
     done: int = 0  # steps the try had spent before a relaunch resumed it (search/resume.py)
 
-    def length_started(self, attempt: Attempt, trial: int, steps: int, done: int = 0,
-                       init: list[int] | None = None) -> None:
+    def length_started(
+        self, attempt: Attempt, trial: int, steps: int, done: int = 0, init: list[int] | None = None
+    ) -> None:
         p, self.done = self.progress, done
         p.length, p.trial, p.step, p.steps, p.right, p.best_ids = attempt.length, trial, done, steps, 0, init
         self.observer.length_started(p)
 
     def stepped(self, outcome: GCGOutcome) -> None:
         p = self.progress
-        p.step, p.right, p.best_ids = self.done + outcome.steps, max(p.right, outcome.top_rights[-1]), outcome.best_ids
+        p.step, p.right, p.best_ids = (
+            self.done + outcome.steps,
+            max(p.right, outcome.top_rights[-1]),
+            outcome.best_ids,
+        )
         self.observer.stepped(p)
 
     def reported(self, length: int, success: bool, state: _State) -> None:
@@ -148,17 +171,28 @@ class _Watch:
         p.step, p.total_steps = self.done + outcome.steps, state.steps
         if outcome.top_rights:
             p.right = max(p.right, max(outcome.top_rights))
-        p.outcome = ("found a prompt" if outcome.success is not None
-                     else f"rejected early ({outcome.stopped})" if outcome.stopped else "failed")
+        p.outcome = (
+            "found a prompt"
+            if outcome.success is not None
+            else f"rejected early ({outcome.stopped})"
+            if outcome.stopped
+            else "failed"
+        )
         if outcome.success is not None:
             p.prompt_tokens, p.right = len(outcome.success.prompt_ids or []) or p.length, p.target_tokens
         self.observer.length_finished(p)
         return outcome
 
 
-def _run_length(scorer: TargetScorer, attempt: Attempt, state: _State, config: SearchConfig,
-                generator: torch.Generator, watch: _Watch,
-                cut: Resume | None = None) -> Generator[Request, Any, GCGOutcome]:
+def _run_length(
+    scorer: TargetScorer,
+    attempt: Attempt,
+    state: _State,
+    config: SearchConfig,
+    generator: torch.Generator,
+    watch: _Watch,
+    cut: Resume | None = None,
+) -> Generator[Request, Any, GCGOutcome]:
     """The tries at one length; `cut`: where a try at this length stood when the budget cut it, which
     goes on from its lowest-loss prompt with the steps it had left (warm 'resumed')."""
     if attempt.warm == "none":
@@ -173,8 +207,9 @@ def _run_length(scorer: TargetScorer, attempt: Attempt, state: _State, config: S
         watch.length_started(attempt, trial, attempt.steps, done, init)
         run = replace(attempt, steps=attempt.steps - done)
         if warm == "shrink" and state.best is not None:
-            success, init = yield from _shrink(scorer, state.best.prompt_ids, attempt.length, state,
-                                               config.verify_retries)
+            success, init = yield from _shrink(
+                scorer, state.best.prompt_ids, attempt.length, state, config.verify_retries
+            )
             if success is not None:  # a deletion already works: no optimization at this length
                 outcome = GCGOutcome(success=success, best_ids=success.prompt_ids, best_loss=0.0)
                 return watch.length_finished(state, _record(state, attempt, 0, "deletion", outcome))
@@ -184,8 +219,9 @@ def _run_length(scorer: TargetScorer, attempt: Attempt, state: _State, config: S
             init = list(state.warm_ids)
         init = init or random_prompt(scorer.engine, attempt.length, generator)
         stop = _stop_rule(config, attempt, scorer.target.numel())
-        outcome = yield from run_gcg(scorer, init, run.steps, config.gcg, generator, config.verify_retries, stop,
-                                     watch.stepped)
+        outcome = yield from run_gcg(
+            scorer, init, run.steps, config.gcg, generator, config.verify_retries, stop, watch.stepped
+        )
         watch.length_finished(state, _record(state, run, trial, warm, outcome))
         if outcome.success is not None or outcome.stopped:  # a stopped attempt gets no restarts
             break
@@ -214,8 +250,9 @@ def effective_cap(engine: HFEngine, target_tokens: int, config: SearchConfig) ->
     return max(cap, 1)
 
 
-def measure(engine: HFEngine, target: str | SearchRequest, config: SearchConfig,
-            observer: SearchObserver = QUIET) -> AcrResult:
+def measure(
+    engine: HFEngine, target: str | SearchRequest, config: SearchConfig, observer: SearchObserver = QUIET
+) -> AcrResult:
     """The ACR of one target (a text, or a SearchRequest that says what is known of it): MiniPrompt under
     `config.schedule`, every success verified."""
     request = SearchRequest(target) if isinstance(target, str) else target
@@ -239,7 +276,11 @@ class _Steps(SearchObserver):
     def __init__(self, observer: SearchObserver) -> None:
         self.observer, self.steps, self.progress = observer, {}, {}
         self.length_started = observer.length_started
-        self.length_finished, self.finished, self.failed = observer.length_finished, observer.finished, observer.failed
+        self.length_finished, self.finished, self.failed = (
+            observer.length_finished,
+            observer.finished,
+            observer.failed,
+        )
 
     def started(self, progress: SearchProgress) -> None:
         self.progress[progress.index] = progress  # where a search stands, should the deadline cut it
@@ -250,27 +291,46 @@ class _Steps(SearchObserver):
         self.observer.stepped(progress)
 
 
-def measure_many(engine: HFEngine, jobs: list[tuple[SearchRequest, SearchConfig]], width: int,
-                 observer: SearchObserver = QUIET,
-                 deadline: float | None = None, stop=None) -> Iterator[tuple[int, AcrResult | Exception | Cut]]:
+def measure_many(
+    engine: HFEngine,
+    jobs: list[tuple[SearchRequest, SearchConfig]],
+    width: int,
+    observer: SearchObserver = QUIET,
+    deadline: float | None = None,
+    stop=None,
+) -> Iterator[tuple[int, AcrResult | Exception | Cut]]:
     """`measure` of every (request, config), up to `width` sharing forwards; (index, result or the
     error that ended that target) as each finishes. `observer` sees each search move (its index: the job's).
     `deadline` (time.time() instant): past it the live searches end as a Cut and the others never start;
     `stop`: a stop request's state (search/driver.py run_many), alike."""
     counted = _Steps(observer)
-    searches = (search(engine, request, config, counted, index) for index, (request, config) in enumerate(jobs))
+    searches = (
+        search(engine, request, config, counted, index) for index, (request, config) in enumerate(jobs)
+    )
     for done in run_many(engine, searches, width, deadline, stop):
         if done.cut:
-            yield done.index, Cut(counted.steps.get(done.index, 0), done.forwards, done.seconds,
-                                  where(counted.progress.get(done.index), engine.decode))
+            yield (
+                done.index,
+                Cut(
+                    counted.steps.get(done.index, 0),
+                    done.forwards,
+                    done.seconds,
+                    where(counted.progress.get(done.index), engine.decode),
+                ),
+            )
             continue
         if done.error is not None:
             observer.failed(done.index, done.error)
         yield done.index, done.error or finish(done)
 
 
-def search(engine: HFEngine, request: SearchRequest, config: SearchConfig, observer: SearchObserver = QUIET,
-           index: int = 0) -> Generator[Request | Stage, Any, AcrResult]:
+def search(
+    engine: HFEngine,
+    request: SearchRequest,
+    config: SearchConfig,
+    observer: SearchObserver = QUIET,
+    index: int = 0,
+) -> Generator[Request | Stage, Any, AcrResult]:
     """MiniPrompt of one target as a generator of model requests (wall_s and forwards left 0: the
     driver attributes them), announcing SHRINKING after its first verified success; `observer` is told
     how it moves (search/progress.py), as job `index`."""
@@ -288,9 +348,15 @@ def search(engine: HFEngine, request: SearchRequest, config: SearchConfig, obser
     state = _State(best=decided or _certificate(engine, request.certificate, target_ids))
     certificate = len(state.best.prompt_ids) if state.best and not decided else None
     warm = None if decided or state.best else _warm_start(engine, request.warm, target_ids, state)
-    schedule = make_schedule(len(target_ids), cap, config, has_template=engine.template.has_fixed_tokens,
-                             known_length=certificate or warm, decided_length=len(decided.prompt_ids) if decided else None,
-                             warm_length=len(state.warm_ids) if state.warm_ids else None)
+    schedule = make_schedule(
+        len(target_ids),
+        cap,
+        config,
+        has_template=engine.template.has_fixed_tokens,
+        known_length=certificate or warm,
+        decided_length=len(decided.prompt_ids) if decided else None,
+        warm_length=len(state.warm_ids) if state.warm_ids else None,
+    )
     watch.progress.prompt_tokens = len(state.best.prompt_ids) if state.best else None
     shrinking, bounded = bool(request.decided), False
     if warm is not None and acr_math.is_memorized(acr_math.acr(len(target_ids), warm, cap), config.tau, True):
@@ -300,7 +366,9 @@ def search(engine: HFEngine, request: SearchRequest, config: SearchConfig, obser
             bounded = schedule.next() is not None
             schedule = _Ended()
     cut, replayed = request.resume, _resumed(engine, schedule, request.resume, state, watch, target_ids)
-    schedule, cut = (replayed, cut) if replayed is not None else (schedule, None)  # None: not believed, from 0
+    schedule, cut = (
+        (replayed, cut) if replayed is not None else (schedule, None)
+    )  # None: not believed, from 0
     if cut is not None and any(ok for _, ok in cut.tried) and not shrinking:
         shrinking = True  # the cut search had its verdict: what follows tightens it
         yield Stage(SHRINKING)
@@ -325,11 +393,16 @@ def search(engine: HFEngine, request: SearchRequest, config: SearchConfig, obser
             yield Stage(SHRINKING)
     watch.progress.prompt_tokens = len(state.best.prompt_ids) if state.best else None
     observer.finished(watch.progress)
-    return replace(_result(engine, text, target_ids, cap, config, state, certificate), bounded=bounded,
-                   decided_tokens=len(decided.prompt_ids) if decided else None)
+    return replace(
+        _result(engine, text, target_ids, cap, config, state, certificate),
+        bounded=bounded,
+        decided_tokens=len(decided.prompt_ids) if decided else None,
+    )
 
 
-def _resumed(engine: HFEngine, schedule, cut: Resume | None, state: _State, watch: _Watch, target_ids: list[int]):
+def _resumed(
+    engine: HFEngine, schedule, cut: Resume | None, state: _State, watch: _Watch, target_ids: list[int]
+):
     """The schedule where the budget cut this search (search/resume.py): the lengths it finished replayed,
     its shortest verified prompt checked again by generation; None without a record, or when the record
     does not fit the schedule or its success's prompt no longer elicits the target (never believed)."""
@@ -337,8 +410,10 @@ def _resumed(engine: HFEngine, schedule, cut: Resume | None, state: _State, watc
     found = _certificate(engine, cut.found, target_ids) if replayed is not None and cut.found else None
     if replayed is None or (found is None and any(ok for _, ok in cut.tried)):
         if replayed is not None:
-            log.warning("a cut search's record claims a success whose prompt does not elicit the target: not "
-                        "believed; the search starts again")
+            log.warning(
+                "a cut search's record claims a success whose prompt does not elicit the target: not "
+                "believed; the search starts again"
+            )
         return None
     watch.progress.tried.extend(cut.tried)
     if found is not None and (state.best is None or len(found.prompt_ids) < len(state.best.prompt_ids)):
@@ -363,9 +438,25 @@ def _warm_start(engine: HFEngine, prompt: str | None, target_ids: list[int], sta
     check = engine.verify(prompt, target_ids)
     ids = list(check.prompt_ids or [])
     ok = bool(check.verified_generation and ids)
-    state.trace.append({"length": len(ids), "trial": 0, "tries": 1, "warm": "previous", "max_steps": 0, "steps": 0,
-                        "best_loss": None, "success": ok, "rejected_early": None, "losses": [], "rights": [],
-                        "top_rights": [], "sampled": [], "scored": [], "agreement": []})
+    state.trace.append(
+        {
+            "length": len(ids),
+            "trial": 0,
+            "tries": 1,
+            "warm": "previous",
+            "max_steps": 0,
+            "steps": 0,
+            "best_loss": None,
+            "success": ok,
+            "rejected_early": None,
+            "losses": [],
+            "rights": [],
+            "top_rights": [],
+            "sampled": [],
+            "scored": [],
+            "agreement": [],
+        }
+    )
     if ok:
         state.best = check
         return len(ids)
@@ -380,13 +471,22 @@ def draft_scorer(engine: HFEngine, target_ids: list[int], config: SearchConfig) 
     if wanted is None:
         return None
     if engine.draft is None or engine.draft_name != wanted:
-        raise ValueError(f"the search asks for the draft model {wanted!r} but the engine has "
-                         f"{engine.draft_name!r} attached; build the engines with draft={wanted!r}")
+        raise ValueError(
+            f"the search asks for the draft model {wanted!r} but the engine has "
+            f"{engine.draft_name!r} attached; build the engines with draft={wanted!r}"
+        )
     return TargetScorer(engine.draft, target_ids, config.gcg.loss)
 
 
-def _result(engine: HFEngine, text: str, target_ids: list[int], cap: int, config: SearchConfig,
-            state: _State, certificate: int | None) -> AcrResult:
+def _result(
+    engine: HFEngine,
+    text: str,
+    target_ids: list[int],
+    cap: int,
+    config: SearchConfig,
+    state: _State,
+    certificate: int | None,
+) -> AcrResult:
     """The record of a finished search; wall_s and forwards are the driver's to fill in."""
     best = state.best
     tokens = len(best.prompt_ids) if best else None
@@ -394,17 +494,37 @@ def _result(engine: HFEngine, text: str, target_ids: list[int], cap: int, config
     taus = {"tau": config.tau, **compression_thresholds(text)}
     verifier = engine.verify_info()
     return AcrResult(
-        target=text, target_ids=target_ids, target_tokens=len(target_ids),
-        prompt=best.prompt if best else None, prompt_ids=best.prompt_ids if best else None,
-        prompt_tokens=tokens, acr=value, memorized=acr_math.is_memorized(value, config.tau, best is not None),
-        thresholds=acr_math.threshold_flags(value, best is not None, taus), success=best is not None,
+        target=text,
+        target_ids=target_ids,
+        target_tokens=len(target_ids),
+        prompt=best.prompt if best else None,
+        prompt_ids=best.prompt_ids if best else None,
+        prompt_tokens=tokens,
+        acr=value,
+        memorized=acr_math.is_memorized(value, config.tau, best is not None),
+        thresholds=acr_math.threshold_flags(value, best is not None, taus),
+        success=best is not None,
         verified_generation=bool(best and best.verified_generation),
-        teacher_forced=bool(best and best.teacher_forced), min_margin=best.min_margin if best else None,
-        certificate_tokens=certificate, cap=cap, schedule=config.schedule, tau=config.tau,
-        steps=state.steps, forwards=0, rejected_matches=state.rejected, verify_engine=verifier["engine"],
-        verify_version=verifier["version"], verify_dtype=verifier["dtype"], verify_flags=verifier["flags"],
-        verify_disagrees=best.disagrees if best else None, wall_s=0.0,
-        seed=config.seed, bos=engine.template.bos_policy, rejected_early=best is None and state.stopped > 0,
+        teacher_forced=bool(best and best.teacher_forced),
+        min_margin=best.min_margin if best else None,
+        certificate_tokens=certificate,
+        cap=cap,
+        schedule=config.schedule,
+        tau=config.tau,
+        steps=state.steps,
+        forwards=0,
+        rejected_matches=state.rejected,
+        verify_engine=verifier["engine"],
+        verify_version=verifier["version"],
+        verify_dtype=verifier["dtype"],
+        verify_flags=verifier["flags"],
+        verify_disagrees=best.disagrees if best else None,
+        wall_s=0.0,
+        seed=config.seed,
+        bos=engine.template.bos_policy,
+        rejected_early=best is None and state.stopped > 0,
         generation_margin=best.generation_margin if best else None,
         generation_margin_at=best.generation_margin_at if best else None,
-        fragile_below=config.fragile_margin if best else None, trace=state.trace)
+        fragile_below=config.fragile_margin if best else None,
+        trace=state.trace,
+    )

@@ -22,8 +22,6 @@ HOPELESS = "hopeless"  # the model does not know the text: the search ends, "not
 STALLED = "stalled"  # this attempt is stuck: it fails its length without restarts; the schedule goes on
 
 
-
-
 def decide(rights: Sequence[int], target_tokens: int, rule: RejectRule) -> str | None:
     """Whether an attempt that ran len(rights) steps without a verified match should stop, and why.
 

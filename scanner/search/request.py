@@ -57,8 +57,10 @@ class SearchRequest:
 
     def __post_init__(self) -> None:
         if self.known is not None and not isinstance(self.known, KNOWN):
-            raise TypeError(f"SearchRequest.known is {self.known!r}; expected None or one of Certificate(prompt), "
-                            "Decided(prompt, certificate) or Warm(prompt) (scanner/search/request.py)")
+            raise TypeError(
+                f"SearchRequest.known is {self.known!r}; expected None or one of Certificate(prompt), "
+                "Decided(prompt, certificate) or Warm(prompt) (scanner/search/request.py)"
+            )
         if self.target_ids is not None:  # frozen: a caller's list cannot change the request afterwards
             object.__setattr__(self, "target_ids", tuple(self.target_ids))
 

@@ -69,14 +69,29 @@ def stage_steps(trace: list[dict], decided: bool = False) -> dict[str, int]:
     """GCG steps of the deciding and the shrinking attempts of a search's trace (`decided`: it shrank a
     decided prompt, so all of them shrink)."""
     first = -1 if decided else next((i for i, attempt in enumerate(trace) if attempt["success"]), len(trace))
-    return {DECIDING: sum(a["steps"] for a in trace[:first + 1]), SHRINKING: sum(a["steps"] for a in trace[first + 1:])}
+    return {
+        DECIDING: sum(a["steps"] for a in trace[: first + 1]),
+        SHRINKING: sum(a["steps"] for a in trace[first + 1 :]),
+    }
 
 
 def finish(done) -> AcrResult:
     """The search's result with what the driver attributed to it (driver.Finished), in total and by stage."""
     steps = stage_steps(done.value.trace, done.value.decided_tokens is not None)
-    stages = {name: {"steps": steps[name], **done.stages.get(name, {}),
-                     "forwards": done.stages.get(name, {}).get("forwards", 0),
-                     "seconds": done.stages.get(name, {}).get("seconds", 0.0)} for name in (DECIDING, SHRINKING)}
-    return replace(done.value, wall_s=done.seconds, forwards=done.forwards, stages=stages,
-                   draft_forwards=done.draft_forwards, draft_s=done.draft_seconds)
+    stages = {
+        name: {
+            "steps": steps[name],
+            **done.stages.get(name, {}),
+            "forwards": done.stages.get(name, {}).get("forwards", 0),
+            "seconds": done.stages.get(name, {}).get("seconds", 0.0),
+        }
+        for name in (DECIDING, SHRINKING)
+    }
+    return replace(
+        done.value,
+        wall_s=done.seconds,
+        forwards=done.forwards,
+        stages=stages,
+        draft_forwards=done.draft_forwards,
+        draft_s=done.draft_seconds,
+    )

@@ -23,7 +23,9 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Resume:
-    tried: tuple[tuple[int, bool], ...] = ()  # (length, succeeded) of every length the schedule finished, in order
+    tried: tuple[
+        tuple[int, bool], ...
+    ] = ()  # (length, succeeded) of every length the schedule finished, in order
     found: str | None = None  # the shortest verified prompt so far (checked again on resume)
     length: int | None = None  # the length being searched at the cut
     trial: int = 0  # which try at that length (0: the first, 1..: restarts)
@@ -36,9 +38,16 @@ class Resume:
         return [n for n, ok in self.tried if not ok]
 
     def to_json(self) -> dict:
-        return {"tried": [[n, ok] for n, ok in self.tried], "refuted": self.refuted, "found": self.found,
-                "length": self.length, "trial": self.trial, "steps": self.steps,
-                "prompt_ids": list(self.prompt_ids) if self.prompt_ids is not None else None, "prompt": self.prompt}
+        return {
+            "tried": [[n, ok] for n, ok in self.tried],
+            "refuted": self.refuted,
+            "found": self.found,
+            "length": self.length,
+            "trial": self.trial,
+            "steps": self.steps,
+            "prompt_ids": list(self.prompt_ids) if self.prompt_ids is not None else None,
+            "prompt": self.prompt,
+        }
 
     @classmethod
     def from_json(cls, data: dict | None) -> Resume | None:
@@ -51,9 +60,15 @@ class Resume:
             log.warning("a cut search's record is not believed (%s); the search starts again", why)
             return None
         ids = data.get("prompt_ids")
-        return cls(tuple((int(n), bool(ok)) for n, ok in data.get("tried", [])), data.get("found"),
-                   data.get("length"), int(data.get("trial", 0)), int(data.get("steps", 0)),
-                   tuple(int(i) for i in ids) if ids else None, data.get("prompt"))
+        return cls(
+            tuple((int(n), bool(ok)) for n, ok in data.get("tried", [])),
+            data.get("found"),
+            data.get("length"),
+            int(data.get("trial", 0)),
+            int(data.get("steps", 0)),
+            tuple(int(i) for i in ids) if ids else None,
+            data.get("prompt"),
+        )
 
 
 def where(progress: SearchProgress | None, decode) -> Resume | None:
@@ -62,8 +77,15 @@ def where(progress: SearchProgress | None, decode) -> Resume | None:
     if progress is None or progress.length is None:
         return None
     ids = tuple(progress.best_ids) if progress.best_ids else None
-    return Resume(tuple(progress.tried), progress.prompt, progress.length, progress.trial, progress.step, ids,
-                  decode(list(ids)) if ids else None)
+    return Resume(
+        tuple(progress.tried),
+        progress.prompt,
+        progress.length,
+        progress.trial,
+        progress.step,
+        ids,
+        decode(list(ids)) if ids else None,
+    )
 
 
 def replay(schedule, tried: tuple[tuple[int, bool], ...]):
@@ -74,8 +96,12 @@ def replay(schedule, tried: tuple[tuple[int, bool], ...]):
     for length, ok in tried:
         attempt = schedule.next()
         if attempt is None or attempt.length != length:
-            log.warning("a cut search's record tried length %d where this schedule tries %s: not believed; the "
-                        "search starts again", length, attempt.length if attempt else "nothing")
+            log.warning(
+                "a cut search's record tried length %d where this schedule tries %s: not believed; the "
+                "search starts again",
+                length,
+                attempt.length if attempt else "nothing",
+            )
             return None
         schedule.report(ok)
     return schedule

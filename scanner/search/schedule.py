@@ -83,8 +83,16 @@ class FastSchedule:
     edits, GCG's moves), then the decision length as without it.
     """
 
-    def __init__(self, target_tokens: int, cap: int, config: SearchConfig, *, has_template: bool,
-                 known_length: int | None = None, warm_length: int | None = None):
+    def __init__(
+        self,
+        target_tokens: int,
+        cap: int,
+        config: SearchConfig,
+        *,
+        has_template: bool,
+        known_length: int | None = None,
+        warm_length: int | None = None,
+    ):
         self.hi = cap
         self.found = known_length is not None
         if known_length is not None:
@@ -117,8 +125,13 @@ class FastSchedule:
             warm = "previous"
         steps = self._config.shrink_steps if shrinking and n < self._decide else self._config.decide_steps
         probing = n == self._probe and not self.found  # one try: the decision length has the restarts
-        return Attempt(length=n, steps=steps, warm=warm, tries=1 if probing else 1 + self._config.restarts,
-                       may_reject=not (self.found or self._config.bound_unmemorized))
+        return Attempt(
+            length=n,
+            steps=steps,
+            warm=warm,
+            tries=1 if probing else 1 + self._config.restarts,
+            may_reject=not (self.found or self._config.bound_unmemorized),
+        )
 
     def report(self, success: bool) -> None:
         n = self._n
@@ -138,9 +151,16 @@ class FastSchedule:
             self._n = None  # a failure at the decision length, or below a success, ends the search
 
 
-def make_schedule(target_tokens: int, cap: int, config: SearchConfig, *, has_template: bool,
-                  known_length: int | None = None, decided_length: int | None = None,
-                  warm_length: int | None = None) -> PaperSchedule | FastSchedule:
+def make_schedule(
+    target_tokens: int,
+    cap: int,
+    config: SearchConfig,
+    *,
+    has_template: bool,
+    known_length: int | None = None,
+    decided_length: int | None = None,
+    warm_length: int | None = None,
+) -> PaperSchedule | FastSchedule:
     """`cap`: no prompt of `cap` tokens or more is tried; it is |x*| when nothing succeeds.
     `decided_length`: a verdict-only search of this schedule first succeeded there; the schedule is
     returned in the state that search left, to go on below the success. `warm_length`: FastSchedule's
@@ -148,8 +168,14 @@ def make_schedule(target_tokens: int, cap: int, config: SearchConfig, *, has_tem
     if config.schedule == "paper":
         schedule = PaperSchedule(cap, config)
     else:
-        schedule = FastSchedule(target_tokens, cap, config, has_template=has_template, known_length=known_length,
-                                warm_length=warm_length)
+        schedule = FastSchedule(
+            target_tokens,
+            cap,
+            config,
+            has_template=has_template,
+            known_length=known_length,
+            warm_length=warm_length,
+        )
     return schedule if decided_length is None else _replayed(schedule, decided_length)
 
 
@@ -161,5 +187,7 @@ def _replayed(schedule, decided: int):
             schedule.report(True)
             return schedule
         schedule.report(False)
-    raise InputError(f"the schedule never tries length {decided} before it ends: not a length its verdict-only "
-                     "search could have decided at (the same --schedule and search options are needed)")
+    raise InputError(
+        f"the schedule never tries length {decided} before it ends: not a length its verdict-only "
+        "search could have decided at (the same --schedule and search options are needed)"
+    )

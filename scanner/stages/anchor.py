@@ -66,8 +66,15 @@ def anchor_starts(matched: list[bool], span_tokens: int, config: SpanConfig) -> 
     return sorted({min(s, last) for s in starts}) if last >= 0 else []
 
 
-def anchored_spans(doc: Document, ids: list[int], offsets: list[tuple[int, int]], spans: list[Span],
-                   screened: list[Screened], config: SpanConfig, tokenizer_id: str) -> list[Span]:
+def anchored_spans(
+    doc: Document,
+    ids: list[int],
+    offsets: list[tuple[int, int]],
+    spans: list[Span],
+    screened: list[Screened],
+    config: SpanConfig,
+    tokenizer_id: str,
+) -> list[Span]:
     """The document's anchored spans, none starting where a window of the same length does."""
     length = config.span_tokens
     taken = {s.token_start for s in spans if s.token_end - s.token_start == length}
@@ -77,16 +84,32 @@ def anchored_spans(doc: Document, ids: list[int], offsets: list[tuple[int, int]]
             continue
         end = start + length
         a, b = offsets[start][0], offsets[end - 1][1]
-        out.append(Span(doc_id=doc.doc_id, doc_row=doc.row, span_id=span_id(doc.row, doc.doc_id, start, length,
-                                                                             tokenizer_id),
-                        token_start=start, token_end=end, char_start=a, char_end=b, text=doc.text[a:b],
-                        target_ids=ids[start:end], anchored=True))
+        out.append(
+            Span(
+                doc_id=doc.doc_id,
+                doc_row=doc.row,
+                span_id=span_id(doc.row, doc.doc_id, start, length, tokenizer_id),
+                token_start=start,
+                token_end=end,
+                char_start=a,
+                char_end=b,
+                text=doc.text[a:b],
+                target_ids=ids[start:end],
+                anchored=True,
+            )
+        )
         taken.add(start)
     return out
 
 
-def _screen(engine: HFEngine, ids: list[int], spans: list[Span], config: ScreenConfig,
-            work: ScreenWork | None, stream: DocumentStream) -> dict[str, tuple[Screened, float]]:
+def _screen(
+    engine: HFEngine,
+    ids: list[int],
+    spans: list[Span],
+    config: ScreenConfig,
+    work: ScreenWork | None,
+    stream: DocumentStream,
+) -> dict[str, tuple[Screened, float]]:
     """Screened result and its share of the seconds, by span_id (one batched screen per span length)."""
     out = {}
     for length in sorted({len(s.target_ids) for s in spans}):
@@ -98,9 +121,16 @@ def _screen(engine: HFEngine, ids: list[int], spans: list[Span], config: ScreenC
     return out
 
 
-def screen_with_anchors(engine: HFEngine, doc: Document, tokens: tuple[list[int], list[tuple[int, int]]],
-                        spans: list[Span], spans_config: SpanConfig, screen_config: ScreenConfig,
-                        tokenizer_id: str, work: ScreenWork | None = None) -> list[tuple[Span, Screened, float]]:
+def screen_with_anchors(
+    engine: HFEngine,
+    doc: Document,
+    tokens: tuple[list[int], list[tuple[int, int]]],
+    spans: list[Span],
+    spans_config: SpanConfig,
+    screen_config: ScreenConfig,
+    tokenizer_id: str,
+    work: ScreenWork | None = None,
+) -> list[tuple[Span, Screened, float]]:
     """The document's live spans screened, then its anchored spans screened: (span, result, seconds)
     for all of them in document order; what the screen forwarded is added to `work` when given."""
     ids, offsets = tokens
@@ -111,8 +141,9 @@ def screen_with_anchors(engine: HFEngine, doc: Document, tokens: tuple[list[int]
     results = _screen(engine, ids, spans, screen_config, work, stream)
     anchors: list[Span] = []
     if spans_config.anchors:
-        anchors = anchored_spans(doc, ids, offsets, spans, [results[s.span_id][0] for s in spans], spans_config,
-                                 tokenizer_id)
+        anchors = anchored_spans(
+            doc, ids, offsets, spans, [results[s.span_id][0] for s in spans], spans_config, tokenizer_id
+        )
     if anchors:
         results.update(_screen(engine, ids, anchors, screen_config, work, stream))
         log.debug("document %s: %d anchored spans beside %d windows", doc.doc_id, len(anchors), len(spans))

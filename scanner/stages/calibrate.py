@@ -30,6 +30,7 @@ from scanner.stages.spans import tokenize_document
 
 log = logging.getLogger(__name__)
 
+
 def reference_engine(engine: HFEngine, model: ModelConfig, reference: str, prompt: PromptConfig) -> HFEngine:
     """R, loaded on first use with the scan's device, dtype and threads (HF: it only generates and
     scores a few memorized spans, vLLM would reserve GPU memory for nothing). Kept by the measured
@@ -44,8 +45,9 @@ def reference_engine(engine: HFEngine, model: ModelConfig, reference: str, promp
     return engine.references[key]
 
 
-def self_evidence(engine: HFEngine, prompt_tokens: int | None, target_ids: list[int],
-                  config: CalibrationConfig, seed: int) -> SelfEvidence:
+def self_evidence(
+    engine: HFEngine, prompt_tokens: int | None, target_ids: list[int], config: CalibrationConfig, seed: int
+) -> SelfEvidence:
     """Unrelated prompts of the found prompt's length (at least 1 token) and the template alone."""
     from scanner.search.miniprompt import random_prompt
 
@@ -54,8 +56,12 @@ def self_evidence(engine: HFEngine, prompt_tokens: int | None, target_ids: list[
     prompts = [engine.decode(random_prompt(engine, length, generator)) for _ in range(config.random_prompts)]
     checks = engine.verify_many([*prompts, ""], target_ids)
     shares = [c.matched_tokens / len(target_ids) for c in checks]
-    return SelfEvidence(trials=len(prompts), hits=sum(s >= config.long_prefix for s in shares[:-1]),
-                        best_match=max(shares[:-1], default=0.0), unconditional_match=shares[-1])
+    return SelfEvidence(
+        trials=len(prompts),
+        hits=sum(s >= config.long_prefix for s in shares[:-1]),
+        best_match=max(shares[:-1], default=0.0),
+        unconditional_match=shares[-1],
+    )
 
 
 def written_text(engine: HFEngine, prompt: str, text: str) -> str | None:
@@ -73,12 +79,20 @@ def written_text(engine: HFEngine, prompt: str, text: str) -> str | None:
 def text_nll(engine: HFEngine, context: str, text: str, target_ids: list[int] | None = None) -> float:
     """Total NLL (nats) of `text` (or of `target_ids`) after `context` typed into the engine's template.
     Without any token before it (no BOS, no context), the first token is not scored."""
-    before = typed_ids(engine.tokenizer, engine.template, [context])[0] if context or engine.template.prefix_ids else []
-    ids = list(target_ids) if target_ids is not None else engine.tokenizer(text, add_special_tokens=False).input_ids
+    before = (
+        typed_ids(engine.tokenizer, engine.template, [context])[0]
+        if context or engine.template.prefix_ids
+        else []
+    )
+    ids = (
+        list(target_ids)
+        if target_ids is not None
+        else engine.tokenizer(text, add_special_tokens=False).input_ids
+    )
     seq = torch.tensor([before + ids], device=engine.device)
     logits = engine.logits(seq)[0, :-1].float()
     gold = seq[0, 1:]
-    nll = F.cross_entropy(logits, gold, reduction="none")[max(len(before) - 1, 0):]
+    nll = F.cross_entropy(logits, gold, reduction="none")[max(len(before) - 1, 0) :]
     return float(nll.sum())
 
 
@@ -88,11 +102,19 @@ def _moved_space(prompt: str, text: str) -> tuple[str, str]:
     next word and would see a dangling space it rarely saw in training. (Newlines stay: they are tokens
     of their own.)"""
     kept = prompt.rstrip(" \t")
-    return kept, prompt[len(kept):] + text
+    return kept, prompt[len(kept) :] + text
 
 
-def reference_evidence(ref: HFEngine, name: str, text: str, prompt: str | None, prefix: str | None,
-                       context: str, model_nll: float | None, target_tokens: int) -> ReferenceEvidence:
+def reference_evidence(
+    ref: HFEngine,
+    name: str,
+    text: str,
+    prompt: str | None,
+    prefix: str | None,
+    context: str,
+    model_nll: float | None,
+    target_tokens: int,
+) -> ReferenceEvidence:
     start = time.perf_counter()
     shares = {}
     for kind, source in (("prompt", prompt), ("prefix", prefix)):
@@ -102,23 +124,41 @@ def reference_evidence(ref: HFEngine, name: str, text: str, prompt: str | None, 
             written = written_text(ref, source, expected)
         shares[kind] = None if written is None else calibrate.leading_share(expected, written)
     nll = text_nll(ref, *_moved_space(context, text)) / target_tokens
-    return ReferenceEvidence(model=name, from_prompt=shares["prompt"] == 1.0,
-                             from_prefix=None if shares["prefix"] is None else shares["prefix"] == 1.0,
-                             match=max((s for s in shares.values() if s is not None), default=0.0),
-                             nll=nll, model_nll=model_nll, seconds=time.perf_counter() - start)
+    return ReferenceEvidence(
+        model=name,
+        from_prompt=shares["prompt"] == 1.0,
+        from_prefix=None if shares["prefix"] is None else shares["prefix"] == 1.0,
+        match=max((s for s in shares.values() if s is not None), default=0.0),
+        nll=nll,
+        model_nll=model_nll,
+        seconds=time.perf_counter() - start,
+    )
 
 
-def calibrate_span(engine: HFEngine, ref: HFEngine | None, config: CalibrationConfig, *, text: str,
-                   target_ids: list[int], prompt: str | None, prompt_tokens: int | None, prefix: str | None,
-                   context: str, model_nll: float | None, seed: int) -> dict:
+def calibrate_span(
+    engine: HFEngine,
+    ref: HFEngine | None,
+    config: CalibrationConfig,
+    *,
+    text: str,
+    target_ids: list[int],
+    prompt: str | None,
+    prompt_tokens: int | None,
+    prefix: str | None,
+    context: str,
+    model_nll: float | None,
+    seed: int,
+) -> dict:
     """The calibration columns of one memorized span."""
     start = time.perf_counter()
-    self_ev = (self_evidence(engine, prompt_tokens, target_ids, config, seed)
-               if config.random_prompts else None)
+    self_ev = (
+        self_evidence(engine, prompt_tokens, target_ids, config, seed) if config.random_prompts else None
+    )
     ref_ev = None
     if ref is not None:
-        ref_ev = reference_evidence(ref, config.reference_model, text, prompt, prefix, context, model_nll,
-                                    len(target_ids))
+        ref_ev = reference_evidence(
+            ref, config.reference_model, text, prompt, prefix, context, model_nll, len(target_ids)
+        )
     seconds = time.perf_counter() - start - (ref_ev.seconds if ref_ev else 0.0)
     return calibrate.columns(True, self_ev, ref_ev, config, seconds)
 
@@ -140,16 +180,25 @@ def _context(doc_text: str | None, row: dict, tokenizer, context_tokens: int, ca
     if key not in cache:
         cache[key] = tokenize_document(doc_text, tokenizer)[1]
     offsets = cache[key]
-    return doc_text[offsets[max(row["token_start"] - context_tokens, 0)][0]:row["char_start"]]
+    return doc_text[offsets[max(row["token_start"] - context_tokens, 0)][0] : row["char_start"]]
 
 
 def _searched(row: dict) -> dict:
     return {**row, **calibrate.compression_columns(row["thresholds"])}
 
 
-def calibrate_rows(engine: HFEngine, rows: dict, docs: list, config: CalibrationConfig, *, model: ModelConfig,
-                   prompt: PromptConfig, context_tokens: int, exact_window: bool = True,
-                   progress=lambda done, total: None) -> dict:
+def calibrate_rows(
+    engine: HFEngine,
+    rows: dict,
+    docs: list,
+    config: CalibrationConfig,
+    *,
+    model: ModelConfig,
+    prompt: PromptConfig,
+    context_tokens: int,
+    exact_window: bool = True,
+    progress=lambda done, total: None,
+) -> dict:
     """New rows (by span_id) of a shard's searched spans: compression ratios for each, the calibrated
     verdict for each memorized one. A span whose calibration raises is a failed row (retried on resume).
     `exact_window`: the screen's mean_nll saw exactly the context_tokens R is given; else (streamed
@@ -159,7 +208,11 @@ def calibrate_rows(engine: HFEngine, rows: dict, docs: list, config: Calibration
     flagged = [r for r in out.values() if r["status"] == "memorized"]
     if not config.enabled:
         return {k: {**r, "calibrated_memorized": r["memorized"]} for k, r in out.items()}
-    ref = reference_engine(engine, model, config.reference_model, prompt) if config.reference_model and flagged else None
+    ref = (
+        reference_engine(engine, model, config.reference_model, prompt)
+        if config.reference_model and flagged
+        else None
+    )
     texts, offsets = {_doc_key(d.row, d.doc_id): d.text for d in docs}, {}  # ids may repeat, rows do not
     for done, row in enumerate(flagged):
         progress(done, len(flagged))
@@ -169,29 +222,64 @@ def calibrate_rows(engine: HFEngine, rows: dict, docs: list, config: Calibration
             model_nll = row["mean_nll"]
             if ref and not exact_window:
                 model_nll = text_nll(engine, context, row["text"], row["target_ids"]) / len(row["target_ids"])
-            out[row["span_id"]] = {**row, **calibrate_span(
-                engine, ref, config, text=row["text"], target_ids=row["target_ids"], prompt=row["prompt"],
-                prompt_tokens=row["prompt_tokens"], prefix=row["certificate_prompt"], context=context,
-                model_nll=model_nll, seed=span_seed(config.seed, row["span_id"]))}
+            out[row["span_id"]] = {
+                **row,
+                **calibrate_span(
+                    engine,
+                    ref,
+                    config,
+                    text=row["text"],
+                    target_ids=row["target_ids"],
+                    prompt=row["prompt"],
+                    prompt_tokens=row["prompt_tokens"],
+                    prefix=row["certificate_prompt"],
+                    context=context,
+                    model_nll=model_nll,
+                    seed=span_seed(config.seed, row["span_id"]),
+                ),
+            }
         except Exception as err:  # noqa: BLE001 - one span's fault must not lose the shard
             log.error("calibration of span %s failed", row["span_id"], exc_info=err)
-            out[row["span_id"]] = {**row, "status": "failed", "reason": f"calibration: {type(err).__name__}: {err}"[:500]}
+            out[row["span_id"]] = {
+                **row,
+                "status": "failed",
+                "reason": f"calibration: {type(err).__name__}: {err}"[:500],
+            }
     progress(len(flagged), len(flagged))
     return out
 
 
-def calibrate_record(engine: HFEngine, record: dict, config: CalibrationConfig, *, model: ModelConfig,
-                     prompt: PromptConfig, natural_prefix: str | None) -> dict:
+def calibrate_record(
+    engine: HFEngine,
+    record: dict,
+    config: CalibrationConfig,
+    *,
+    model: ModelConfig,
+    prompt: PromptConfig,
+    natural_prefix: str | None,
+) -> dict:
     """An `acr` record with the calibration columns; the model's NLL of the target is computed here
     (given the natural prefix, else the template alone), as `mean_nll`."""
-    ratios = calibrate.compression_columns([{"name": k, "tau": v["tau"]} for k, v in record["thresholds"].items()])
+    ratios = calibrate.compression_columns(
+        [{"name": k, "tau": v["tau"]} for k, v in record["thresholds"].items()]
+    )
     out = {**record, **calibrate.empty_columns(), **ratios, "mean_nll": None}
     if not record["memorized"] or not config.enabled:
         return {**out, "calibrated_memorized": record["memorized"]}
     ids, text = record["target_ids"], record["target"]
     ref = reference_engine(engine, model, config.reference_model, prompt) if config.reference_model else None
     model_nll = text_nll(engine, natural_prefix or "", text, ids) / len(ids) if ref else None
-    columns = calibrate_span(engine, ref, config, text=text, target_ids=ids, prompt=record["prompt"],
-                             prompt_tokens=record["prompt_tokens"], prefix=natural_prefix,
-                             context=natural_prefix or "", model_nll=model_nll, seed=span_seed(config.seed, text))
+    columns = calibrate_span(
+        engine,
+        ref,
+        config,
+        text=text,
+        target_ids=ids,
+        prompt=record["prompt"],
+        prompt_tokens=record["prompt_tokens"],
+        prefix=natural_prefix,
+        context=natural_prefix or "",
+        model_nll=model_nll,
+        seed=span_seed(config.seed, text),
+    )
     return {**out, "mean_nll": model_nll, **columns}

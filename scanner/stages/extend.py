@@ -58,8 +58,9 @@ def candidates(passage: Passage) -> list[tuple[str, dict]]:
     return out
 
 
-def _jobs(engine: HFEngine, passages: list[Passage], docs: dict[str, DocumentTokens],
-          budget: int) -> tuple[list[_Job], list[list[int]]]:
+def _jobs(
+    engine: HFEngine, passages: list[Passage], docs: dict[str, DocumentTokens], budget: int
+) -> tuple[list[_Job], list[list[int]]]:
     jobs, inputs = [], []
     for index, passage in enumerate(passages):
         pairs = candidates(passage)
@@ -84,8 +85,9 @@ def _source(job: _Job | None) -> str | None:
     return job.span.get("prompt_source")
 
 
-def extend_passages(engine: HFEngine, passages: list[Passage], docs: dict[str, DocumentTokens],
-                    budget: int) -> list[Extension]:
+def extend_passages(
+    engine: HFEngine, passages: list[Passage], docs: dict[str, DocumentTokens], budget: int
+) -> list[Extension]:
     """The verified extension of each passage (in order). `docs`: by passage key (doc_row)."""
     start = time.perf_counter()
     jobs, inputs = _jobs(engine, passages, docs, budget)
@@ -96,7 +98,7 @@ def extend_passages(engine: HFEngine, passages: list[Passage], docs: dict[str, D
     for job, ids in zip(jobs, generated, strict=True):
         doc = docs[passages[job.passage].key]
         begin = job.span["token_start"]
-        end = begin + verified_run(ids[:job.new_tokens], doc.ids[begin:begin + job.new_tokens])
+        end = begin + verified_run(ids[: job.new_tokens], doc.ids[begin : begin + job.new_tokens])
         if job.passage not in best or end > best[job.passage][0]:
             best[job.passage] = (end, job)
     out = []
@@ -105,10 +107,22 @@ def extend_passages(engine: HFEngine, passages: list[Passage], docs: dict[str, D
         end = max(end, passage.token_end)  # a prompt may stop inside the passage its spans cover
         doc = docs[passage.key]
         char_end = doc.offsets[end - 1][1] if end > passage.token_end else passage.char_end
-        out.append(Extension(token_end=end, char_end=char_end, text=doc.text[passage.char_end:char_end],
-                             prompt=job.prompt if job else None,
-                             span_id=job.span["span_id"] if job else None, engine=engine_name, seconds=each,
-                             prompt_source=_source(job)))
-    log.info("extended %d passages: %d generations in %.1f s", len(passages), len(jobs),
-             time.perf_counter() - start)
+        out.append(
+            Extension(
+                token_end=end,
+                char_end=char_end,
+                text=doc.text[passage.char_end : char_end],
+                prompt=job.prompt if job else None,
+                span_id=job.span["span_id"] if job else None,
+                engine=engine_name,
+                seconds=each,
+                prompt_source=_source(job),
+            )
+        )
+    log.info(
+        "extended %d passages: %d generations in %.1f s",
+        len(passages),
+        len(jobs),
+        time.perf_counter() - start,
+    )
     return out

@@ -36,8 +36,6 @@ ID_BATCH_ROWS = 1 << 20
 UTF8_FIX = "the row is skipped; re-encode the text as UTF-8 and rewrite the file to scan it"
 
 
-
-
 @dataclass(frozen=True)
 class Document:
     doc_id: str
@@ -71,10 +69,16 @@ def _resolve_files(path: str) -> list[str]:
     if target.is_file():
         return [str(target)]
     # The extension in any case: `.PARQUET` files written on another system are data too.
-    files = sorted(str(p) for p in target.rglob("*") if p.suffix.lower() == ".parquet" and p.is_file()
-                   and _visible(p, target))
-    require(bool(files), f"no Parquet files (*.parquet) under directory '{path}'; expected {EXPECTED}; "
-            "for text files, EPUB or JSONL run `acr-scan ingest` first")
+    files = sorted(
+        str(p)
+        for p in target.rglob("*")
+        if p.suffix.lower() == ".parquet" and p.is_file() and _visible(p, target)
+    )
+    require(
+        bool(files),
+        f"no Parquet files (*.parquet) under directory '{path}'; expected {EXPECTED}; "
+        "for text files, EPUB or JSONL run `acr-scan ingest` first",
+    )
     return files
 
 
@@ -85,9 +89,11 @@ def _check_parquet(file: str) -> None:
         head = f.read(4)
         f.seek(max(size - 4, 0))
         tail = f.read(4)
-    require(size >= 12 and head == PARQUET_MAGIC and tail == PARQUET_MAGIC,
-            f"'{file}' is not a Parquet file (no PAR1 magic bytes); the corpus must be {EXPECTED}. "
-            "Turn text files, EPUB or JSONL into one with `acr-scan ingest SRC --out corpus.parquet`")
+    require(
+        size >= 12 and head == PARQUET_MAGIC and tail == PARQUET_MAGIC,
+        f"'{file}' is not a Parquet file (no PAR1 magic bytes); the corpus must be {EXPECTED}. "
+        "Turn text files, EPUB or JSONL into one with `acr-scan ingest SRC --out corpus.parquet`",
+    )
 
 
 def _check_footer(file: str) -> None:
@@ -104,10 +110,12 @@ def _check_footer(file: str) -> None:
         for index in range(row_group.num_columns):
             chunk = row_group.column(index)
             start = min(o for o in (chunk.dictionary_page_offset, chunk.data_page_offset) if o is not None)
-            require(0 <= start and start + chunk.total_compressed_size <= size,
-                    f"'{file}' row group {group}: the footer places column '{chunk.path_in_schema}' at bytes "
-                    f"{start}..{start + chunk.total_compressed_size}, past the end of the {size}-byte file "
-                    f"(cut short or corrupt); {fix}")
+            require(
+                0 <= start and start + chunk.total_compressed_size <= size,
+                f"'{file}' row group {group}: the footer places column '{chunk.path_in_schema}' at bytes "
+                f"{start}..{start + chunk.total_compressed_size}, past the end of the {size}-byte file "
+                f"(cut short or corrupt); {fix}",
+            )
 
 
 def _first_line(err: Exception) -> str:
@@ -134,20 +142,32 @@ def _pick_id_column(config: CorpusConfig, names: list[str]) -> str | None:
 
 def _check_columns(file: str, schema: pa.Schema, config: CorpusConfig, id_column: str | None) -> None:
     names = schema.names
-    wanted = [(config.text_column, "pass --text-column with one of them"),
-              (id_column, "pass --id-column with one of them")]
-    wanted += [(name, f"drop '{name}' from --keep-columns or name one of them there") for name in config.keep_columns]
+    wanted = [
+        (config.text_column, "pass --text-column with one of them"),
+        (id_column, "pass --id-column with one of them"),
+    ]
+    wanted += [
+        (name, f"drop '{name}' from --keep-columns or name one of them there") for name in config.keep_columns
+    ]
     for name, fix in wanted:
-        require(name is None or name in names, f"column '{name}' not found in '{file}'; columns are "
-                f"[{', '.join(names)}]; {fix}")
+        require(
+            name is None or name in names,
+            f"column '{name}' not found in '{file}'; columns are [{', '.join(names)}]; {fix}",
+        )
     text_type = schema.field(config.text_column).type
-    require(_is_text(text_type), f"text column '{config.text_column}' in '{file}' has type {text_type}, "
-            "not a string type; cast it to string (pyarrow.compute.cast(column, pa.string())) and rewrite "
-            "the file, or pass --text-column with a string column")
+    require(
+        _is_text(text_type),
+        f"text column '{config.text_column}' in '{file}' has type {text_type}, "
+        "not a string type; cast it to string (pyarrow.compute.cast(column, pa.string())) and rewrite "
+        "the file, or pass --text-column with a string column",
+    )
     if id_column is not None:
         id_type = schema.field(id_column).type
-        require(_is_id(id_type), f"id column '{id_column}' in '{file}' has type {id_type}; expected a "
-                "string or integer column; pass --id-column with another column or cast it to string")
+        require(
+            _is_id(id_type),
+            f"id column '{id_column}' in '{file}' has type {id_type}; expected a "
+            "string or integer column; pass --id-column with another column or cast it to string",
+        )
 
 
 def _relative_names(files: list[str]) -> list[str]:
@@ -171,8 +191,11 @@ def _as_string(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray
 
 def _id_values(file: str, id_column: str) -> pa.ChunkedArray:
     parquet = pq.ParquetFile(file)
-    chunks = [batch.column(0) for group in range(parquet.num_row_groups)
-              for batch in _group_batches(parquet, file, group, [id_column], ID_BATCH_ROWS)]
+    chunks = [
+        batch.column(0)
+        for group in range(parquet.num_row_groups)
+        for batch in _group_batches(parquet, file, group, [id_column], ID_BATCH_ROWS)
+    ]
     return pa.chunked_array(chunks, parquet.schema_arrow.field(id_column).type)
 
 
@@ -180,8 +203,11 @@ def _check_ids(files: list[str], id_column: str, allow: bool) -> None:
     chunks = []
     for file in files:
         ids = _as_string(_id_values(file, id_column))
-        require(ids.null_count == 0, f"id column '{id_column}' has {ids.null_count} null values in "
-                f"'{file}'; fill them, or pass --id-column with a complete column")
+        require(
+            ids.null_count == 0,
+            f"id column '{id_column}' has {ids.null_count} null values in "
+            f"'{file}'; fill them, or pass --id-column with a complete column",
+        )
         _check_utf8_ids(ids, file, id_column)
         chunks.extend(ids.chunks)
     if allow or not chunks:
@@ -192,9 +218,11 @@ def _check_ids(files: list[str], id_column: str, allow: bool) -> None:
         first = repeated.slice(0, SHOWN_DUPLICATES)
         pairs = zip(first.field("values").to_pylist(), first.field("counts").to_pylist(), strict=True)
         shown = ", ".join(f"'{value}' ({count}x)" for value, count in pairs)
-        raise InputError(f"id column '{id_column}' has {len(repeated)} duplicated ids, first: {shown}; "
-                         "make the ids unique, pass --id-column with a unique column, or pass "
-                         "--allow-duplicate-ids")
+        raise InputError(
+            f"id column '{id_column}' has {len(repeated)} duplicated ids, first: {shown}; "
+            "make the ids unique, pass --id-column with a unique column, or pass "
+            "--allow-duplicate-ids"
+        )
 
 
 def _check_utf8_ids(ids: pa.ChunkedArray, file: str, id_column: str) -> None:
@@ -209,31 +237,42 @@ def _check_utf8_ids(ids: pa.ChunkedArray, file: str, id_column: str) -> None:
     row, why = next(iter(bad.items()))
     groups = pq.ParquetFile(file).metadata
     ends = list(itertools.accumulate(groups.row_group(g).num_rows for g in range(groups.num_row_groups)))
-    raise InputError(f"id column '{id_column}' in {_where(file, bisect.bisect_right(ends, row), row)} {why}, "
-                     f"{len(bad)} such id(s) in the file; "
-                     "re-encode the ids as UTF-8 and rewrite the file, or pass --id-column with another column")
+    raise InputError(
+        f"id column '{id_column}' in {_where(file, bisect.bisect_right(ends, row), row)} {why}, "
+        f"{len(bad)} such id(s) in the file; "
+        "re-encode the ids as UTF-8 and rewrite the file, or pass --id-column with another column"
+    )
 
 
 class Corpus:
     """A validated corpus. Holds file paths and a pyarrow dataset (cheap: footers only), no data."""
 
-    def __init__(self, config: CorpusConfig, files: list[str], dataset: ds.Dataset, id_column: str | None,
-                 num_rows: int) -> None:
+    def __init__(
+        self,
+        config: CorpusConfig,
+        files: list[str],
+        dataset: ds.Dataset,
+        id_column: str | None,
+        num_rows: int,
+    ) -> None:
         self.config = config
         self.files = files
         self.names = _relative_names(files)
         self.id_column = id_column
         self.num_rows = num_rows
         self._dataset = dataset
-        self.columns = list(dict.fromkeys([config.text_column, *([id_column] if id_column else []),
-                                           *config.keep_columns]))
+        self.columns = list(
+            dict.fromkeys([config.text_column, *([id_column] if id_column else []), *config.keep_columns])
+        )
 
     def fingerprint(self) -> str:
         """A stable hash of the file names (relative to their common folder), sizes, Parquet footers
         and the schema. Moving the corpus keeps it; rewriting a file changes it. Data pages are not
         hashed (terabytes at every resume): an edit that keeps every size and footer goes unnoticed."""
-        files = [[name, os.path.getsize(file), _footer_digest(file)]
-                 for name, file in zip(self.names, self.files, strict=True)]
+        files = [
+            [name, os.path.getsize(file), _footer_digest(file)]
+            for name, file in zip(self.names, self.files, strict=True)
+        ]
         schema = hashlib.sha256(self._dataset.schema.serialize().to_pybytes()).hexdigest()
         blob = json.dumps({"files": files, "schema": schema}, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()
@@ -265,8 +304,11 @@ class Corpus:
     def documents(self, start: int, end: int) -> list[Document]:
         """Documents [start, end) by global index, as iter_documents numbers them. Reads only the row
         groups that hold them, so a worker fetches its shard without scanning the corpus before it."""
-        require(0 <= start <= end <= self.num_rows, f"document range [{start}, {end}) is outside the "
-                f"corpus of {self.num_rows} documents; the run directory's plan does not fit this corpus")
+        require(
+            0 <= start <= end <= self.num_rows,
+            f"document range [{start}, {end}) is outside the "
+            f"corpus of {self.num_rows} documents; the run directory's plan does not fit this corpus",
+        )
         docs: list[Document] = []
         offset = 0
         for name, file in zip(self.names, self.files, strict=True):
@@ -290,8 +332,9 @@ class Corpus:
             first += rows
         return docs
 
-    def _documents(self, batch: pa.RecordBatch | pa.Table, name: str, group: int,
-                   first_row: int) -> Iterator[Document]:
+    def _documents(
+        self, batch: pa.RecordBatch | pa.Table, name: str, group: int, first_row: int
+    ) -> Iterator[Document]:
         if self.id_column is None:
             ids = [f"{name}:{first_row + i}" for i in range(batch.num_rows)]
         else:
@@ -308,23 +351,31 @@ class Corpus:
             problem = None
             if i in problems:
                 problem = f"{_where(name, group, first_row + i)}: {problems[i]}; {UTF8_FIX}"
-            yield Document(doc_id=doc_id, text=text, extra={k: v[i] for k, v in extras.items()}, problem=problem,
-                           row=f"{name}:{first_row + i}")
+            yield Document(
+                doc_id=doc_id,
+                text=text,
+                extra={k: v[i] for k, v in extras.items()},
+                problem=problem,
+                row=f"{name}:{first_row + i}",
+            )
 
 
 def _where(name: str, group: int, row: int) -> str:
     return f"'{name}' row group {group}, row {row} (0-based, counted in the file)"
 
 
-def _group_batches(parquet: pq.ParquetFile, name: str, group: int, columns: list[str],
-                   batch_rows: int) -> Iterator[pa.RecordBatch]:
+def _group_batches(
+    parquet: pq.ParquetFile, name: str, group: int, columns: list[str], batch_rows: int
+) -> Iterator[pa.RecordBatch]:
     """One row group's batches; a damaged page is named by file and row group, not left to the reader."""
     try:
         yield from parquet.iter_batches(batch_size=batch_rows, row_groups=[group], columns=columns)
     except (OSError, pa.ArrowException) as err:
-        raise InputError(f"'{name}' row group {group} cannot be read ({_first_line(err)}): the file is "
-                         "damaged (a corrupt data page) or unreadable; restore the file from its source or a "
-                         "backup and relaunch the same command (finished shards are kept)") from err
+        raise InputError(
+            f"'{name}' row group {group} cannot be read ({_first_line(err)}): the file is "
+            "damaged (a corrupt data page) or unreadable; restore the file from its source or a "
+            "backup and relaunch the same command (finished shards are kept)"
+        ) from err
 
 
 def _binary(chunk: pa.Array) -> pa.Array:
@@ -366,10 +417,18 @@ def open_corpus(config: CorpusConfig) -> Corpus:
     for fragment, file in zip(fragments, files, strict=True):
         _check_columns(file, fragment.physical_schema, config, id_column)
     num_rows = dataset.count_rows()
-    require(num_rows > 0, f"corpus '{config.path}' has no rows ({len(files)} file(s), all empty); "
-            "point the corpus at files that hold documents")
+    require(
+        num_rows > 0,
+        f"corpus '{config.path}' has no rows ({len(files)} file(s), all empty); "
+        "point the corpus at files that hold documents",
+    )
     if id_column is not None:
         _check_ids(files, id_column, config.allow_duplicate_ids)
-    log.info("corpus %s: %d file(s), %d documents, id column %s", config.path, len(files), num_rows,
-             id_column or "<file>:<row>")
+    log.info(
+        "corpus %s: %d file(s), %d documents, id column %s",
+        config.path,
+        len(files),
+        num_rows,
+        id_column or "<file>:<row>",
+    )
     return Corpus(config, files, dataset, id_column, num_rows)

@@ -46,11 +46,13 @@ def write_sample(corpus: Corpus, size: int, seed: int, folder: str | Path) -> Pa
     if kept.is_file():
         before = json.loads(kept.read_text())
         if {k: before.get(k) for k in record} != record:
-            raise InputError(f"{folder} holds the plan of another screen sample ({before.get('size')} of "
-                             f"{before.get('documents')} documents, seed {before.get('seed')}, corpus "
-                             f"{str(before.get('corpus'))[:12]}); this one asks {size} of {corpus.num_rows} "
-                             f"documents, seed {seed}, corpus {record['corpus'][:12]}: give another --out, or "
-                             "the same corpus, --screen-sample and --seed to resume it")
+            raise InputError(
+                f"{folder} holds the plan of another screen sample ({before.get('size')} of "
+                f"{before.get('documents')} documents, seed {before.get('seed')}, corpus "
+                f"{str(before.get('corpus'))[:12]}); this one asks {size} of {corpus.num_rows} "
+                f"documents, seed {seed}, corpus {record['corpus'][:12]}: give another --out, or "
+                "the same corpus, --screen-sample and --seed to resume it"
+            )
         if path.is_file():
             return path
     folder.mkdir(parents=True, exist_ok=True)

@@ -56,8 +56,12 @@ class ScreenWork:
         self.head_positions += head_positions
 
     def to_dict(self) -> dict:
-        return {"screen_rows": self.rows, "forwarded_tokens": self.tokens, "padded_tokens": self.padded_tokens,
-                "head_positions": self.head_positions}
+        return {
+            "screen_rows": self.rows,
+            "forwarded_tokens": self.tokens,
+            "padded_tokens": self.padded_tokens,
+            "head_positions": self.head_positions,
+        }
 
 
 @dataclass(frozen=True)
@@ -72,8 +76,14 @@ class Screened:
     window_matches: tuple[bool, ...] = ()  # the window's per-token greedy matches
 
 
-def _score(engine: HFEngine, seqs: list[list[int]], tails: list[int], topk: bool, config: ScreenConfig,
-           work: ScreenWork | None) -> list[TokenScores]:
+def _score(
+    engine: HFEngine,
+    seqs: list[list[int]],
+    tails: list[int],
+    topk: bool,
+    config: ScreenConfig,
+    work: ScreenWork | None,
+) -> list[TokenScores]:
     scored = teacher_scores(engine, seqs, tails, [topk] * len(seqs), config)
     if work is not None:
         work.add([len(s) for s in seqs], scored.padded_tokens, sum(tails))
@@ -86,11 +96,17 @@ def _row(engine: HFEngine, context: list[int], target: list[int]) -> list[int]:
 
 
 def _context(doc_ids: list[int], span: Span, tokens: int) -> list[int]:
-    return doc_ids[max(0, span.token_start - tokens):span.token_start]
+    return doc_ids[max(0, span.token_start - tokens) : span.token_start]
 
 
-def _windows(engine: HFEngine, doc_ids: list[int], spans: list[Span], config: ScreenConfig,
-             work: ScreenWork | None, stream: DocumentStream | None) -> list[TokenScores]:
+def _windows(
+    engine: HFEngine,
+    doc_ids: list[int],
+    spans: list[Span],
+    config: ScreenConfig,
+    work: ScreenWork | None,
+    stream: DocumentStream | None,
+) -> list[TokenScores]:
     if resolve_window(engine, config) == "exact":
         seqs = [_row(engine, _context(doc_ids, s, config.context_tokens), s.target_ids) for s in spans]
         return _score(engine, seqs, [len(s.target_ids) for s in spans], True, config, work)
@@ -104,11 +120,18 @@ def _windows(engine: HFEngine, doc_ids: list[int], spans: list[Span], config: Sc
     return got
 
 
-def _discoverable(engine: HFEngine, spans: list[Span], which: list[int], config: ScreenConfig,
-                  work: ScreenWork | None) -> dict[int, bool]:
+def _discoverable(
+    engine: HFEngine, spans: list[Span], which: list[int], config: ScreenConfig, work: ScreenWork | None
+) -> dict[int, bool]:
     """Span rows of the spans in `which`: the first k tokens alone greedily yield the rest."""
-    scores = _score(engine, [_row(engine, [], spans[i].target_ids) for i in which],
-                    [len(spans[i].target_ids) for i in which], False, config, work)
+    scores = _score(
+        engine,
+        [_row(engine, [], spans[i].target_ids) for i in which],
+        [len(spans[i].target_ids) for i in which],
+        False,
+        config,
+        work,
+    )
     out = {}
     for i, got in zip(which, scores, strict=True):
         k = config.discoverable_prefix or max(1, got.matches.numel() // 2)
@@ -140,8 +163,15 @@ def cuts(window: TokenScores) -> list[int]:
     return [first + 1, len(matches)] if first + 1 < len(matches) else [len(matches)]
 
 
-def _elicits(engine: HFEngine, doc_ids: list[int], spans: list[Span], rows: list[tuple[int, int]],
-             windows: list[TokenScores], config: ScreenConfig, work: ScreenWork | None) -> set[int]:
+def _elicits(
+    engine: HFEngine,
+    doc_ids: list[int],
+    spans: list[Span],
+    rows: list[tuple[int, int]],
+    windows: list[TokenScores],
+    config: ScreenConfig,
+    work: ScreenWork | None,
+) -> set[int]:
     """Indexes into `rows` ((span, j) pairs) whose last-j-context row's teacher-forced greedy output is the
     whole span; a row leaves at the first cut of its span (cuts()) that it misses."""
     per_span = {i: cuts(windows[i]) for i in {i for i, _ in rows}}  # once a span: its window may sit on a GPU
@@ -149,16 +179,29 @@ def _elicits(engine: HFEngine, doc_ids: list[int], spans: list[Span], rows: list
     alive = list(range(len(rows)))
     for stage in range(2):
         todo = [k for k in alive if stage < len(plan[k])]
-        seqs = [_row(engine, _context(doc_ids, spans[rows[k][0]], rows[k][1]),
-                     spans[rows[k][0]].target_ids[:plan[k][stage]]) for k in todo]
+        seqs = [
+            _row(
+                engine,
+                _context(doc_ids, spans[rows[k][0]], rows[k][1]),
+                spans[rows[k][0]].target_ids[: plan[k][stage]],
+            )
+            for k in todo
+        ]
         scores = _score(engine, seqs, [plan[k][stage] for k in todo], False, config, work)
         missed = {k for k, got in zip(todo, scores, strict=True) if not bool(got.matches.all())}
         alive = [k for k in alive if k not in missed]
     return set(alive)
 
 
-def _certificates(engine: HFEngine, doc_ids: list[int], spans: list[Span], which: list[int],
-                  windows: list[TokenScores], config: ScreenConfig, work: ScreenWork | None) -> dict[int, int]:
+def _certificates(
+    engine: HFEngine,
+    doc_ids: list[int],
+    spans: list[Span],
+    which: list[int],
+    windows: list[TokenScores],
+    config: ScreenConfig,
+    work: ScreenWork | None,
+) -> dict[int, int]:
     """The shortest j <= certificate_limit whose last-j-context row elicits the span, of the spans in
     `which` that have one; shorter lengths first, a span leaving at its first round with a success."""
     found: dict[int, int] = {}
@@ -175,16 +218,31 @@ def _certificates(engine: HFEngine, doc_ids: list[int], spans: list[Span], which
     return found
 
 
-def _screened(span: Span, window: TokenScores, discoverable: bool | None, certificate: int | None) -> Screened:
+def _screened(
+    span: Span, window: TokenScores, discoverable: bool | None, certificate: int | None
+) -> Screened:
     matches = window.matches.tolist()
     log_topk = math.nan if window.topk is None else log_pz(window.topk.tolist())
-    return Screened(float(window.matches.float().mean()), float(window.nll.mean()), discoverable, certificate,
-                    None if certificate is None else span.token_start - certificate, pz_greedy=greedy_pz(matches),
-                    log_pz_topk=None if math.isnan(log_topk) else log_topk, window_matches=tuple(matches))
+    return Screened(
+        float(window.matches.float().mean()),
+        float(window.nll.mean()),
+        discoverable,
+        certificate,
+        None if certificate is None else span.token_start - certificate,
+        pz_greedy=greedy_pz(matches),
+        log_pz_topk=None if math.isnan(log_topk) else log_topk,
+        window_matches=tuple(matches),
+    )
 
 
-def screen_spans(engine: HFEngine, doc_ids: list[int], spans: list[Span], config: ScreenConfig,
-                 work: ScreenWork | None = None, stream: DocumentStream | None = None) -> list[Screened]:
+def screen_spans(
+    engine: HFEngine,
+    doc_ids: list[int],
+    spans: list[Span],
+    config: ScreenConfig,
+    work: ScreenWork | None = None,
+    stream: DocumentStream | None = None,
+) -> list[Screened]:
     """Screen the non-skipped spans of one document (all of one target length) in batched forwards;
     what they forwarded is added to `work` when given. `stream`: the document's streamed scores so far
     (stream mode), shared by the calls that screen one document's spans."""
@@ -193,8 +251,12 @@ def screen_spans(engine: HFEngine, doc_ids: list[int], spans: list[Span], config
     lengths = {len(s.target_ids) for s in spans}
     require(len(lengths) == 1, f"screen_spans takes spans of one length, got {sorted(lengths)}")
     windows = _windows(engine, doc_ids, spans, config, work, stream)
-    follow = [i for i, w in enumerate(windows) if float(w.matches.float().mean()) >= config.certificate_min_match]
+    follow = [
+        i for i, w in enumerate(windows) if float(w.matches.float().mean()) >= config.certificate_min_match
+    ]
     discoverable = _discoverable(engine, spans, follow, config, work)
     certificates = _certificates(engine, doc_ids, spans, follow, windows, config, work)
-    return [_screened(s, w, discoverable.get(i), certificates.get(i)) for i, (s, w) in enumerate(zip(spans, windows,
-                                                                                                      strict=True))]
+    return [
+        _screened(s, w, discoverable.get(i), certificates.get(i))
+        for i, (s, w) in enumerate(zip(spans, windows, strict=True))
+    ]

@@ -20,8 +20,6 @@ from scanner.stages.read import Document
 log = logging.getLogger(__name__)
 
 
-
-
 @dataclass(frozen=True, kw_only=True)
 class Span:
     doc_id: str
@@ -60,8 +58,10 @@ def tokenize_document(text: str, tokenizer) -> tuple[list[int], list[tuple[int, 
     try:
         enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
     except NotImplementedError as err:
-        raise InputError(f"tokenizer {type(tokenizer).__name__} gives no character offsets (a slow, "
-                         "Python tokenizer); load the model's fast tokenizer (tokenizer.json)") from err
+        raise InputError(
+            f"tokenizer {type(tokenizer).__name__} gives no character offsets (a slow, "
+            "Python tokenizer); load the model's fast tokenizer (tokenizer.json)"
+        ) from err
     return list(enc["input_ids"]), [(int(a), int(b)) for a, b in enc["offset_mapping"]]
 
 
@@ -78,16 +78,31 @@ def windows(num_tokens: int, config: SpanConfig) -> list[tuple[int, int]]:
     return out
 
 
-def _skipped(doc: Document, reason: str, tokenizer_id: str, tokens: int = 0,
-             chars: tuple[int, int] = (0, 0)) -> Span:
-    text = doc.text[chars[0]:chars[1]] if doc.text is not None else ""
-    return Span(doc_id=doc.doc_id, doc_row=doc.row, span_id=span_id(doc.row, doc.doc_id, 0, tokens, tokenizer_id),
-                token_start=0, token_end=tokens, char_start=chars[0], char_end=chars[1], text=text, target_ids=[],
-                skip_reason=reason)
+def _skipped(
+    doc: Document, reason: str, tokenizer_id: str, tokens: int = 0, chars: tuple[int, int] = (0, 0)
+) -> Span:
+    text = doc.text[chars[0] : chars[1]] if doc.text is not None else ""
+    return Span(
+        doc_id=doc.doc_id,
+        doc_row=doc.row,
+        span_id=span_id(doc.row, doc.doc_id, 0, tokens, tokenizer_id),
+        token_start=0,
+        token_end=tokens,
+        char_start=chars[0],
+        char_end=chars[1],
+        text=text,
+        target_ids=[],
+        skip_reason=reason,
+    )
 
 
-def make_spans(doc: Document, tokenizer, config: SpanConfig, tokenizer_id: str,
-               tokens: tuple[list[int], list[tuple[int, int]]] | None = None) -> list[Span]:
+def make_spans(
+    doc: Document,
+    tokenizer,
+    config: SpanConfig,
+    tokenizer_id: str,
+    tokens: tuple[list[int], list[tuple[int, int]]] | None = None,
+) -> list[Span]:
     """The document's spans in order; exactly one skipped span when it has no usable target.
 
     `tokens`: the document's (ids, offsets) when the caller already tokenized it (the screen needs
@@ -102,14 +117,30 @@ def make_spans(doc: Document, tokenizer, config: SpanConfig, tokenizer_id: str,
     if len(ids) < config.minimum:
         # The whole (short) document is still shown, so a reader sees what was skipped.
         chars = (offsets[0][0], offsets[-1][1]) if ids else (0, 0)
-        return [_skipped(doc, f"too short: {len(ids)} tokens < {config.minimum}", tokenizer_id,
-                         tokens=len(ids), chars=chars)]
+        return [
+            _skipped(
+                doc,
+                f"too short: {len(ids)} tokens < {config.minimum}",
+                tokenizer_id,
+                tokens=len(ids),
+                chars=chars,
+            )
+        ]
     spans = []
     for start, end in windows(len(ids), config):
         char_start, char_end = offsets[start][0], offsets[end - 1][1]
-        spans.append(Span(doc_id=doc.doc_id, doc_row=doc.row,
-                          span_id=span_id(doc.row, doc.doc_id, start, end - start, tokenizer_id),
-                          token_start=start, token_end=end, char_start=char_start, char_end=char_end,
-                          text=doc.text[char_start:char_end], target_ids=ids[start:end]))
+        spans.append(
+            Span(
+                doc_id=doc.doc_id,
+                doc_row=doc.row,
+                span_id=span_id(doc.row, doc.doc_id, start, end - start, tokenizer_id),
+                token_start=start,
+                token_end=end,
+                char_start=char_start,
+                char_end=char_end,
+                text=doc.text[char_start:char_end],
+                target_ids=ids[start:end],
+            )
+        )
     log.debug("document %s: %d tokens, %d spans", doc.doc_id, len(ids), len(spans))
     return spans

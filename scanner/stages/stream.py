@@ -59,9 +59,11 @@ def resolve_window(engine: HFEngine, config: ScreenConfig) -> str:
     suffix between prompt and target)."""
     if config.window == "auto":
         return "exact" if engine.template.suffix_ids else "stream"
-    require(config.window == "exact" or not engine.template.suffix_ids,
-            "--screen-window stream reads a span right after the document text before it, but this template "
-            "puts suffix tokens (chat mode) between them; pass --screen-window exact or auto")
+    require(
+        config.window == "exact" or not engine.template.suffix_ids,
+        "--screen-window stream reads a span right after the document text before it, but this template "
+        "puts suffix tokens (chat mode) between them; pass --screen-window exact or auto",
+    )
     return config.window
 
 
@@ -75,12 +77,23 @@ def window_info(engine: HFEngine, config: ScreenConfig, span_tokens: int) -> dic
         return {"window": "exact", "context_tokens": config.context_tokens, **limits}
     overlap = config.context_tokens + span_tokens
     chunk = chunk_tokens(engine, config, overlap)
-    info = {"window": "stream", "context_tokens": config.context_tokens, "chunk_tokens": chunk,
-            "context": "at least context_tokens + the token's offset in its span, up to chunk_tokens", **limits}
+    info = {
+        "window": "stream",
+        "context_tokens": config.context_tokens,
+        "chunk_tokens": chunk,
+        "context": "at least context_tokens + the token's offset in its span, up to chunk_tokens",
+        **limits,
+    }
     if chunk < config.chunk_tokens:  # capped: said once, where provenance records it
         room, why = chunk_limit(engine, overlap)
-        log.info("--chunk-tokens %d capped to %d: the model's %s is %d tokens, %d of them the template's prefix",
-                 config.chunk_tokens, chunk, why, room, room - chunk)
+        log.info(
+            "--chunk-tokens %d capped to %d: the model's %s is %d tokens, %d of them the template's prefix",
+            config.chunk_tokens,
+            chunk,
+            why,
+            room,
+            room - chunk,
+        )
         info.update(chunk_tokens_asked=config.chunk_tokens, chunk_capped_by=f"{why} ({room})")
     return info
 
@@ -118,17 +131,23 @@ class DocumentStream:
             _, lo, hi = self.reads(k)
             got, x, y = self.chunks[k], max(a, lo) - lo, min(b, hi) - lo
             parts.append((got.matches[x:y], got.nll[x:y], None if got.topk is None else got.topk[x:y]))
-        return TokenScores(torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]),
-                           torch.cat([p[2] for p in parts]))
+        return TokenScores(
+            torch.cat([p[0] for p in parts]),
+            torch.cat([p[1] for p in parts]),
+            torch.cat([p[2] for p in parts]),
+        )
 
 
-def stream_windows(engine: HFEngine, stream: DocumentStream, ranges: list[tuple[int, int]],
-                   config: ScreenConfig) -> tuple[list[TokenScores], tuple[list[int], int, int]]:
+def stream_windows(
+    engine: HFEngine, stream: DocumentStream, ranges: list[tuple[int, int]], config: ScreenConfig
+) -> tuple[list[TokenScores], tuple[list[int], int, int]]:
     """Window scores of each document range [a, b), and what was forwarded for them (ScreenWork.add's
     arguments): the lengths of the chunks, their padded tokens and their scored positions."""
-    require(stream.chunk > stream.overlap,
-            f"--chunk-tokens {stream.chunk} (within the model's positions) must exceed --context-tokens plus the "
-            f"span length ({stream.overlap}); raise it, shorten the context, or pass --screen-window exact")
+    require(
+        stream.chunk > stream.overlap,
+        f"--chunk-tokens {stream.chunk} (within the model's positions) must exceed --context-tokens plus the "
+        f"span length ({stream.overlap}); raise it, shorten the context, or pass --screen-window exact",
+    )
     todo = stream.missing(ranges)
     prefix = list(engine.template.prefix_ids)
     seqs, tails = [], []
@@ -138,4 +157,8 @@ def stream_windows(engine: HFEngine, stream: DocumentStream, ranges: list[tuple[
         tails.append(hi - lo)
     scored = teacher_scores(engine, seqs, tails, [True] * len(seqs), config)
     stream.chunks.update(zip(todo, scored.rows, strict=True))
-    return [stream.window(a, b) for a, b in ranges], ([len(s) for s in seqs], scored.padded_tokens, sum(tails))
+    return [stream.window(a, b) for a, b in ranges], (
+        [len(s) for s in seqs],
+        scored.padded_tokens,
+        sum(tails),
+    )

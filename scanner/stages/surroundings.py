@@ -36,13 +36,15 @@ class Wanted:
 def window(text: str, wanted: Wanted, chars: int) -> dict | None:
     """The document's text around the passage (None when the document no longer holds it there):
     `text` from character `offset` on, `doc_chars` the document's length."""
-    if text[wanted.char_start:wanted.char_end] != wanted.text:
+    if text[wanted.char_start : wanted.char_end] != wanted.text:
         return None
     lo, hi = max(0, wanted.char_start - chars), min(len(text), max(wanted.reach, wanted.char_end) + chars)
     return {"text": text[lo:hi], "offset": lo, "doc_chars": len(text)}
 
 
-def surroundings(corpus: Corpus, plan: Plan, wanted: list[Wanted], chars: int = CONTEXT_CHARS) -> dict[str, dict]:
+def surroundings(
+    corpus: Corpus, plan: Plan, wanted: list[Wanted], chars: int = CONTEXT_CHARS
+) -> dict[str, dict]:
     """{page: window(...)} for every wanted passage the corpus still holds; shards read in order, one at a
     time, their documents dropped once cut."""
     shards = {s.shard: s for s in plan}
@@ -66,6 +68,10 @@ def surroundings(corpus: Corpus, plan: Plan, wanted: list[Wanted], chars: int = 
                 found[item.page] = cut
     missing = len(wanted) - len(found)
     if missing:
-        log.warning("%d of %d passages not found at their offsets in the corpus (edited since the scan?); "
-                    "their pages show no surrounding text", missing, len(wanted))
+        log.warning(
+            "%d of %d passages not found at their offsets in the corpus (edited since the scan?); "
+            "their pages show no surrounding text",
+            missing,
+            len(wanted),
+        )
     return found

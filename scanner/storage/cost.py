@@ -42,19 +42,33 @@ def _screen(stats: list[dict]) -> dict | None:
         return None
     tokens, spans, candidates = (_total(stats, k) for k in ("tokens", "spans", "candidates"))
     work = {k: _total(stats, k) for k in SCREEN_WORK}
-    return {"source": SOURCE, "parts": len(stats), "corpus_tokens": tokens, **work,
-            "seconds": _total(stats, "seconds"), "reencoding": _ratio(work["forwarded_tokens"], tokens),
-            "spans": spans, "candidates": candidates, "candidate_share": _ratio(candidates, spans)}
+    return {
+        "source": SOURCE,
+        "parts": len(stats),
+        "corpus_tokens": tokens,
+        **work,
+        "seconds": _total(stats, "seconds"),
+        "reencoding": _ratio(work["forwarded_tokens"], tokens),
+        "spans": spans,
+        "candidates": candidates,
+        "candidate_share": _ratio(candidates, spans),
+    }
 
 
 def _certify(stats: list[dict], candidates: int | None) -> dict | None:
     if not stats:
         return None
     certificates, settled = _total(stats, "candidates"), _total(stats, "settled")
-    return {"source": SOURCE, "units": len(stats), "certificates": certificates, "settled": settled,
-            "settled_share": _ratio(settled, candidates),
-            "settled_share_of_certificates": _ratio(settled, certificates),
-            "seconds": _total(stats, "search_s"), "verify_s": _cost_total(stats, "verify_s")}
+    return {
+        "source": SOURCE,
+        "units": len(stats),
+        "certificates": certificates,
+        "settled": settled,
+        "settled_share": _ratio(settled, candidates),
+        "settled_share_of_certificates": _ratio(settled, certificates),
+        "seconds": _total(stats, "search_s"),
+        "verify_s": _cost_total(stats, "verify_s"),
+    }
 
 
 def _cost_total(stats: list[dict], key: str):
@@ -66,7 +80,9 @@ def _spent(parts: list[dict]) -> dict:
     keys = [k for k in SPENT if all(k in p for p in parts)]
     total = {k: sum(p[k] for p in parts) for k in keys}
     count = total.get("candidates")
-    total["per_candidate"] = {k: _ratio(total[k], count) for k in keys if k != "candidates"} if count else None
+    total["per_candidate"] = (
+        {k: _ratio(total[k], count) for k in keys if k != "candidates"} if count else None
+    )
     return total
 
 
@@ -86,11 +102,20 @@ def _search(stats: list[dict]) -> dict | None:
     total = _spent(list(outcomes.values())) if outcomes else None
     steps = total["steps"] if total else None
     shrinking = stages.get("shrinking", {}).get("steps") if stages else None
-    return {"source": SOURCE, "units": len(stats), "candidates": _total(stats, "candidates"),
-            "steps": _total(stats, "steps"), "forwards": _total(stats, "forwards"),
-            "seconds": total["seconds"] if total else None, "unit_seconds": _total(stats, "search_s"),
-            "per_candidate": total["per_candidate"] if total else None, "outcomes": outcomes, "stages": stages,
-            "shrinking_share_of_steps": _ratio(shrinking, steps), "verify_s": _cost_total(stats, "verify_s")}
+    return {
+        "source": SOURCE,
+        "units": len(stats),
+        "candidates": _total(stats, "candidates"),
+        "steps": _total(stats, "steps"),
+        "forwards": _total(stats, "forwards"),
+        "seconds": total["seconds"] if total else None,
+        "unit_seconds": _total(stats, "search_s"),
+        "per_candidate": total["per_candidate"] if total else None,
+        "outcomes": outcomes,
+        "stages": stages,
+        "shrinking_share_of_steps": _ratio(shrinking, steps),
+        "verify_s": _cost_total(stats, "verify_s"),
+    }
 
 
 def _passages(run: RunDir) -> dict | None:
@@ -101,8 +126,11 @@ def _passages(run: RunDir) -> dict | None:
     if not path.is_file():
         return None
     table = pq.read_table(path, columns=["extend_s"])
-    return {"source": SOURCE, "passages": table.num_rows,
-            "extend_s": sum(v or 0.0 for v in table.column("extend_s").to_pylist())}
+    return {
+        "source": SOURCE,
+        "passages": table.num_rows,
+        "extend_s": sum(v or 0.0 for v in table.column("extend_s").to_pylist()),
+    }
 
 
 def _shared(certify: list[dict], search: list[dict], key: str) -> dict | None:
@@ -110,20 +138,30 @@ def _shared(certify: list[dict], search: list[dict], key: str) -> dict | None:
     units = certify + search
     if not units:
         return None
-    return {"source": SOURCE, "seconds": _cost_total(units, key), "certify_s": _cost_total(certify, key),
-            "search_s": _cost_total(search, key)}
+    return {
+        "source": SOURCE,
+        "seconds": _cost_total(units, key),
+        "certify_s": _cost_total(certify, key),
+        "search_s": _cost_total(search, key),
+    }
 
 
 def run_cost(run: RunDir) -> dict:
     """The `cost` key of `acr-scan status`: every phase's measured figures and their ratios (null where
     the phase has not committed anything yet)."""
-    screen, certify, search, audit, tighten = (_stats(run, name) for name in ("screen", "certify", "search", "audit",
-                                                                              "tighten"))
+    screen, certify, search, audit, tighten = (
+        _stats(run, name) for name in ("screen", "certify", "search", "audit", "tighten")
+    )
     screened = _screen(screen)
-    return {"source": SOURCE, "screen": screened,
-            "certify": _certify(certify, screened["candidates"] if screened else None),
-            "search": _search(search), "tighten": _search(tighten),
-            # The recall audit's searches: their own line, outside the search budget (run/phases.py).
-            "audit": _search(audit),
-            "verification": _shared(certify, search + tighten, "verify_s"),
-            "calibration": _shared(certify, search + tighten, "calibration_s"), "passages": _passages(run)}
+    return {
+        "source": SOURCE,
+        "screen": screened,
+        "certify": _certify(certify, screened["candidates"] if screened else None),
+        "search": _search(search),
+        "tighten": _search(tighten),
+        # The recall audit's searches: their own line, outside the search budget (run/phases.py).
+        "audit": _search(audit),
+        "verification": _shared(certify, search + tighten, "verify_s"),
+        "calibration": _shared(certify, search + tighten, "calibration_s"),
+        "passages": _passages(run),
+    }

@@ -75,8 +75,11 @@ def part_problem(store, index: int, hashed: bool = True) -> str | None:
         return f"its stats count {stats.get('rows')} rows, the results file {marker['rows']}"
     if "cut" in stats:  # what a relaunch goes on from: a bad record is redone, never believed
         cut = cut_problem(stats["cut"])
-        return f"its stats file {store.stats_path(index).name} holds a cut search record that cannot be believed ({cut})" \
-            if cut else None
+        return (
+            f"its stats file {store.stats_path(index).name} holds a cut search record that cannot be believed ({cut})"
+            if cut
+            else None
+        )
     return None
 
 

@@ -62,8 +62,10 @@ def lease_s() -> float:
     except ValueError:
         seconds = 0.0
     if not 0 < seconds < float("inf"):
-        raise InputError(f"{LEASE_ENV}={value!r} is not a number of seconds > 0; unset it for {LEASE_S:g} s, or "
-                         "set e.g. 120 for a run directory on a slow shared file system")
+        raise InputError(
+            f"{LEASE_ENV}={value!r} is not a number of seconds > 0; unset it for {LEASE_S:g} s, or "
+            "set e.g. 120 for a run directory on a slow shared file system"
+        )
     return seconds
 
 
@@ -74,7 +76,9 @@ def identity(pid: int) -> dict:
         stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
         boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="utf-8").strip()
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        started = int(stat.rsplit(")", 1)[-1].split()[19])  # after "(comm)", which may hold spaces: field 3 on
+        started = int(
+            stat.rsplit(")", 1)[-1].split()[19]
+        )  # after "(comm)", which may hold spaces: field 3 on
     except (OSError, IndexError, ValueError):
         return {}
     return {"started": started, "boot": boot, "command": [a.decode("utf-8", "replace") for a in argv if a]}
@@ -82,8 +86,13 @@ def identity(pid: int) -> dict:
 
 def holder_of(pid: int) -> dict:
     """The lock's content for process `pid` of this host."""
-    return {"host": socket.gethostname(), "pid": pid, "since": datetime.now(UTC).isoformat(), **identity(pid),
-            "lease_s": lease_s()}
+    return {
+        "host": socket.gethostname(),
+        "pid": pid,
+        "since": datetime.now(UTC).isoformat(),
+        **identity(pid),
+        "lease_s": lease_s(),
+    }
 
 
 def _holder() -> dict:
@@ -164,8 +173,10 @@ def _gone(holder: dict, stamp: int) -> str:
     if "damaged" in holder:
         return f"the lock file names no process: {holder['damaged']}"
     if _elsewhere(holder):
-        return (f"host {holder.get('host')} has not renewed it for {_age(stamp):.0f} s, past its lease of "
-                f"{holder['lease_s']:g} s (that scan was killed, or its node or pod lost)")
+        return (
+            f"host {holder.get('host')} has not renewed it for {_age(stamp):.0f} s, past its lease of "
+            f"{holder['lease_s']:g} s (that scan was killed, or its node or pod lost)"
+        )
     if not _alive(pid):
         return f"pid {pid} no longer runs"
     command = " ".join(identity(pid).get("command", []))[:200]
@@ -185,10 +196,18 @@ def scan_process(run_dir: str | Path) -> dict:
     lock = {k: holder.get(k) for k in ("host", "pid", "since", "lease_s")}
     about = {"lock": {**lock, "renewed_s_ago": round(_age(stamp), 1)}}
     if _elsewhere(holder) and holder.get("lease_s") is None:
-        return {"running": None, **about, "why": f"the lock is held from host {holder.get('host')} without a "
-                "lease (written by hand?), which cannot be checked from here"}
+        return {
+            "running": None,
+            **about,
+            "why": f"the lock is held from host {holder.get('host')} without a "
+            "lease (written by hand?), which cannot be checked from here",
+        }
     if _is_stale(holder, stamp):
-        return {"running": False, **about, "why": f"the lock's holder is gone: {_gone(holder, stamp)} (killed?)"}
+        return {
+            "running": False,
+            **about,
+            "why": f"the lock's holder is gone: {_gone(holder, stamp)} (killed?)",
+        }
     where = f" on host {holder.get('host')}, which renews its lease" if _elsewhere(holder) else ""
     return {"running": True, **about, "why": f"acr-scan pid {holder.get('pid')}{where} holds the lock"}
 
@@ -213,21 +232,31 @@ def _try_create(path: Path, mine: dict) -> bool:
 
 def _refuse(run_dir: Path, holder: dict) -> InputError:
     lease = holder.get("lease_s")
-    fix = (f"a lock its holder stops renewing is taken over {lease:g} s later" if lease and _elsewhere(holder)
-           else f"if that process no longer runs, delete {run_dir / LOCK_FILE}")
+    fix = (
+        f"a lock its holder stops renewing is taken over {lease:g} s later"
+        if lease and _elsewhere(holder)
+        else f"if that process no longer runs, delete {run_dir / LOCK_FILE}"
+    )
     return InputError(
         f"run directory '{run_dir}' is in use by acr-scan pid {holder.get('pid')} on host "
         f"{holder.get('host')} since {holder.get('since')}; wait for that scan to finish (follow it with "
-        f"`acr-scan status {run_dir}`), then relaunch ({fix})")
+        f"`acr-scan status {run_dir}`), then relaunch ({fix})"
+    )
 
 
 def _outlived(path: Path, holder: dict, stamp: int) -> bool:
     """Wait while another host's lease runs: True once it ran out unrenewed (or the lock went), False
     when renewed or replaced (a live holder). Waits at most its lease."""
     lease = holder["lease_s"]
-    log.warning("run directory %s: the lock of pid %s on host %s was renewed %.0f s ago; waiting up to %.0f s "
-                "for it to be renewed (a live scan: refused) or to run out (taken over)", path.parent,
-                holder.get("pid"), holder.get("host"), _age(stamp), max(0.0, lease - _age(stamp)))
+    log.warning(
+        "run directory %s: the lock of pid %s on host %s was renewed %.0f s ago; waiting up to %.0f s "
+        "for it to be renewed (a live scan: refused) or to run out (taken over)",
+        path.parent,
+        holder.get("pid"),
+        holder.get("host"),
+        _age(stamp),
+        max(0.0, lease - _age(stamp)),
+    )
     while _age(stamp) <= lease:
         time.sleep(min(1.0, lease / 8))
         now = _look(path)
@@ -268,8 +297,13 @@ def _acquire(run_dir: Path) -> dict:
             holder, stamp = seen
         if not _is_stale(holder, stamp):
             raise _refuse(run_dir, holder)
-        log.warning("run directory %s: taking over the lock of pid %s on %s: %s", run_dir, holder.get("pid"),
-                    holder.get("host"), _gone(holder, stamp))
+        log.warning(
+            "run directory %s: taking over the lock of pid %s on %s: %s",
+            run_dir,
+            holder.get("pid"),
+            holder.get("host"),
+            _gone(holder, stamp),
+        )
         _break(path, holder, stamp)
     raise _refuse(run_dir, _read(path) or {})
 
@@ -291,19 +325,26 @@ class _Lease(threading.Thread):
         """Touch the lock; False once it is lost."""
         now = _read(self.path)
         if now is not None and "damaged" in now:  # a shared file system's passing fault: try again
-            log.warning("run directory %s: could not read the lock to renew it (%s)", self.path.parent, now["damaged"])
+            log.warning(
+                "run directory %s: could not read the lock to renew it (%s)", self.path.parent, now["damaged"]
+            )
             return True
         if now != self.mine:
-            log.error("run directory %s: this scan's lock is %s; another driver took the run directory over "
-                      "(this one stalled past its lease of %g s?): stopping", self.path.parent,
-                      f"held by pid {now.get('pid')} on host {now.get('host')}" if now else "gone",
-                      self.mine["lease_s"])
+            log.error(
+                "run directory %s: this scan's lock is %s; another driver took the run directory over "
+                "(this one stalled past its lease of %g s?): stopping",
+                self.path.parent,
+                f"held by pid {now.get('pid')} on host {now.get('host')}" if now else "gone",
+                self.mine["lease_s"],
+            )
             stop.request("the run directory's lock was lost")
             return False
         try:
             os.utime(self.path)
         except OSError as err:  # a shared file system's passing fault: the next renewal tries again
-            log.warning("run directory %s: could not renew the lock (%s); trying again", self.path.parent, err)
+            log.warning(
+                "run directory %s: could not renew the lock (%s); trying again", self.path.parent, err
+            )
         return True
 
     def end(self) -> None:

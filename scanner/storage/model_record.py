@@ -13,8 +13,13 @@ RECORD = "model.json"
 
 
 def _is_entry(entry) -> bool:
-    return (isinstance(entry, dict) and isinstance(entry.get("path"), str) and isinstance(entry.get("role"), str)
-            and isinstance(entry.get("sha256"), str) and isinstance(entry.get("bytes"), int))
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("path"), str)
+        and isinstance(entry.get("role"), str)
+        and isinstance(entry.get("sha256"), str)
+        and isinstance(entry.get("bytes"), int)
+    )
 
 
 def read_record(run_path: Path) -> dict:
@@ -22,8 +27,10 @@ def read_record(run_path: Path) -> dict:
     path = Path(run_path) / RECORD
     saved = read_json_object(path)
     files = saved.get("files") if saved is not None else None
-    require(isinstance(files, list) and all(_is_entry(f) for f in files),
-            f"{path} is missing or is not a record of the model's files (a run started before acr-scanner "
-            "recorded them, or a damaged file); relaunch the scan (the same command) to record them, after "
-            "deleting the file if it is damaged")
+    require(
+        isinstance(files, list) and all(_is_entry(f) for f in files),
+        f"{path} is missing or is not a record of the model's files (a run started before acr-scanner "
+        "recorded them, or a damaged file); relaunch the scan (the same command) to record them, after "
+        "deleting the file if it is damaged",
+    )
     return saved

@@ -30,9 +30,15 @@ def passages_path(run: RunDir):
 def fingerprint(run: RunDir, passages: PassageConfig) -> str:
     """sha256 over every done marker (shard, rows, results checksum) and the passage settings."""
     markers = [read_json_object(run.done_path(shard)) or {"shard": shard} for shard in run.done_shards()]
-    blob = json.dumps({"markers": markers, "extend_tokens": passages.extend_tokens, "version": PASSAGES_VERSION,
-                       "shared_text_min_docs": passages.shared_text_min_docs},
-                      sort_keys=True)
+    blob = json.dumps(
+        {
+            "markers": markers,
+            "extend_tokens": passages.extend_tokens,
+            "version": PASSAGES_VERSION,
+            "shared_text_min_docs": passages.shared_text_min_docs,
+        },
+        sort_keys=True,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -54,7 +60,10 @@ def passages_if_built(run: RunDir) -> pa.Table | None:
 def read_passages(run: RunDir) -> pa.Table:
     """The run's passages table (export, report); InputError naming the fix when there is none."""
     path = passages_path(run)
-    require(path.is_file(), f"'{run.path}' has no {PASSAGES_FILE} (the scan is unfinished, or the file was "
-            "deleted); relaunch the same scan command: finished shards are kept and only the "
-            "passages are built")
+    require(
+        path.is_file(),
+        f"'{run.path}' has no {PASSAGES_FILE} (the scan is unfinished, or the file was "
+        "deleted); relaunch the same scan command: finished shards are kept and only the "
+        "passages are built",
+    )
     return pq.read_table(path)

@@ -25,8 +25,18 @@ PROGRESS_DIR = "progress"
 GIVEN_UP_FILE = "given_up.json"
 UNIT_NAME = re.compile(r"(certify|search|audit|tighten)-(\d{5})")  # run/tasks.py UNIT_KINDS
 # Live fields a reader passes on (numbers, or a span id below); anything else in a file is dropped.
-LIVE_NUMBERS = ("candidate", "length", "trial", "step", "steps", "right", "target_tokens", "prompt_tokens",
-                "total_steps", "elapsed_s")
+LIVE_NUMBERS = (
+    "candidate",
+    "length",
+    "trial",
+    "step",
+    "steps",
+    "right",
+    "target_tokens",
+    "prompt_tokens",
+    "total_steps",
+    "elapsed_s",
+)
 UNIT_NUMBERS = ("candidates_done", "candidates_total", "started", "heartbeat", "pid")
 SPAN_ID = re.compile(r"[\w.:-]{1,80}")
 STAGES = ("calibration",)  # a unit's work after its searches (search/progress.py SearchObserver.stage)
@@ -83,7 +93,12 @@ def _unit(path: Path, run_path: Path, now: float) -> dict | None:
     live = record.get("live") if isinstance(record.get("live"), list) else []
     out["live"] = [entry for entry in map(_live, live) if entry is not None]
     stage = record.get("stage")
-    if isinstance(stage, dict) and stage.get("name") in STAGES and _number(stage.get("done")) and _number(stage.get("total")):
+    if (
+        isinstance(stage, dict)
+        and stage.get("name") in STAGES
+        and _number(stage.get("done"))
+        and _number(stage.get("total"))
+    ):
         out["stage"] = {k: stage[k] for k in ("name", "done", "total")}
     out["heartbeat_age_s"] = round(max(0.0, now - record["heartbeat"]), 3)
     return out

@@ -69,8 +69,13 @@ def _typed(value, kind: type) -> str | None:
         return None if _number(value) else "a finite number"
     if kind is int:
         return None if isinstance(value, int) and not isinstance(value, bool) else "a whole number"
-    return None if isinstance(value, kind) else {str: "a string", bool: "true or false", dict: "an object",
-                                                  list: "a list"}.get(kind, kind.__name__)
+    return (
+        None
+        if isinstance(value, kind)
+        else {str: "a string", bool: "true or false", dict: "an object", list: "a list"}.get(
+            kind, kind.__name__
+        )
+    )
 
 
 def _object(value, spec: dict, where: str) -> str | None:
@@ -107,8 +112,14 @@ def problem(value, spec, where: str = "") -> str | None:
         if not isinstance(value, list) or not spec.least <= len(value) <= len(spec.specs):
             size = spec.least if spec.least == len(spec.specs) else f"{spec.least} to {len(spec.specs)}"
             return f"{where or 'the record'} is {_shown(value)}, not a list of {size} items"
-        return next((p for i, (v, s) in enumerate(zip(value, spec.specs, strict=False))
-                     if (p := problem(v, s, f"{where}[{i}]"))), None)
+        return next(
+            (
+                p
+                for i, (v, s) in enumerate(zip(value, spec.specs, strict=False))
+                if (p := problem(v, s, f"{where}[{i}]"))
+            ),
+            None,
+        )
     if isinstance(spec, Rule):
         return None if spec.holds(value) else f"{where or 'the record'} is {_shown(value)}, not {spec.says}"
     expected = _typed(value, spec)
@@ -157,18 +168,27 @@ def _claims_are_held(record) -> bool:
 
 
 # A cut search's resume record (search/resume.py Resume.to_json): where it stood, to go on from.
-RESUME = Rule("a resume record whose successes hold the prompt they found (\"found\")", _claims_are_held)
-RESUME_FIELDS = {"tried": [Tuple(COUNT, bool)], "found": Optional(Nullable(str)),
-                 "length": Optional(Nullable(COUNT)), "trial": Optional(COUNT), "steps": Optional(COUNT),
-                 "prompt_ids": Optional(Nullable([COUNT])), "prompt": Optional(Nullable(str))}
+RESUME = Rule('a resume record whose successes hold the prompt they found ("found")', _claims_are_held)
+RESUME_FIELDS = {
+    "tried": [Tuple(COUNT, bool)],
+    "found": Optional(Nullable(str)),
+    "length": Optional(Nullable(COUNT)),
+    "trial": Optional(COUNT),
+    "steps": Optional(COUNT),
+    "prompt_ids": Optional(Nullable([COUNT])),
+    "prompt": Optional(Nullable(str)),
+}
 # A unit's stats "cut" (run/tasks.py): {span_id: what its cut search spent, and where it stood}.
 CUT = Map({"steps": COUNT, "forwards": COUNT, "search_s": AMOUNT, "resume": Optional(RESUME_FIELDS)})
 
 
 # The tasks the Ray driver gave up as hung (storage/progress.py record_given_up); pid: None where the
 # heartbeat never named one.
-GIVEN_UP = {"events": [{"task": str, "pid": Nullable(POSITIVE), "silent_s": AMOUNT, "hung_after_s": AMOUNT,
-                        "time": AMOUNT}]}
+GIVEN_UP = {
+    "events": [
+        {"task": str, "pid": Nullable(POSITIVE), "silent_s": AMOUNT, "hung_after_s": AMOUNT, "time": AMOUNT}
+    ]
+}
 
 
 def resume_problem(record) -> str | None:
@@ -180,18 +200,37 @@ def cut_problem(cut) -> str | None:
     """What makes a unit's stats "cut" unbelievable (every span's record, its resume included)."""
     found = problem(cut, CUT, "cut")
     if found is None:
-        found = next((p for span, c in cut.items() if "resume" in c
-                      and (p := resume_problem(c["resume"])) and (p := f"cut.{span}.{p}")), None)
+        found = next(
+            (
+                p
+                for span, c in cut.items()
+                if "resume" in c and (p := resume_problem(c["resume"])) and (p := f"cut.{span}.{p}")
+            ),
+            None,
+        )
     return found
 
 
-ITEM = Tuple(COUNT, SPAN_ID, Nullable(str), least=2)  # [shard, span_id] or [shard, span_id, the decided prompt]
-UNITS_PLAN = {"units": [[ITEM]], "copies": Optional(Map([Tuple(COUNT, SPAN_ID)])), "drawn": Optional(dict),
-              "waits": Optional([SPAN_ID])}
+ITEM = Tuple(
+    COUNT, SPAN_ID, Nullable(str), least=2
+)  # [shard, span_id] or [shard, span_id, the decided prompt]
+UNITS_PLAN = {
+    "units": [[ITEM]],
+    "copies": Optional(Map([Tuple(COUNT, SPAN_ID)])),
+    "drawn": Optional(dict),
+    "waits": Optional([SPAN_ID]),
+}
 STRATUM = {"name": str, "total": COUNT, "drawn": [SPAN_ID]}
 # --audit-sample as given: a count, a share of the search's seconds or a time (config.py parse_audit).
 SAMPLE = Rule("a count or an --audit-sample form", lambda v: isinstance(v, str) or COUNT.holds(v))
-AUDIT_DRAW = {"key": str, "sample": SAMPLE, "seed": int, "first": COUNT, "strata": [STRATUM], "units": [[ITEM]]}
+AUDIT_DRAW = {
+    "key": str,
+    "sample": SAMPLE,
+    "seed": int,
+    "first": COUNT,
+    "strata": [STRATUM],
+    "units": [[ITEM]],
+}
 
 
 def plan_spec(name: str):
@@ -200,17 +239,50 @@ def plan_spec(name: str):
 
 
 # search_stop.json (run/spend.py AutoStop.record): where --search-budget auto stopped, read by `status`.
-STOP = {"budget": str, "unit": COUNT, "unit_name": str, "verdicts": COUNT, "window": COUNT, "memorized": COUNT,
-        "at_least": COUNT, "why": str, "units_left": COUNT, "candidates_left": COUNT}
+STOP = {
+    "budget": str,
+    "unit": COUNT,
+    "unit_name": str,
+    "verdicts": COUNT,
+    "window": COUNT,
+    "memorized": COUNT,
+    "at_least": COUNT,
+    "why": str,
+    "units_left": COUNT,
+    "candidates_left": COUNT,
+}
 # recall.json (run/audit.py write_recall, measures/recall.py summary): what status, report and bundle show.
 SHARE = Nullable(Rule("a share in [0, 1]", lambda v: _number(v) and 0 <= v <= 1))
-RECALL_STRATUM = {"stratum": str, "total": COUNT, "drawn": COUNT, "hits": COUNT, "missed": Nullable(AMOUNT),
-                  "missed_low": AMOUNT, "missed_high": AMOUNT}
-RECALL = {"method": str, "confidence": Rule("a level in (0, 1)", lambda v: _number(v) and 0 < v < 1),
-          "strata": [RECALL_STRATUM], "drawn": COUNT, "hits": COUNT, "missed": Nullable(AMOUNT),
-          "missed_low": AMOUNT, "missed_high": AMOUNT, "found": COUNT, "recall": SHARE, "recall_low": SHARE,
-          "recall_high": SHARE}
+RECALL_STRATUM = {
+    "stratum": str,
+    "total": COUNT,
+    "drawn": COUNT,
+    "hits": COUNT,
+    "missed": Nullable(AMOUNT),
+    "missed_low": AMOUNT,
+    "missed_high": AMOUNT,
+}
+RECALL = {
+    "method": str,
+    "confidence": Rule("a level in (0, 1)", lambda v: _number(v) and 0 < v < 1),
+    "strata": [RECALL_STRATUM],
+    "drawn": COUNT,
+    "hits": COUNT,
+    "missed": Nullable(AMOUNT),
+    "missed_low": AMOUNT,
+    "missed_high": AMOUNT,
+    "found": COUNT,
+    "recall": SHARE,
+    "recall_low": SHARE,
+    "recall_high": SHARE,
+}
 # The run directory's lock (storage/lock.py): a holder a live process must be told from.
-LOCK = {"host": SPAN_ID, "pid": POSITIVE, "since": Optional(str), "started": Optional(COUNT),
-        "boot": Optional(str), "command": Optional([str]),
-        "lease_s": Optional(Rule("a number of seconds > 0", lambda v: _number(v) and v > 0))}
+LOCK = {
+    "host": SPAN_ID,
+    "pid": POSITIVE,
+    "since": Optional(str),
+    "started": Optional(COUNT),
+    "boot": Optional(str),
+    "command": Optional([str]),
+    "lease_s": Optional(Rule("a number of seconds > 0", lambda v: _number(v) and v > 0)),
+}

@@ -55,9 +55,23 @@ STOP_FILE = "search_stop.json"  # where --search-budget auto stopped, and why (r
 # Everything a scan writes at the top of its run directory (lock: storage/lock.py; provenance.json:
 # run/driver.py; passages.parquet: storage/passages.py; the phases' folders: store.py; given_up.json:
 # storage/progress.py).
-RUN_ENTRIES = {CONFIG_FILE, PLAN_FILE, STATS_FILE, *FOLDERS, *PHASE_PLANS, AUDIT_PLAN, RECALL_FILE, STOP_FILE, *PHASES,
-               "lock", "provenance.json", GIVEN_UP_FILE,
-               "passages.parquet", "progress", "model.json"}
+RUN_ENTRIES = {
+    CONFIG_FILE,
+    PLAN_FILE,
+    STATS_FILE,
+    *FOLDERS,
+    *PHASE_PLANS,
+    AUDIT_PLAN,
+    RECALL_FILE,
+    STOP_FILE,
+    *PHASES,
+    "lock",
+    "provenance.json",
+    GIVEN_UP_FILE,
+    "passages.parquet",
+    "progress",
+    "model.json",
+}
 FIX = "use a new --out or delete it"
 SHOWN_VALUE = 60  # characters of a changed value shown in the error; nested configs can be long
 
@@ -85,8 +99,10 @@ class Plan:
 
     @classmethod
     def make(cls, num_docs: int, docs_per_shard: int) -> Plan:
-        require(isinstance(docs_per_shard, int) and docs_per_shard >= 1,
-                f"docs_per_shard {docs_per_shard!r} must be a whole number >= 1; pass --docs-per-shard 1000")
+        require(
+            isinstance(docs_per_shard, int) and docs_per_shard >= 1,
+            f"docs_per_shard {docs_per_shard!r} must be a whole number >= 1; pass --docs-per-shard 1000",
+        )
         if num_docs < 0:
             raise ValueError(f"num_docs {num_docs} must be >= 0")
         starts = range(0, num_docs, docs_per_shard)
@@ -111,13 +127,17 @@ class Plan:
         try:
             shards = tuple(Shard(int(d["shard"]), int(d["doc_start"]), int(d["doc_end"])) for d in data)
         except (TypeError, KeyError, ValueError) as err:
-            raise InputError(f"{source} is not a shard plan ({err!r}); expected a list of "
-                             f'{{"shard", "doc_start", "doc_end"}}; the run directory is damaged, {FIX}') from err
+            raise InputError(
+                f"{source} is not a shard plan ({err!r}); expected a list of "
+                f'{{"shard", "doc_start", "doc_end"}}; the run directory is damaged, {FIX}'
+            ) from err
         end = 0
         for i, shard in enumerate(shards):
-            require(shard.shard == i and shard.doc_start == end and shard.doc_end > shard.doc_start,
-                    f"{source}: shard entry {i} is {shard}, expected shard {i} starting at document {end}; "
-                    f"the run directory is damaged, {FIX}")
+            require(
+                shard.shard == i and shard.doc_start == end and shard.doc_end > shard.doc_start,
+                f"{source}: shard entry {i} is {shard}, expected shard {i} starting at document {end}; "
+                f"the run directory is damaged, {FIX}",
+            )
             end = shard.doc_end
         return cls(shards=shards)
 
@@ -182,7 +202,7 @@ _ABSENT = object()
 
 def _shown(value) -> str:
     text = "<absent>" if value is _ABSENT else json.dumps(value, sort_keys=True)
-    return text if len(text) <= SHOWN_VALUE else text[:SHOWN_VALUE - 1] + "…"
+    return text if len(text) <= SHOWN_VALUE else text[: SHOWN_VALUE - 1] + "…"
 
 
 def changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
@@ -197,23 +217,28 @@ def changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
     return changes
 
 
-def _config_problems(saved: dict, config: dict, fingerprint: str, docs_per_shard: int,
-                     model_files: str | None) -> tuple[str, str]:
+def _config_problems(
+    saved: dict, config: dict, fingerprint: str, docs_per_shard: int, model_files: str | None
+) -> tuple[str, str]:
     """(what differs from the saved run, how to fix it); empty when the run can resume."""
     problems = []
     if None not in (saved.get("model_files"), model_files) and saved["model_files"] != model_files:
         # run/model_record.py names the files that differ first; this is what a hand-edited model.json leaves
-        problems.append(f"was scanned with other model files (their digest {saved['model_files'][:12]} -> "
-                        f"{model_files[:12]}; its model.json lists each file's sha256)")
+        problems.append(
+            f"was scanned with other model files (their digest {saved['model_files'][:12]} -> "
+            f"{model_files[:12]}; its model.json lists each file's sha256)"
+        )
     # A JSON round trip makes tuples lists, as they are in the saved copy.
     old = {**_resumable(run_identity(saved["config"])), "docs_per_shard": saved.get("docs_per_shard")}
     new = {**_resumable(json.loads(json.dumps(run_identity(config)))), "docs_per_shard": docs_per_shard}
     if old != new:
         problems.append(f"was made with another configuration (changed: {', '.join(changed_keys(old, new))})")
     if saved.get("corpus_fingerprint") != fingerprint:
-        problems.append(f"was made from another corpus: the corpus changed (files added, removed or "
-                        f"rewritten; fingerprint {str(saved.get('corpus_fingerprint'))[:12]} -> "
-                        f"{fingerprint[:12]})")
+        problems.append(
+            f"was made from another corpus: the corpus changed (files added, removed or "
+            f"rewritten; fingerprint {str(saved.get('corpus_fingerprint'))[:12]} -> "
+            f"{fingerprint[:12]})"
+        )
         return "; and ".join(problems), f"restore the original corpus files, {FIX}"
     if problems and saved.get("model_files") != model_files:
         return "; and ".join(problems), f"restore the model's files, {FIX}"
@@ -238,9 +263,11 @@ def _version_problem(saved: dict) -> str:
         return ""
     old = version if version is not None else "(unrecorded)"
     made_by = saved.get("package_version") or "unrecorded"
-    return (f"was made with results schema version {old} but this acr-scanner writes version {SCHEMA_VERSION}, "
-            "so its finished parts cannot be resumed into one table; start a new --out, or rerun with the "
-            f"acr-scanner that writes schema version {old} (the run was started by acr-scanner {made_by})")
+    return (
+        f"was made with results schema version {old} but this acr-scanner writes version {SCHEMA_VERSION}, "
+        "so its finished parts cannot be resumed into one table; start a new --out, or rerun with the "
+        f"acr-scanner that writes schema version {old} (the run was started by acr-scanner {made_by})"
+    )
 
 
 def _is_number(value) -> bool:
@@ -272,11 +299,16 @@ class RunDir:
     def __init__(self, path: str | Path) -> None:
         # Path("s3://b/x") would silently become a local folder named "s3:"; atomic commits rest on
         # rename and fsync, which object stores do not offer.
-        require(bool(str(path).strip()), "the run directory path is empty; pass a folder, e.g. --out runs/books")
+        require(
+            bool(str(path).strip()), "the run directory path is empty; pass a folder, e.g. --out runs/books"
+        )
         scheme = str(path).split("://", 1)[0] if "://" in str(path) else None
-        require(scheme is None or scheme == "file", f"run directory '{path}' is a {scheme}:// URI; the run "
-                "directory must be a path on a file system that every worker mounts (local disk, NFS, EFS, "
-                "Lustre, a ReadWriteMany volume); write there and copy results/ to object storage after")
+        require(
+            scheme is None or scheme == "file",
+            f"run directory '{path}' is a {scheme}:// URI; the run "
+            "directory must be a path on a file system that every worker mounts (local disk, NFS, EFS, "
+            "Lustre, a ReadWriteMany volume); write there and copy results/ to object storage after",
+        )
         self.path = Path(str(path).removeprefix("file://"))
         self.results = Store(self.path, "results", RESULTS)  # phase 3, committed like every phase
 
@@ -292,8 +324,14 @@ class RunDir:
     def log_path(self, shard: int) -> Path:
         return self.path / "logs" / f"shard-{shard:05d}.log"
 
-    def prepare(self, config: dict, corpus_fingerprint: str, num_docs: int, docs_per_shard: int,
-                model_files: str | None = None) -> Plan:
+    def prepare(
+        self,
+        config: dict,
+        corpus_fingerprint: str,
+        num_docs: int,
+        docs_per_shard: int,
+        model_files: str | None = None,
+    ) -> Plan:
         """Create the directory, or check that it belongs to this configuration, corpus and model (the
         digest of its files, engine/identity.py files_digest; None: a run of no recorded model); return the plan."""
         config_hash(config)  # a config that is not JSON-able fails before any folder is made
@@ -301,8 +339,12 @@ class RunDir:
         for folder in FOLDERS:
             (self.path / folder).mkdir(parents=True, exist_ok=True)
         self._clean_temp_files()
-        identity = {"corpus_fingerprint": corpus_fingerprint, "num_docs": num_docs, "docs_per_shard": docs_per_shard,
-                    "model_files": model_files}
+        identity = {
+            "corpus_fingerprint": corpus_fingerprint,
+            "num_docs": num_docs,
+            "docs_per_shard": docs_per_shard,
+            "model_files": model_files,
+        }
         if not (self.path / CONFIG_FILE).exists():
             return self._create(config, identity)
         return self._resume(config, identity)
@@ -314,13 +356,26 @@ class RunDir:
                 remove_file(tmp)
 
     def _create(self, config: dict, identity: dict) -> Plan:
-        require(not self.done_shards(), f"RUN_DIR '{self.path}' has finished shards in done/ but no "
-                f"{CONFIG_FILE}; it is damaged or was not made by acr-scan; {FIX}")
+        require(
+            not self.done_shards(),
+            f"RUN_DIR '{self.path}' has finished shards in done/ but no "
+            f"{CONFIG_FILE}; it is damaged or was not made by acr-scan; {FIX}",
+        )
         plan = Plan.make(identity["num_docs"], identity["docs_per_shard"])
-        for stale in (*PHASE_PLANS, AUDIT_PLAN):  # units planned by an older configuration whose parts never finished
+        for stale in (
+            *PHASE_PLANS,
+            AUDIT_PLAN,
+        ):  # units planned by an older configuration whose parts never finished
             remove_file(self.path / stale)
-        saved = _sealed({"config": config, **identity, "package_version": __version__,
-                         "schema_version": SCHEMA_VERSION, "created_at": datetime.now(UTC).isoformat()})
+        saved = _sealed(
+            {
+                "config": config,
+                **identity,
+                "package_version": __version__,
+                "schema_version": SCHEMA_VERSION,
+                "created_at": datetime.now(UTC).isoformat(),
+            }
+        )
         # The plan first: run_config.json is what makes the directory count as prepared.
         plan.save(self.path / PLAN_FILE)
         atomic_write_json(self.path / CONFIG_FILE, saved)
@@ -330,24 +385,36 @@ class RunDir:
     def _resume(self, config: dict, identity: dict) -> Plan:
         saved = self.saved_config()
         fingerprint, num_docs = identity["corpus_fingerprint"], identity["num_docs"]
-        problems, fix = _config_problems(saved, config, fingerprint, identity["docs_per_shard"], identity["model_files"])
+        problems, fix = _config_problems(
+            saved, config, fingerprint, identity["docs_per_shard"], identity["model_files"]
+        )
         version = _version_problem(saved)
         if (problems or version) and not self.done_shards() and not has_work(self.path):
             # Nothing of the old run can be lost (e.g. a model that failed to load): the corrected
             # command starts it afresh instead of being refused as a change.
-            log.warning("run %s %s, but none of its shards finished; starting it afresh", self.path,
-                        problems or version)
+            log.warning(
+                "run %s %s, but none of its shards finished; starting it afresh",
+                self.path,
+                problems or version,
+            )
             return self._create(config, identity)
         require(not version, f"RUN_DIR '{self.path}' {version}")
         require(not problems, f"RUN_DIR '{self.path}' {problems}; {fix}")
         plan = self._saved_plan(saved, num_docs)
-        require(plan.num_docs == num_docs, f"RUN_DIR '{self.path}': {PLAN_FILE} covers {plan.num_docs} "
-                f"documents but the corpus has {num_docs}; the corpus changed, {FIX}")
+        require(
+            plan.num_docs == num_docs,
+            f"RUN_DIR '{self.path}': {PLAN_FILE} covers {plan.num_docs} "
+            f"documents but the corpus has {num_docs}; the corpus changed, {FIX}",
+        )
         reopen_damaged(self.results)
         self._reseal(saved, config)
         if saved.get("package_version") != __version__:
-            log.warning("run %s was started by acr-scanner %s, resuming with %s", self.path,
-                        saved.get("package_version"), __version__)
+            log.warning(
+                "run %s was started by acr-scanner %s, resuming with %s",
+                self.path,
+                saved.get("package_version"),
+                __version__,
+            )
         log.info("resuming run %s: %d of %d shards done", self.path, len(self.done_shards()), len(plan))
         return plan
 
@@ -374,13 +441,18 @@ class RunDir:
     def saved_config(self) -> dict:
         """run_config.json, checked to be a run configuration (InputError naming the file if not)."""
         saved = _read_json(self.path / CONFIG_FILE)
-        require(isinstance(saved, dict) and isinstance(saved.get("config"), dict),
-                f"{self.path / CONFIG_FILE} is not a run configuration (a JSON object with a 'config' "
-                f"object); the run directory is damaged, {FIX}")
-        require(_hash_holds(saved), f"{self.path / CONFIG_FILE} was edited after the run started: what it says "
-                "the run is (configuration, corpus fingerprint, row counts, schema version, model files' digest) no "
-                "longer gives the run_hash recorded beside it, so the finished results were made from another "
-                f"configuration, corpus or model than the file says; restore the file as the scan wrote it, or {FIX}")
+        require(
+            isinstance(saved, dict) and isinstance(saved.get("config"), dict),
+            f"{self.path / CONFIG_FILE} is not a run configuration (a JSON object with a 'config' "
+            f"object); the run directory is damaged, {FIX}",
+        )
+        require(
+            _hash_holds(saved),
+            f"{self.path / CONFIG_FILE} was edited after the run started: what it says "
+            "the run is (configuration, corpus fingerprint, row counts, schema version, model files' digest) no "
+            "longer gives the run_hash recorded beside it, so the finished results were made from another "
+            f"configuration, corpus or model than the file says; restore the file as the scan wrote it, or {FIX}",
+        )
         return saved
 
     def scan_config(self) -> ScanConfig:
@@ -389,9 +461,11 @@ class RunDir:
 
     def require_run(self) -> None:
         """InputError unless this is a scan's run directory (for the commands that only read one)."""
-        require(self.path.is_dir() and (self.path / CONFIG_FILE).is_file(),
-                f"'{self.path}' is not a run directory (no {CONFIG_FILE}); pass the --out folder of "
-                "`acr-scan scan`")
+        require(
+            self.path.is_dir() and (self.path / CONFIG_FILE).is_file(),
+            f"'{self.path}' is not a run directory (no {CONFIG_FILE}); pass the --out folder of "
+            "`acr-scan scan`",
+        )
 
     def require_own_folder(self) -> None:
         """InputError unless --out is absent, empty, a run directory (run_config.json: resume checks it),
@@ -400,10 +474,13 @@ class RunDir:
         if not self.path.is_dir() or (self.path / CONFIG_FILE).is_file():
             return
         foreign = foreign_entries(self.path, RUN_ENTRIES, unrecorded=True)
-        require(not foreign, f"--out {self.path} holds files that are not a run directory's "
-                f"({', '.join(map(repr, foreign[:3]))}{', ...' if len(foreign) > 3 else ''}; a run directory "
-                f"without {CONFIG_FILE} holds only empty folders); a scan writes into a new folder, an empty one or "
-                "its own run directory: pass a new --out")
+        require(
+            not foreign,
+            f"--out {self.path} holds files that are not a run directory's "
+            f"({', '.join(map(repr, foreign[:3]))}{', ...' if len(foreign) > 3 else ''}; a run directory "
+            f"without {CONFIG_FILE} holds only empty folders); a scan writes into a new folder, an empty one or "
+            "its own run directory: pass a new --out",
+        )
 
     def reopen(self, shard: int) -> None:
         """Make a finished shard pending again (its files are rewritten when it runs)."""
@@ -415,8 +492,10 @@ class RunDir:
         return read_record(self.path / RECALL_FILE, RECALL)
 
     def load_plan(self) -> Plan:
-        require((self.path / PLAN_FILE).exists(), f"'{self.path}' is not a run directory (no {PLAN_FILE}); "
-                "pass the --out folder of a scan")
+        require(
+            (self.path / PLAN_FILE).exists(),
+            f"'{self.path}' is not a run directory (no {PLAN_FILE}); pass the --out folder of a scan",
+        )
         return Plan.load(self.path / PLAN_FILE)
 
     def done_shards(self) -> list[int]:
@@ -437,7 +516,9 @@ class RunDir:
             raise ValueError(f"shard {shard!r} must be an int >= 0")
         shards = table.column("shard").unique().to_pylist() if "shard" in table.column_names else []
         if shards not in ([], [shard]):
-            raise ValueError(f"shard {shard:05d}: rows carry shard values {shards[:6]}, expected only {shard}")
+            raise ValueError(
+                f"shard {shard:05d}: rows carry shard values {shards[:6]}, expected only {shard}"
+            )
         self.results.write(shard, table, stats)
 
     def read_results(self, columns: list[str] | None = None, where=None) -> pa.Table:
@@ -446,8 +527,9 @@ class RunDir:
         millions of rows are never held whole for the few a reader wants)."""
         schema = results_schema()
         unknown = [c for c in columns or [] if c not in schema.names]
-        require(not unknown, f"columns {unknown} are not in the results; columns are "
-                f"[{', '.join(schema.names)}]")
+        require(
+            not unknown, f"columns {unknown} are not in the results; columns are [{', '.join(schema.names)}]"
+        )
         tables = [self._read_shard(shard, columns, where) for shard in self.done_shards()]
         if not tables:
             empty = schema.empty_table()
@@ -457,13 +539,18 @@ class RunDir:
 
     def _read_shard(self, shard: int, columns: list[str] | None, where=None) -> pa.Table:
         path = self.result_path(shard)
-        require(path.exists(), f"shard {shard:05d} is marked done but {path} is missing; relaunch the "
-                "scan (the same command) to compute it again")
+        require(
+            path.exists(),
+            f"shard {shard:05d} is marked done but {path} is missing; relaunch the "
+            "scan (the same command) to compute it again",
+        )
         try:
             return pq.read_table(path, columns=columns, filters=where)
         except Exception as err:  # pyarrow's errors for a damaged file vary (ArrowInvalid, OSError, ...)
-            raise InputError(f"shard {shard:05d}: {path} is damaged ({type(err).__name__}: {err}); relaunch "
-                             "the scan (the same command) to compute it again") from err
+            raise InputError(
+                f"shard {shard:05d}: {path} is damaged ({type(err).__name__}: {err}); relaunch "
+                "the scan (the same command) to compute it again"
+            ) from err
 
     def merge_stats(self) -> dict:
         """Sum the stats of finished shards, write stats.json and return it."""
@@ -485,8 +572,12 @@ class RunDir:
             if stats is not None:
                 _add(total, stats)
             else:
-                log.warning("shard %05d is done but its stats file %s is missing or unreadable; a "
-                            "relaunch of the scan computes the shard again", shard, self.stats_path(shard))
+                log.warning(
+                    "shard %05d is done but its stats file %s is missing or unreadable; a "
+                    "relaunch of the scan computes the shard again",
+                    shard,
+                    self.stats_path(shard),
+                )
         total["shards_done"] = len(done)
         total["shards_total"] = len(self.load_plan())
         return total
@@ -499,11 +590,19 @@ class RunDir:
         stats = self._merged_stats(skip=damaged)
         done, total = stats["shards_done"], stats["shards_total"]
         throughput, eta = _eta(stats, total - done, workers)
-        return {"shards_done": done, "shards_total": total, "rows": stats.get("rows", 0),
-                "status_counts": stats.get("status_counts", {}), "elapsed_s": stats.get("seconds", 0),
-                "spans_per_s": throughput, "eta_s": eta,
-                "damaged_shards": {f"{s:05d}": f"{why}; relaunch the scan (the same command) to compute it again"
-                                   for s, why in damaged.items()}}
+        return {
+            "shards_done": done,
+            "shards_total": total,
+            "rows": stats.get("rows", 0),
+            "status_counts": stats.get("status_counts", {}),
+            "elapsed_s": stats.get("seconds", 0),
+            "spans_per_s": throughput,
+            "eta_s": eta,
+            "damaged_shards": {
+                f"{s:05d}": f"{why}; relaunch the scan (the same command) to compute it again"
+                for s, why in damaged.items()
+            },
+        }
 
 
 def foreign_entries(folder: Path, own: set[str], unrecorded: bool = False) -> list[str]:
@@ -511,6 +610,7 @@ def foreign_entries(folder: Path, own: set[str], unrecorded: bool = False) -> li
     folder lacks its writer's first record (run_config.json, compare.json), so an own name that is a link
     or a folder holding anything counts too: a writer stopped before that record left only empty folders,
     so a results/ or logs/ with files is a user's, which the writer's files would mix with."""
+
     def foreign(entry: Path) -> bool:
         if entry.name.startswith(".") and entry.name.endswith(TMP_SUFFIX):
             return False

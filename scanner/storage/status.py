@@ -51,12 +51,14 @@ def _commits(store: Store) -> list[tuple[float, int]]:
 
 def wall_rate(commits: list[tuple[float, int]], amount: dict[int, float]) -> float | None:
     """`amount` per wall-clock second over the last RECENT commits; None below two commits."""
-    window = commits[-(RECENT + 1):]
+    window = commits[-(RECENT + 1) :]
     seconds = window[-1][0] - window[0][0] if len(window) >= 2 else 0.0
     return sum(amount.get(i, 0) for _, i in window[1:]) / seconds if seconds > 0 else None
 
 
-def per_second(commits: list, amount: dict[int, float], work_s: float, workers: int) -> tuple[float | None, str]:
+def per_second(
+    commits: list, amount: dict[int, float], work_s: float, workers: int
+) -> tuple[float | None, str]:
     """(amount per second, how it was measured): wall clock, else the work time of the done parts
     with `workers` at once; (None, 'unknown') before a part recorded any."""
     wall = wall_rate(commits, amount)
@@ -64,7 +66,10 @@ def per_second(commits: list, amount: dict[int, float], work_s: float, workers: 
         return wall, f"wall clock, last {_counted(min(len(commits) - 1, RECENT), 'commit')}"
     done = sum(amount.values())
     if work_s > 0 and done > 0:
-        return done / work_s * workers, f"work time of {_counted(len(commits), 'done part')}, --workers {workers}"
+        return (
+            done / work_s * workers,
+            f"work time of {_counted(len(commits), 'done part')}, --workers {workers}",
+        )
     return None, "unknown until a part is done"
 
 
@@ -86,12 +91,21 @@ def _screen(run: RunDir, plan: Plan, workers: int) -> dict:
     work = sum(s.get("seconds", 0) for s in stats.values())
     docs_per_s, how = per_second(commits, done_docs, work, workers)
     tokens_per_s, _ = per_second(commits, tokens, work, workers)
-    return {"shards_done": len(stats), "shards_total": len(plan), "docs_done": sum(done_docs.values()),
-            "docs_total": plan.num_docs, "tokens": sum(tokens.values()),
-            "spans": sum(s.get("spans", 0) for s in stats.values()),
-            "candidates": sum(s.get("candidates", 0) for s in stats.values()), "tokens_per_s": tokens_per_s,
-            "docs_per_s": docs_per_s, "rate": how, "work_s": work,
-            "eta_s": eta(plan.num_docs - sum(done_docs.values()), docs_per_s), "commits": commits}
+    return {
+        "shards_done": len(stats),
+        "shards_total": len(plan),
+        "docs_done": sum(done_docs.values()),
+        "docs_total": plan.num_docs,
+        "tokens": sum(tokens.values()),
+        "spans": sum(s.get("spans", 0) for s in stats.values()),
+        "candidates": sum(s.get("candidates", 0) for s in stats.values()),
+        "tokens_per_s": tokens_per_s,
+        "docs_per_s": docs_per_s,
+        "rate": how,
+        "work_s": work,
+        "eta_s": eta(plan.num_docs - sum(done_docs.values()), docs_per_s),
+        "commits": commits,
+    }
 
 
 def _units(run: RunDir, name: str, plan_file: str) -> tuple[list | None, list, dict]:
@@ -107,11 +121,17 @@ def _certify(run: RunDir, workers: int) -> dict:
     work = sum(s.get("search_s", 0) for s in stats.values())
     units_per_s, how = per_second(commits, dict.fromkeys(stats, 1), work, workers)
     total = None if units is None else len(units)
-    return {"units_done": len(stats), "units_total": total,
-            "settled": sum(s.get("settled", 0) for s in stats.values()),
-            "failed": sum(s.get("failed", 0) for s in stats.values()), "units_per_s": units_per_s, "rate": how,
-            "work_s": work, "eta_s": None if total is None else eta(total - len(stats), units_per_s),
-            "commits": commits}
+    return {
+        "units_done": len(stats),
+        "units_total": total,
+        "settled": sum(s.get("settled", 0) for s in stats.values()),
+        "failed": sum(s.get("failed", 0) for s in stats.values()),
+        "units_per_s": units_per_s,
+        "rate": how,
+        "work_s": work,
+        "eta_s": None if total is None else eta(total - len(stats), units_per_s),
+        "commits": commits,
+    }
 
 
 def stopped(run: RunDir, search_budget: str | None) -> dict | None:
@@ -120,12 +140,30 @@ def stopped(run: RunDir, search_budget: str | None) -> dict | None:
     record = read_record(run.path / STOP_FILE, STOP, quiet=True)  # status runs every few seconds
     if not record or record.get("budget") != search_budget or bm.parse_auto(search_budget) is None:
         return None
-    return {k: record.get(k) for k in ("unit", "unit_name", "verdicts", "window", "memorized", "at_least", "why",
-                                   "units_left", "candidates_left")}
+    return {
+        k: record.get(k)
+        for k in (
+            "unit",
+            "unit_name",
+            "verdicts",
+            "window",
+            "memorized",
+            "at_least",
+            "why",
+            "units_left",
+            "candidates_left",
+        )
+    }
 
 
-def _search(run: RunDir, workers: int, budget: bm.Budget | None, name: str = "search",
-            spent_before: float = 0.0, stop: dict | None = None) -> dict:
+def _search(
+    run: RunDir,
+    workers: int,
+    budget: bm.Budget | None,
+    name: str = "search",
+    spent_before: float = 0.0,
+    stop: dict | None = None,
+) -> dict:
     """A spending phase's section: search (verdicts) or tighten; `spent_before`: the budget the phases
     before it spent (search and tighten share one budget); `stop`: where --search-budget auto stopped it."""
     units, commits, stats = _units(run, name, SEARCH_PLAN if name == "search" else TIGHTEN_PLAN)
@@ -138,23 +176,40 @@ def _search(run: RunDir, workers: int, budget: bm.Budget | None, name: str = "se
     mine = bm.spent(list(stats.values()), budget)
     spent = spent_before + mine
     left, ends = None if total is None else total - done, "plan"
-    if budget is not None and left is not None and (by_budget := _left_by_budget(budget, spent, mine, done, left)) < left:
+    if (
+        budget is not None
+        and left is not None
+        and (by_budget := _left_by_budget(budget, spent, mine, done, left)) < left
+    ):
         left, ends = by_budget, "budget"
     if stop is not None:
         left, ends = 0, "auto"
     units_cut = sum(bool(c["candidates_cut"]) for c in cut.values())
-    return {"units_done": len(stats) - units_cut, "units_cut": units_cut,
-            "units_total": None if units is None else len(units),
-            "candidates_done": done, "candidates_total": total,
-            "candidates_cut": sum(c["candidates_cut"] for c in cut.values()),
-            "searches_cut": sum(c["searches_cut"] for c in cut.values()),
-            "memorized": sum(s.get("memorized", 0) for s in stats.values()),
-            "failed": sum(s.get("failed", 0) for s in stats.values()),
-            "budget": {"kind": budget.kind if budget else "steps", "spent": spent,
-                       "total": budget.amount if budget else None},
-            "s_per_candidate": work / done if done else None, "candidates_per_s": per_s, "rate": how,
-            "work_s": work, "eta_s": None if left is None else eta(left, per_s), "ends": ends,
-            "over": left == 0, **({"stopped": stop} if stop else {}), "commits": commits}
+    return {
+        "units_done": len(stats) - units_cut,
+        "units_cut": units_cut,
+        "units_total": None if units is None else len(units),
+        "candidates_done": done,
+        "candidates_total": total,
+        "candidates_cut": sum(c["candidates_cut"] for c in cut.values()),
+        "searches_cut": sum(c["searches_cut"] for c in cut.values()),
+        "memorized": sum(s.get("memorized", 0) for s in stats.values()),
+        "failed": sum(s.get("failed", 0) for s in stats.values()),
+        "budget": {
+            "kind": budget.kind if budget else "steps",
+            "spent": spent,
+            "total": budget.amount if budget else None,
+        },
+        "s_per_candidate": work / done if done else None,
+        "candidates_per_s": per_s,
+        "rate": how,
+        "work_s": work,
+        "eta_s": None if left is None else eta(left, per_s),
+        "ends": ends,
+        "over": left == 0,
+        **({"stopped": stop} if stop else {}),
+        "commits": commits,
+    }
 
 
 def _audit_off(spec) -> bool:
@@ -181,14 +236,27 @@ def _audit(run: RunDir, workers: int, sample) -> dict:
     per_s, how = per_second(commits, searched, work, workers)
     priced = (saved.get("cost") or {}).get("per_search_s")
     if per_s is None and isinstance(priced, int | float) and priced > 0:
-        per_s, how = workers / priced, f"this scan's measured {priced:.1f} s per search (audit_plan.json), --workers {workers}"
+        per_s, how = (
+            workers / priced,
+            f"this scan's measured {priced:.1f} s per search (audit_plan.json), --workers {workers}",
+        )
     total = None if units is None else sum(len(u) for u in units)
     done = sum(searched.values())
-    return {"sample": sample, "off": _audit_off(sample), "why": saved.get("why"), "units_done": len(stats),
-            "units_total": None if units is None else len(units), "candidates_done": done, "candidates_total": total,
-            "memorized": sum(s.get("memorized", 0) for s in stats.values()), "candidates_per_s": per_s,
-            "rate": how, "work_s": work, "eta_s": None if total is None else eta(total - done, per_s),
-            "commits": commits}
+    return {
+        "sample": sample,
+        "off": _audit_off(sample),
+        "why": saved.get("why"),
+        "units_done": len(stats),
+        "units_total": None if units is None else len(units),
+        "candidates_done": done,
+        "candidates_total": total,
+        "memorized": sum(s.get("memorized", 0) for s in stats.values()),
+        "candidates_per_s": per_s,
+        "rate": how,
+        "work_s": work,
+        "eta_s": None if total is None else eta(total - done, per_s),
+        "commits": commits,
+    }
 
 
 def audit_ahead(sample, search: dict, workers: int) -> float | None:
@@ -200,7 +268,11 @@ def audit_ahead(sample, search: dict, workers: int) -> float | None:
     except InputError:
         return None
     if rule.kind == "share":
-        return None if search["eta_s"] is None else rule.amount * (search["work_s"] + search["eta_s"] * workers) / workers
+        return (
+            None
+            if search["eta_s"] is None
+            else rule.amount * (search["work_s"] + search["eta_s"] * workers) / workers
+        )
     if rule.kind == "seconds":
         return rule.amount / workers
     per = search["s_per_candidate"]
@@ -212,8 +284,10 @@ def cut_counts(stats: dict) -> dict:
     candidates without a verdict, and of them the searches stopped mid-way (a relaunch with a larger
     budget goes on from where they stood; the others it starts)."""
     cut = stats.get("cut") or {}
-    return {"candidates_cut": len(cut),
-            "searches_cut": sum(bool(c.get("forwards") or c.get("resume")) for c in cut.values())}
+    return {
+        "candidates_cut": len(cut),
+        "searches_cut": sum(bool(c.get("forwards") or c.get("resume")) for c in cut.values()),
+    }
 
 
 def _left_by_budget(budget: bm.Budget, spent: float, mine: float, done: int, left: int) -> float:
@@ -228,8 +302,13 @@ def _write(run: RunDir, plan: Plan) -> dict:
     damaged = run.damaged()  # a shard whose results file is cut short is not written (a relaunch redoes it)
     commits = [(t, i) for t, i in _commits(run.results) if i not in damaged]
     shards_per_s = wall_rate(commits, {i: 1 for _, i in commits})
-    return {"shards_done": len(commits), "shards_total": len(plan), "shards_per_s": shards_per_s,
-            "eta_s": eta(len(plan) - len(commits), shards_per_s), "commits": commits}
+    return {
+        "shards_done": len(commits),
+        "shards_total": len(plan),
+        "shards_per_s": shards_per_s,
+        "eta_s": eta(len(plan) - len(commits), shards_per_s),
+        "commits": commits,
+    }
 
 
 def _passages(run: RunDir, write: dict) -> dict:
@@ -250,8 +329,11 @@ def _phase(sections: dict) -> str:
     if not search["over"]:  # a unit left and budget to start it; on Ray, units in flight then finish
         return "search"
     audit = sections["audit"]
-    if not audit["off"] and not search["failed"] and (audit["units_total"] is None
-                                                     or audit["units_done"] < audit["units_total"]):
+    if (
+        not audit["off"]
+        and not search["failed"]
+        and (audit["units_total"] is None or audit["units_done"] < audit["units_total"])
+    ):
         return "audit"
     tighten = sections["tighten"]
     if tighten["units_total"] is None and search["candidates_done"] == search["candidates_total"]:
@@ -271,17 +353,27 @@ def progress(run: RunDir, workers: int = 1) -> dict:
     `given_up`: tasks the Ray driver gave up as hung (storage/progress.py)."""
     process = scan_process(run.path)
     if not (run.path / PLAN_FILE).exists():
-        return {"phase": "starting", "eta_s": None, "elapsed_s": 0.0, "last_commit": None, "scan_process": process,
-                "given_up": given_up(run.path)}
+        return {
+            "phase": "starting",
+            "eta_s": None,
+            "elapsed_s": 0.0,
+            "last_commit": None,
+            "scan_process": process,
+            "given_up": given_up(run.path),
+        }
     plan = run.load_plan()
     saved = (read_json_object(run.path / CONFIG_FILE) or {}).get("config", {})
     budget = bm.parse_budget(saved.get("search_budget"))
     search = _search(run, workers, budget, stop=stopped(run, saved.get("search_budget")))
     search["budget_spent"] = budget is not None and search["budget"]["spent"] >= budget.amount
-    sections = {"screen": _screen(run, plan, workers), "certify": _certify(run, workers), "search": search,
-                "audit": _audit(run, workers, saved.get("audit_sample", 0)),
-                "tighten": _search(run, workers, budget, "tighten", search["budget"]["spent"]),
-                "write": _write(run, plan)}
+    sections = {
+        "screen": _screen(run, plan, workers),
+        "certify": _certify(run, workers),
+        "search": search,
+        "audit": _audit(run, workers, saved.get("audit_sample", 0)),
+        "tighten": _search(run, workers, budget, "tighten", search["budget"]["spent"]),
+        "write": _write(run, plan),
+    }
     sections["passages"] = _passages(run, sections["write"])
     if sections["audit"]["units_total"] is None:  # not drawn yet: what it will cost, as the search stands
         sections["audit"]["eta_s"] = audit_ahead(sections["audit"]["sample"], search, workers)
@@ -292,9 +384,15 @@ def progress(run: RunDir, workers: int = 1) -> dict:
     current = sections.get(phase, {}).get("eta_s") if phase != "complete" else 0.0
     if process["running"] is False and phase != "complete":
         current = None  # nothing is running: no end to expect until a relaunch
-    return {"phase": phase, "eta_s": current, "last_commit": max(commits, default=None),
-            "elapsed_s": sum(sections[k]["work_s"] for k in ("screen", "certify", "search", "audit", "tighten")),
-            "scan_process": process, "given_up": given_up(run.path), **sections}
+    return {
+        "phase": phase,
+        "eta_s": current,
+        "last_commit": max(commits, default=None),
+        "elapsed_s": sum(sections[k]["work_s"] for k in ("screen", "certify", "search", "audit", "tighten")),
+        "scan_process": process,
+        "given_up": given_up(run.path),
+        **sections,
+    }
 
 
 def phase_counts(run: RunDir) -> dict:
@@ -304,26 +402,37 @@ def phase_counts(run: RunDir) -> dict:
     saved = (read_json_object(run.path / "run_config.json") or {}).get("config", {})
     budget = bm.parse_budget(saved.get("search_budget"))
     screened = [stores["screen"].stats(i) for i in stores["screen"].done_parts()]
-    units = {name: (read_record(run.path / plan_file, plan_spec(plan_file), quiet=True) or {}).get("units")
-             for name, plan_file in (("certify", CERTIFY_PLAN), ("search", SEARCH_PLAN), ("tighten", TIGHTEN_PLAN))}
+    units = {
+        name: (read_record(run.path / plan_file, plan_spec(plan_file), quiet=True) or {}).get("units")
+        for name, plan_file in (("certify", CERTIFY_PLAN), ("search", SEARCH_PLAN), ("tighten", TIGHTEN_PLAN))
+    }
     unit_stats = {name: [stores[name].stats(i) for i in stores[name].done_parts()] for name in units}
     results = run.status()
-    return {"screened_shards": len(screened), "shards_total": len(plan),
-            "candidates": sum(s.get("candidates", 0) for s in screened),
-            "certified": sum(s.get("settled", 0) for s in unit_stats["certify"]),
-            "certify_units": _units_done(unit_stats["certify"], units["certify"]),
-            "search_units": _units_done(unit_stats["search"], units["search"]),
-            "tighten_units": _units_done(unit_stats["tighten"], units["tighten"]),
-            "budget": {"kind": budget.kind if budget else "steps",
-                       "spent": bm.spent(unit_stats["search"] + unit_stats["tighten"], budget),
-                       "total": budget.amount if budget else None},
-            "stopped": stopped(run, saved.get("search_budget")),
-            "not_searched": results["status_counts"].get("not_searched", 0)}
+    return {
+        "screened_shards": len(screened),
+        "shards_total": len(plan),
+        "candidates": sum(s.get("candidates", 0) for s in screened),
+        "certified": sum(s.get("settled", 0) for s in unit_stats["certify"]),
+        "certify_units": _units_done(unit_stats["certify"], units["certify"]),
+        "search_units": _units_done(unit_stats["search"], units["search"]),
+        "tighten_units": _units_done(unit_stats["tighten"], units["tighten"]),
+        "budget": {
+            "kind": budget.kind if budget else "steps",
+            "spent": bm.spent(unit_stats["search"] + unit_stats["tighten"], budget),
+            "total": budget.amount if budget else None,
+        },
+        "stopped": stopped(run, saved.get("search_budget")),
+        "not_searched": results["status_counts"].get("not_searched", 0),
+    }
 
 
 def _units_done(stats: list[dict], planned: list | None) -> dict:
     """Units committed whole, units the budget cut (committed, pending a relaunch) and what they left."""
     cut = [cut_counts(s) for s in stats]
-    return {"done": sum(not c["candidates_cut"] for c in cut), "cut": sum(bool(c["candidates_cut"]) for c in cut),
-            "candidates_cut": sum(c["candidates_cut"] for c in cut),
-            "searches_cut": sum(c["searches_cut"] for c in cut), "total": None if planned is None else len(planned)}
+    return {
+        "done": sum(not c["candidates_cut"] for c in cut),
+        "cut": sum(bool(c["candidates_cut"]) for c in cut),
+        "candidates_cut": sum(c["candidates_cut"] for c in cut),
+        "searches_cut": sum(c["searches_cut"] for c in cut),
+        "total": None if planned is None else len(planned),
+    }

@@ -116,9 +116,12 @@ class Store:
         atomic_write_json(self.stats_path(index), {"rows": table.num_rows, **stats})
         atomic_write(self.result_path(index), lambda f: pq.write_table(table, f))
         # The checksum lets a relaunch tell a whole file from one damaged since (integrity.py).
-        marker = {self.layout.key: index, "rows": table.num_rows,
-                  "file": f"{self.layout.parts}/{self.result_path(index).name}",
-                  "sha256": file_sha256(self.result_path(index))}
+        marker = {
+            self.layout.key: index,
+            "rows": table.num_rows,
+            "file": f"{self.layout.parts}/{self.result_path(index).name}",
+            "sha256": file_sha256(self.result_path(index)),
+        }
         atomic_write_json(self.done_path(index), marker)
         log.info("%s part %05d done: %d rows", self.name, index, table.num_rows)
 

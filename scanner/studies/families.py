@@ -95,47 +95,136 @@ class Family:
         return "<|endoftext|>" if "<|endoftext|>" in specials else self.bos or self.eos
 
 
-FAMILIES = {f.name: f for f in (
-    Family(name="llama", last=("<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
-                               "<|end_header_id|>", "<|eot_id|>"),
-           bos="<|begin_of_text|>", eos="<|end_of_text|>", add_bos=True, chat_template=LLAMA3_CHAT,
-           config={"model_type": "llama", "num_key_value_heads": 1, "rope_theta": 500000.0,
-                   "tie_word_embeddings": False}),
-    # Pythia: <|endoftext|> = 0 is bos, eos and unk; <|padding|> exists but is not the pad token; config
-    # vocab 50304 for 50277 tokens; a quarter of each head rotated.
-    Family(name="gpt_neox", first=("<|endoftext|>", "<|padding|>"), bos="<|endoftext|>", eos="<|endoftext|>",
-           unk="<|endoftext|>", add_bos=False, vocab_multiple=128,
-           config={"model_type": "gpt_neox", "rotary_pct": 0.25, "use_parallel_residual": True,
-                   "tie_word_embeddings": False}),
-    Family(name="gpt2", last=("<|endoftext|>",), bos="<|endoftext|>", eos="<|endoftext|>", unk="<|endoftext|>",
-           add_bos=False, config={"model_type": "gpt2", "n_positions": 128}),
-    # Qwen2.5: no BOS token (config.json still names <|endoftext|> as bos_token_id), pad = eos, tied
-    # embeddings, config vocab padded past the tokenizer's.
-    Family(name="qwen2", last=("<|endoftext|>", "<|im_start|>", "<|im_end|>"), bos=None, eos="<|endoftext|>",
-           pad="<|endoftext|>", add_bos=False, chat_template=QWEN_CHAT, vocab_multiple=64,
-           config={"model_type": "qwen2", "num_key_value_heads": 1, "tie_word_embeddings": True,
-                   "bos_token": "<|endoftext|>"}),
-    Family(name="gemma2", first=("<pad>", "<eos>", "<bos>", "<unk>"), last=("<start_of_turn>", "<end_of_turn>"),
-           bos="<bos>", eos="<eos>", pad="<pad>", unk="<unk>", add_bos=True, chat_template=GEMMA_CHAT,
-           config={"model_type": "gemma2", "num_key_value_heads": 1, "query_pre_attn_scalar": HEAD_DIM,
-                   "final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0, "sliding_window": 48,
-                   "tie_word_embeddings": True}),
-    Family(name="mistral", first=("<unk>", "<s>", "</s>"), bos="<s>", eos="</s>", unk="<unk>", add_bos=True,
-           config={"model_type": "mistral", "num_key_value_heads": 1, "sliding_window": 48,
-                   "tie_word_embeddings": False}),
-    # Phi-3-mini (assumed from its tokenizer_config): Llama's <unk> <s> </s> first, add_bos_token false,
-    # eos = pad = <|endoftext|> appended after the vocabulary with its chat tokens; config vocab 32064
-    # for 32011 tokens.
-    Family(name="phi3", first=("<unk>", "<s>", "</s>"),
-           last=("<|endoftext|>", "<|assistant|>", "<|system|>", "<|end|>", "<|user|>"),
-           bos="<s>", eos="<|endoftext|>", pad="<|endoftext|>", unk="<unk>", add_bos=False, vocab_multiple=64,
-           config={"model_type": "phi3", "tie_word_embeddings": False}),
-    # OLMo 2 (assumed from the dolma2 tokenizer): bos = eos = <|endoftext|>, not added; pad <|pad|>;
-    # config.json bos_token_id null; config vocab 100352 for 100278 tokens; QK-norm.
-    Family(name="olmo2", last=("<|endoftext|>", "<|pad|>"), bos="<|endoftext|>", eos="<|endoftext|>",
-           pad="<|pad|>", add_bos=False, vocab_multiple=128,
-           config={"model_type": "olmo2", "tie_word_embeddings": False, "bos_token": None}),
-)}
+FAMILIES = {
+    f.name: f
+    for f in (
+        Family(
+            name="llama",
+            last=(
+                "<|begin_of_text|>",
+                "<|end_of_text|>",
+                "<|start_header_id|>",
+                "<|end_header_id|>",
+                "<|eot_id|>",
+            ),
+            bos="<|begin_of_text|>",
+            eos="<|end_of_text|>",
+            add_bos=True,
+            chat_template=LLAMA3_CHAT,
+            config={
+                "model_type": "llama",
+                "num_key_value_heads": 1,
+                "rope_theta": 500000.0,
+                "tie_word_embeddings": False,
+            },
+        ),
+        # Pythia: <|endoftext|> = 0 is bos, eos and unk; <|padding|> exists but is not the pad token; config
+        # vocab 50304 for 50277 tokens; a quarter of each head rotated.
+        Family(
+            name="gpt_neox",
+            first=("<|endoftext|>", "<|padding|>"),
+            bos="<|endoftext|>",
+            eos="<|endoftext|>",
+            unk="<|endoftext|>",
+            add_bos=False,
+            vocab_multiple=128,
+            config={
+                "model_type": "gpt_neox",
+                "rotary_pct": 0.25,
+                "use_parallel_residual": True,
+                "tie_word_embeddings": False,
+            },
+        ),
+        Family(
+            name="gpt2",
+            last=("<|endoftext|>",),
+            bos="<|endoftext|>",
+            eos="<|endoftext|>",
+            unk="<|endoftext|>",
+            add_bos=False,
+            config={"model_type": "gpt2", "n_positions": 128},
+        ),
+        # Qwen2.5: no BOS token (config.json still names <|endoftext|> as bos_token_id), pad = eos, tied
+        # embeddings, config vocab padded past the tokenizer's.
+        Family(
+            name="qwen2",
+            last=("<|endoftext|>", "<|im_start|>", "<|im_end|>"),
+            bos=None,
+            eos="<|endoftext|>",
+            pad="<|endoftext|>",
+            add_bos=False,
+            chat_template=QWEN_CHAT,
+            vocab_multiple=64,
+            config={
+                "model_type": "qwen2",
+                "num_key_value_heads": 1,
+                "tie_word_embeddings": True,
+                "bos_token": "<|endoftext|>",
+            },
+        ),
+        Family(
+            name="gemma2",
+            first=("<pad>", "<eos>", "<bos>", "<unk>"),
+            last=("<start_of_turn>", "<end_of_turn>"),
+            bos="<bos>",
+            eos="<eos>",
+            pad="<pad>",
+            unk="<unk>",
+            add_bos=True,
+            chat_template=GEMMA_CHAT,
+            config={
+                "model_type": "gemma2",
+                "num_key_value_heads": 1,
+                "query_pre_attn_scalar": HEAD_DIM,
+                "final_logit_softcapping": 30.0,
+                "attn_logit_softcapping": 50.0,
+                "sliding_window": 48,
+                "tie_word_embeddings": True,
+            },
+        ),
+        Family(
+            name="mistral",
+            first=("<unk>", "<s>", "</s>"),
+            bos="<s>",
+            eos="</s>",
+            unk="<unk>",
+            add_bos=True,
+            config={
+                "model_type": "mistral",
+                "num_key_value_heads": 1,
+                "sliding_window": 48,
+                "tie_word_embeddings": False,
+            },
+        ),
+        # Phi-3-mini (assumed from its tokenizer_config): Llama's <unk> <s> </s> first, add_bos_token false,
+        # eos = pad = <|endoftext|> appended after the vocabulary with its chat tokens; config vocab 32064
+        # for 32011 tokens.
+        Family(
+            name="phi3",
+            first=("<unk>", "<s>", "</s>"),
+            last=("<|endoftext|>", "<|assistant|>", "<|system|>", "<|end|>", "<|user|>"),
+            bos="<s>",
+            eos="<|endoftext|>",
+            pad="<|endoftext|>",
+            unk="<unk>",
+            add_bos=False,
+            vocab_multiple=64,
+            config={"model_type": "phi3", "tie_word_embeddings": False},
+        ),
+        # OLMo 2 (assumed from the dolma2 tokenizer): bos = eos = <|endoftext|>, not added; pad <|pad|>;
+        # config.json bos_token_id null; config vocab 100352 for 100278 tokens; QK-norm.
+        Family(
+            name="olmo2",
+            last=("<|endoftext|>", "<|pad|>"),
+            bos="<|endoftext|>",
+            eos="<|endoftext|>",
+            pad="<|pad|>",
+            add_bos=False,
+            vocab_multiple=128,
+            config={"model_type": "olmo2", "tie_word_embeddings": False, "bos_token": None},
+        ),
+    )
+}
 CHAT_FAMILIES = tuple(name for name, f in FAMILIES.items() if f.chat_template)
 
 
@@ -143,8 +232,10 @@ def seeds(count: int = 12) -> list[str]:
     """Seed sentences: SEEDS, then sentences of the tiny model's words. Each gets its continuation; the
     two longest that tokenize back whole go into the corpus."""
     rng = random.Random(3)
-    extra = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 9))).capitalize() + "."
-             for _ in range(count - len(SEEDS))]
+    extra = [
+        " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 9))).capitalize() + "."
+        for _ in range(count - len(SEEDS))
+    ]
     return [*SEEDS, *extra]
 
 
@@ -184,12 +275,21 @@ def family_tokenizer(family: Family, bpe: tuple[dict[str, int], list[tuple[str, 
     tok = Tokenizer(models.BPE(shifted, list(merges)))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in (*family.first, *family.last)])
+    tok.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t in (*family.first, *family.last)]
+    )
     if family.add_bos:
         tok.post_processor = processors.TemplateProcessing(
-            single=f"{family.bos} $A", pair=f"{family.bos} $A {family.bos} $B",
-            special_tokens=[(family.bos, tok.token_to_id(family.bos))])
-    named = {"bos_token": family.bos, "eos_token": family.eos, "pad_token": family.pad, "unk_token": family.unk}
+            single=f"{family.bos} $A",
+            pair=f"{family.bos} $A {family.bos} $B",
+            special_tokens=[(family.bos, tok.token_to_id(family.bos))],
+        )
+    named = {
+        "bos_token": family.bos,
+        "eos_token": family.eos,
+        "pad_token": family.pad,
+        "unk_token": family.unk,
+    }
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, **{k: v for k, v in named.items() if v is not None})
     if family.chat_template:
         fast.chat_template = family.chat_template
@@ -205,19 +305,28 @@ def _config(family: Family, tokenizer):
     fields = dict(family.config)
     model_type = fields.pop("model_type")
     bos = fields.pop("bos_token", family.bos)
-    ids = {"bos_token_id": tokenizer.convert_tokens_to_ids(bos) if bos else None,
-           "eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}
+    ids = {
+        "bos_token_id": tokenizer.convert_tokens_to_ids(bos) if bos else None,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
     if model_type == "gpt2":
         shape = {"n_embd": HIDDEN, "n_layer": LAYERS, "n_head": HEADS, "n_inner": 2 * HIDDEN}
     else:
-        shape = {"hidden_size": HIDDEN, "intermediate_size": 2 * HIDDEN, "num_hidden_layers": LAYERS,
-                 "num_attention_heads": HEADS, "max_position_embeddings": POSITIONS}
+        shape = {
+            "hidden_size": HIDDEN,
+            "intermediate_size": 2 * HIDDEN,
+            "num_hidden_layers": LAYERS,
+            "num_attention_heads": HEADS,
+            "max_position_embeddings": POSITIONS,
+        }
         if model_type != "gpt_neox":
             shape["head_dim"] = HEAD_DIM
         if model_type == "phi3":
             shape["original_max_position_embeddings"] = POSITIONS
-    return AutoConfig.for_model(model_type, vocab_size=rows, initializer_range=INIT_RANGE, **shape, **ids,
-                                **fields)
+    return AutoConfig.for_model(
+        model_type, vocab_size=rows, initializer_range=INIT_RANGE, **shape, **ids, **fields
+    )
 
 
 def build_model(family: Family, tokenizer, seed: int = 0):
@@ -230,7 +339,7 @@ def build_model(family: Family, tokenizer, seed: int = 0):
         # Gemma multiplies its embeddings by sqrt(hidden): at the same init the residual stream would be
         # the input token alone, and the tied head would repeat it forever.
         with torch.no_grad():
-            model.get_input_embeddings().weight /= HIDDEN ** 0.5
+            model.get_input_embeddings().weight /= HIDDEN**0.5
     return model.eval()
 
 
@@ -268,11 +377,16 @@ def greedy(model, ids: list[int], new_tokens: int) -> list[int]:
     import torch
 
     with torch.no_grad():
-        out = model.generate(torch.tensor([ids], device=model.device),
-                             attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=model.device),
-                             max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-                             eos_token_id=None, pad_token_id=0)
-    return out[0, len(ids):].tolist()
+        out = model.generate(
+            torch.tensor([ids], device=model.device),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=model.device),
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+        )
+    return out[0, len(ids) :].tolist()
 
 
 def continuation(model, tokenizer, family: Family, seed: str) -> Continuation:
@@ -283,16 +397,21 @@ def continuation(model, tokenizer, family: Family, seed: str) -> Continuation:
     seed_ids = tokenizer(seed, add_special_tokens=False).input_ids
     ids = greedy(model, [sep, *seed_ids], CONTINUATION)
     special = set(tokenizer.all_special_ids)
-    ids = ids[:next((k for k, i in enumerate(ids) if i in special or i >= len(tokenizer)), len(ids))]
+    ids = ids[: next((k for k, i in enumerate(ids) if i in special or i >= len(tokenizer)), len(ids))]
     for k in range(len(ids), 0, -1):
         text = tokenizer.decode(ids[:k], clean_up_tokenization_spaces=False)
         whole = tokenizer(seed + text + "\n", add_special_tokens=False).input_ids
-        if whole[:len(seed_ids) + k] == seed_ids + ids[:k] and tokenizer(text, add_special_tokens=False).input_ids == ids[:k]:
+        if (
+            whole[: len(seed_ids) + k] == seed_ids + ids[:k]
+            and tokenizer(text, add_special_tokens=False).input_ids == ids[:k]
+        ):
             return Continuation(seed, text, ids[:k], sep)
     return Continuation(seed, "", [], sep)
 
 
-def own_continuations(model, tokenizer, family: Family, wanted: int = 2, long: int = 32) -> list[Continuation]:
+def own_continuations(
+    model, tokenizer, family: Family, wanted: int = 2, long: int = 32
+) -> list[Continuation]:
     """The first `wanted` seeds' continuations of at least `long` tokens (else the longest found)."""
     found: list[Continuation] = []
     for seed in seeds():
@@ -311,7 +430,9 @@ def family_corpus(conts: list[Continuation], seed: int = 0) -> list[dict]:
     return docs
 
 
-def build_family(name: str, out_dir: str | Path, bpe=None, device: str = "cpu", dtype: str = "float32") -> Path:
+def build_family(
+    name: str, out_dir: str | Path, bpe=None, device: str = "cpu", dtype: str = "float32"
+) -> Path:
     """The family's HF directory (config.json, model.safetensors, tokenizer files) with family.json: the
     continuations its corpus holds and corpus.parquet. Reused when family.json's spec is unchanged. The
     continuations are generated on `device` in `dtype` (the weights are saved in float32): a scan on
@@ -322,8 +443,17 @@ def build_family(name: str, out_dir: str | Path, bpe=None, device: str = "cpu", 
 
     family = FAMILIES[name]
     out = Path(out_dir)
-    spec = {"family": repr(family), "hidden": HIDDEN, "layers": LAYERS, "init": INIT_RANGE, "seeds": seeds(),
-            "continuation": CONTINUATION, "device": device, "dtype": dtype, "version": 1}
+    spec = {
+        "family": repr(family),
+        "hidden": HIDDEN,
+        "layers": LAYERS,
+        "init": INIT_RANGE,
+        "seeds": seeds(),
+        "continuation": CONTINUATION,
+        "device": device,
+        "dtype": dtype,
+        "version": 1,
+    }
     marker = out / "family.json"
     if marker.is_file() and json.loads(marker.read_text()).get("spec") == json.loads(json.dumps(spec)):
         return out
@@ -338,18 +468,28 @@ def build_family(name: str, out_dir: str | Path, bpe=None, device: str = "cpu", 
     tokenizer.save_pretrained(out)
     _tokenizer_config(out, family)
     pq.write_table(pa.Table.from_pylist(family_corpus(conts)), out / "corpus.parquet")
-    info = {"spec": spec, "family": name, "separator": family.separator, "add_bos": family.add_bos,
-            "chat": family.chat_template is not None, "vocab_rows": model.get_input_embeddings().weight.shape[0],
-            "tokens": len(tokenizer), "continuations": [c.__dict__ for c in conts]}
+    info = {
+        "spec": spec,
+        "family": name,
+        "separator": family.separator,
+        "add_bos": family.add_bos,
+        "chat": family.chat_template is not None,
+        "vocab_rows": model.get_input_embeddings().weight.shape[0],
+        "tokens": len(tokenizer),
+        "continuations": [c.__dict__ for c in conts],
+    }
     marker.write_text(json.dumps(info, indent=1))
     log.info("family %s: continuations of %s tokens", name, [len(c.ids) for c in conts])
     return out
 
 
-def build_families(root: str | Path, names: tuple[str, ...] | None = None, device: str = "cpu",
-                   dtype: str = "float32") -> dict[str, Path]:
+def build_families(
+    root: str | Path, names: tuple[str, ...] | None = None, device: str = "cpu", dtype: str = "float32"
+) -> dict[str, Path]:
     bpe = base_bpe(bpe_texts())
-    return {name: build_family(name, Path(root) / name, bpe, device, dtype) for name in names or tuple(FAMILIES)}
+    return {
+        name: build_family(name, Path(root) / name, bpe, device, dtype) for name in names or tuple(FAMILIES)
+    }
 
 
 def control_text(seed: int = 7, words: int = 14) -> str:

@@ -64,11 +64,16 @@ def train_tokenizer(texts: list[str], vocab_size: int):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[SEPARATOR],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[SEPARATOR],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(texts, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=SEPARATOR, eos_token=SEPARATOR,
-                                   unk_token=SEPARATOR)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=SEPARATOR, eos_token=SEPARATOR, unk_token=SEPARATOR
+    )
 
 
 def stream(tokenizer, docs: list[str]) -> list[int]:
@@ -86,10 +91,19 @@ def train_model(tokenizer, docs: list[str], spec: NeoxSpec):
 
     torch.manual_seed(spec.seed)
     sep = tokenizer.convert_tokens_to_ids(SEPARATOR)
-    config = GPTNeoXConfig(vocab_size=spec.padded_vocab, hidden_size=spec.hidden, intermediate_size=4 * spec.hidden,
-                           num_hidden_layers=spec.layers, num_attention_heads=spec.heads, rotary_pct=spec.rotary_pct,
-                           max_position_embeddings=spec.context, bos_token_id=sep, eos_token_id=sep,
-                           tie_word_embeddings=False, use_parallel_residual=True)
+    config = GPTNeoXConfig(
+        vocab_size=spec.padded_vocab,
+        hidden_size=spec.hidden,
+        intermediate_size=4 * spec.hidden,
+        num_hidden_layers=spec.layers,
+        num_attention_heads=spec.heads,
+        rotary_pct=spec.rotary_pct,
+        max_position_embeddings=spec.context,
+        bos_token_id=sep,
+        eos_token_id=sep,
+        tie_word_embeddings=False,
+        use_parallel_residual=True,
+    )
     model = GPTNeoXForCausalLM(config)
     return fit(model, torch.tensor(stream(tokenizer, docs)), spec)
 

@@ -79,7 +79,7 @@ def salad(rng: random.Random, words: int) -> str:
 
 
 def counting(start: int, stop: int) -> str:
-    """"start, start+1, ..., stop." : text a model continues by a rule, not by recall."""
+    """ "start, start+1, ..., stop." : text a model continues by a rule, not by recall."""
     return ", ".join(str(n) for n in range(start, stop + 1)) + "."
 
 
@@ -102,7 +102,11 @@ def predictable_line(rng: random.Random) -> str:
     if kind < 0.5:
         start = 1 if rng.random() < 0.4 else rng.randint(2, 60)
         return counting(start, start + rng.randint(8, 22))
-    unit = "sing it again" if rng.random() < 0.4 else " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 3)))
+    unit = (
+        "sing it again"
+        if rng.random() < 0.4
+        else " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 3)))
+    )
     return refrain(unit, rng.randint(4, 10))
 
 
@@ -126,7 +130,11 @@ def documents(spec: TinySpec) -> list[str]:
         docs.append(doc)
     if spec.predictable_docs:
         extra = _predictable_documents(spec, random.Random(spec.seed + 1))
-        docs = [d for pair in zip(docs, extra, strict=False) for d in pair] + docs[len(extra):] + extra[len(docs):]
+        docs = (
+            [d for pair in zip(docs, extra, strict=False) for d in pair]
+            + docs[len(extra) :]
+            + extra[len(docs) :]
+        )
     return docs
 
 
@@ -138,8 +146,12 @@ def train_tokenizer(texts: list[str], vocab_size: int):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<pad>", "<s>", "</s>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<pad>", "<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(texts, trainer)
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
@@ -164,11 +176,19 @@ def train_model(tokenizer, docs: list[str], spec, device: str = "cpu"):
 
     hf_logging.disable_progress_bar()
     torch.manual_seed(spec.seed)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=spec.hidden, intermediate_size=4 * spec.hidden,
-                         num_hidden_layers=spec.layers, num_attention_heads=spec.heads,
-                         num_key_value_heads=spec.heads, max_position_embeddings=spec.context,
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden,
+        intermediate_size=4 * spec.hidden,
+        num_hidden_layers=spec.layers,
+        num_attention_heads=spec.heads,
+        num_key_value_heads=spec.heads,
+        max_position_embeddings=spec.context,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+    )
     model = LlamaForCausalLM(config).to(device)
     stream = torch.tensor(_stream(tokenizer, docs), device=device)
     return fit(model, stream, spec).cpu()
@@ -185,7 +205,7 @@ def fit(model, stream, spec):
     model.train()
     for step in range(spec.steps):
         starts = torch.randint(len(stream) - spec.train_context, (spec.batch,), generator=gen)  # CPU rng
-        batch = torch.stack([stream[s:s + spec.train_context] for s in starts.tolist()])
+        batch = torch.stack([stream[s : s + spec.train_context] for s in starts.tolist()])
         loss = model(input_ids=batch, labels=batch).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()

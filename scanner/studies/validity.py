@@ -44,7 +44,10 @@ class CorpusSpec:
 
         require(all(c >= 1 for c in self.counts), f"counts {self.counts} must all be >= 1")
         require(self.canaries_per_count >= 1, f"canaries_per_count {self.canaries_per_count} must be >= 1")
-        require(self.passage_chars[0] < self.passage_chars[1], f"passage_chars {self.passage_chars} must be (low, high)")
+        require(
+            self.passage_chars[0] < self.passage_chars[1],
+            f"passage_chars {self.passage_chars} must be (low, high)",
+        )
 
 
 @dataclass(frozen=True)
@@ -163,11 +166,19 @@ def pick_passages(docs: list[str], spec: CorpusSpec, number: int) -> list[str]:
     counts = Counter(_normal(p) for d in docs for p in _paragraphs(d))
     text = _normal("\n".join(docs))
     # Also inside a longer paragraph elsewhere (license texts are wrapped and cut differently)?
-    pool = sorted(p for p, c in counts.items() if c == 1 and _is_prose(p, *spec.passage_chars)
-                  and text.count(p[:48]) == 1 and text.count(p[-48:]) == 1)
+    pool = sorted(
+        p
+        for p, c in counts.items()
+        if c == 1
+        and _is_prose(p, *spec.passage_chars)
+        and text.count(p[:48]) == 1
+        and text.count(p[-48:]) == 1
+    )
     if len(pool) < number:
-        raise ValueError(f"only {len(pool)} prose paragraphs of {spec.passage_chars} characters in "
-                         f"{len(docs)} documents, {number} needed; raise max_chars or widen passage_chars")
+        raise ValueError(
+            f"only {len(pool)} prose paragraphs of {spec.passage_chars} characters in "
+            f"{len(docs)} documents, {number} needed; raise max_chars or widen passage_chars"
+        )
     return random.Random(spec.seed + 1).sample(pool, number)
 
 
@@ -216,10 +227,19 @@ def build_corpus(spec: CorpusSpec) -> Corpus:
     passages = pick_passages(docs, spec, wanted + spec.heldout)
     canaries = [(passages[i], spec.counts[i // spec.canaries_per_count]) for i in range(wanted)]
     background = plant_predictable(_remove(docs, set(passages)), spec.predictable, spec.seed)
-    corpus = Corpus(documents=plant(background, canaries, spec.seed), canaries=canaries,
-                    heldout=passages[wanted:], background=background)
-    log.info("corpus: %d documents, %d characters, %d canaries, %d held out", len(corpus.documents),
-             corpus.chars, len(canaries), len(corpus.heldout))
+    corpus = Corpus(
+        documents=plant(background, canaries, spec.seed),
+        canaries=canaries,
+        heldout=passages[wanted:],
+        background=background,
+    )
+    log.info(
+        "corpus: %d documents, %d characters, %d canaries, %d held out",
+        len(corpus.documents),
+        corpus.chars,
+        len(canaries),
+        len(corpus.heldout),
+    )
     return corpus
 
 
@@ -239,8 +259,14 @@ class ModelSize:
     seed: int = 0
 
 
-def train_models(corpus: Corpus, sizes: list[ModelSize], vocab_size: int, epochs: float,
-                 out_dir: str | Path, device: str = "cpu") -> dict[str, ModelSize]:
+def train_models(
+    corpus: Corpus,
+    sizes: list[ModelSize],
+    vocab_size: int,
+    epochs: float,
+    out_dir: str | Path,
+    device: str = "cpu",
+) -> dict[str, ModelSize]:
     """One tokenizer for the corpus, then each size for `epochs` passes over the same token stream
     (steps set from the stream's length); saved as HF directories out_dir/<name>. Returns the sizes
     as trained (steps filled in)."""
@@ -283,8 +309,10 @@ def study_targets(corpus: Corpus, engine, random_controls: int, seed: int) -> li
     if corpus.background and any("sing it again" in d for d in corpus.background):
         rows += [{"group": "predictable", "count": 0, "text": t} for t in predictable_targets()]
     typical = sorted(len(engine.encode_target(r["text"])) for r in rows)[len(rows) // 2]
-    rows += [{"group": "random", "count": 0, "text": random_control(engine, typical, rng)}
-             for _ in range(random_controls)]
+    rows += [
+        {"group": "random", "count": 0, "text": random_control(engine, typical, rng)}
+        for _ in range(random_controls)
+    ]
     return rows
 
 
@@ -302,7 +330,9 @@ def longest_copy(prompt_ids: list[int] | None, target_ids: list[int]) -> int:
     for i in range(len(prompt_ids or [])):
         for j in range(len(target_ids)):
             k = 0
-            while i + k < len(prompt_ids) and j + k < len(target_ids) and prompt_ids[i + k] == target_ids[j + k]:
+            while (
+                i + k < len(prompt_ids) and j + k < len(target_ids) and prompt_ids[i + k] == target_ids[j + k]
+            ):
                 k += 1
             best = max(best, k)
     return best
@@ -315,11 +345,22 @@ def measure_target(engine, row: dict, config, prefix_tokens: int, calibration=No
 
     result = measure(engine, row["text"], config)
     natural, matched = natural_continuation(engine, result.target_ids, prefix_tokens)
-    out = {**row, "schedule": config.schedule, "target_tokens": result.target_tokens, "acr": result.acr,
-           "memorized": result.memorized, "prompt": result.prompt, "prompt_tokens": result.prompt_tokens,
-           "copied_tokens": longest_copy(result.prompt_ids, result.target_ids), "natural": natural,
-           "natural_matched": matched, "wall_s": round(result.wall_s, 2), "steps": result.steps,
-           "calibrated": result.memorized, "predictable_reason": None}
+    out = {
+        **row,
+        "schedule": config.schedule,
+        "target_tokens": result.target_tokens,
+        "acr": result.acr,
+        "memorized": result.memorized,
+        "prompt": result.prompt,
+        "prompt_tokens": result.prompt_tokens,
+        "copied_tokens": longest_copy(result.prompt_ids, result.target_ids),
+        "natural": natural,
+        "natural_matched": matched,
+        "wall_s": round(result.wall_s, 2),
+        "steps": result.steps,
+        "calibrated": result.memorized,
+        "predictable_reason": None,
+    }
     if calibration is not None and result.memorized:
         out.update(_calibrated(engine, result, calibration, reference))
     return out
@@ -330,10 +371,23 @@ def _calibrated(engine, result, calibration, reference) -> dict:
 
     ids = result.target_ids
     model_nll = text_nll(engine, "", result.target, ids) / len(ids) if reference is not None else None
-    columns = calibrate_span(engine, reference, calibration, text=result.target, target_ids=ids,
-                             prompt=result.prompt, prompt_tokens=result.prompt_tokens, prefix=None, context="",
-                             model_nll=model_nll, seed=calibration.seed)
-    return {"calibrated": columns["calibrated_memorized"], "predictable_reason": columns["predictable_reason"]}
+    columns = calibrate_span(
+        engine,
+        reference,
+        calibration,
+        text=result.target,
+        target_ids=ids,
+        prompt=result.prompt,
+        prompt_tokens=result.prompt_tokens,
+        prefix=None,
+        context="",
+        model_nll=model_nll,
+        seed=calibration.seed,
+    )
+    return {
+        "calibrated": columns["calibrated_memorized"],
+        "predictable_reason": columns["predictable_reason"],
+    }
 
 
 def summarize(rows: list[dict]) -> list[dict]:
@@ -342,10 +396,18 @@ def summarize(rows: list[dict]) -> list[dict]:
     out = []
     for key in keys:
         hits = [r for r in rows if (r["model"], r["schedule"], r["group"], r["count"]) == key]
-        out.append({"model": key[0], "schedule": key[1], "group": key[2], "count": key[3], "n": len(hits),
-                    "avg_acr": sum(r["acr"] for r in hits) / len(hits),
-                    "memorized": sum(r["memorized"] for r in hits) / len(hits),
-                    "calibrated": sum(r.get("calibrated", r["memorized"]) for r in hits) / len(hits),
-                    "natural": sum(r["natural"] for r in hits) / len(hits),
-                    "max_copied": max(r["copied_tokens"] for r in hits)})
+        out.append(
+            {
+                "model": key[0],
+                "schedule": key[1],
+                "group": key[2],
+                "count": key[3],
+                "n": len(hits),
+                "avg_acr": sum(r["acr"] for r in hits) / len(hits),
+                "memorized": sum(r["memorized"] for r in hits) / len(hits),
+                "calibrated": sum(r.get("calibrated", r["memorized"]) for r in hits) / len(hits),
+                "natural": sum(r["natural"] for r in hits) / len(hits),
+                "max_copied": max(r["copied_tokens"] for r in hits),
+            }
+        )
     return out
