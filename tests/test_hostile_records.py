@@ -35,6 +35,7 @@ from scanner.results import recheck as script
 from scanner.results.bundle import MANIFEST, SIGNATURE, sha256_bytes
 from scanner.results.signing import ed25519_sign, sign_manifest
 from scanner.results.verify import published_problems
+from scanner.schema import RESULTS_WALL_CLOCK
 from scanner.studies.tiny import CANARIES, salad
 
 FORGED_ID = "doc-0\nMATCH forged-doc span-0: 12/12 tokens\r\t"
@@ -363,6 +364,34 @@ def test_a_relaunch_searches_again_what_a_bad_cut_record_claims(cut_run, tiny_di
     assert row["status"] in ("memorized", "not_memorized") and row["steps"] > 0 and row["attempts"], row[
         "status"
     ]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda plan: {**plan, "units": "all of them"},
+        lambda plan: {**plan, "units": [[[0, "forged-span"]]] + plan["units"][1:]},
+    ],
+    ids=["units of another shape", "a unit naming a span the screen never made"],
+)
+def test_a_damaged_unit_plan_is_made_again_and_the_relaunch_ends_in_the_same_table(
+    cut_run, tiny_dir, tmp_path, damage
+):
+    """Must not: crash the relaunch, or search what the plan names instead of the screen's candidates."""
+    corpus, run = cut_run
+    tables = {}
+    for name in ("kept", "damaged"):
+        copy = shutil.copytree(run, tmp_path / name)
+        if name == "damaged":
+            plan = json.loads((copy / "search_plan.json").read_text())
+            (copy / "search_plan.json").write_text(json.dumps(damage(plan)))
+        again = cli("scan", corpus, "--model", tiny_dir, "--out", copy, *CARDS, "--search-budget", "600s")
+        assert_clean(again, 0, *(["search_plan.json"] if name == "damaged" else []))
+        rows = pq.read_table(copy / "results").to_pylist()
+        tables[name] = {
+            r["span_id"]: {k: v for k, v in r.items() if k not in RESULTS_WALL_CLOCK} for r in rows
+        }
+    assert "forged-span" not in tables["damaged"] and tables["damaged"] == tables["kept"]
 
 
 def pid_true(run: Path) -> None:

@@ -17,6 +17,8 @@ stores and, for `acr-scan plan`, its draw."""
 
 from __future__ import annotations
 
+import logging
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -31,6 +33,7 @@ from scanner.storage.rundir import AUDIT_PLAN, PHASE_PLANS
 CERTIFY_PLAN, SEARCH_PLAN, TIGHTEN_PLAN = (
     PHASE_PLANS  # saved once, beside run_config.json (storage/rundir.py)
 )
+log = logging.getLogger(__name__)
 POSITION = ("doc_row", "token_start", "token_end")  # where a span stands: its passage's neighbours
 
 
@@ -47,7 +50,39 @@ def read_plan(phases, name: str, make=None) -> dict:
 
 def _units(phases, name: str, kind: str, make) -> list[Unit]:
     saved = read_plan(phases, name, make)
+    stranger = _stranger(phases, saved["units"])
+    if stranger is not None:  # of the right shape, but a worker would find no such candidate to run
+        log.warning(
+            "%s is not believed: it names span %r, not a candidate of shard %s; it is made again",
+            phases.run.path / name,
+            stranger[1],
+            stranger[0],
+        )
+        saved = make()
+        atomic_write_json(phases.run.path / name, saved)
     return [Unit.from_json(kind, i, items) for i, items in enumerate(saved["units"])]
+
+
+def _stranger(phases, units: list) -> tuple[int, str] | None:
+    """The first [shard, span_id] of `units` that is no candidate (screen status not_searched) of its shard."""
+    named = {}
+    for items in units:
+        for shard, span, *_ in items:
+            named.setdefault(shard, []).append(span)
+    screen, shards = phases.stores["screen"], {s.shard for s in phases.plan}
+    for shard, spans in named.items():
+        if shard not in shards:
+            return shard, spans[0]
+        path = screen.result_path(shard)
+        ids = set(
+            pq.read_table(path, columns=["span_id"], filters=[("status", "=", "not_searched")])
+            .column("span_id")
+            .to_pylist()
+        )
+        missing = next((span for span in spans if span not in ids), None)
+        if missing is not None:
+            return shard, missing
+    return None
 
 
 def candidates(phases, status: str = "not_searched") -> list[dict]:
