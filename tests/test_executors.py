@@ -66,3 +66,17 @@ def test_the_phases_executor_counts_finished_tasks_and_stops_after_a_call_with_a
     finally:
         stop.reset()
     assert worker.ran == [1, 2, 3] and execute.finished == 3  # no task starts after the request
+
+
+def test_the_phases_read_the_workers_the_executor_has_when_they_ask():
+    """A phase's seconds deadline divides the budget by the workers: those of the moment it is computed
+    (after set_up, on Ray the actors that started and the nodes that joined), not a count from before."""
+
+    class Growing(LocalExecutor):
+        workers = 1
+
+    inner = Growing(FakeWorker)
+    execute = PhaseExecutor(inner)
+    assert execute.workers == 1
+    inner.workers = 3  # two nodes joined and their actors started
+    assert execute.workers == 3

@@ -116,7 +116,12 @@ class PhaseExecutor(Executor):
                 f"workers, set_up(), close()); {inner!r} is not one"
             )
         self.inner, self.finished = inner, 0
-        self.workers = inner.workers  # read as the phases start, for every phase's deadline
+
+    @property
+    def workers(self) -> int:
+        # Read when a phase computes its deadline, after set_up: on Ray the actors that started, or the
+        # nodes that joined since the scan began, not the count guessed before any actor existed.
+        return self.inner.workers
 
     def __call__(self, tasks: list, admit, finished) -> dict:
         def count(stats: dict) -> None:
