@@ -14,7 +14,7 @@ from clirun import cli
 from scanner.studies.tiny import CANARIES, salad
 
 # Slow candidates: word salad the model never saw, every span a candidate, no early rejection, so each
-# search runs its whole schedule (about 2 s here) and one unit of 12 would take about 25 s.
+# search runs its whole schedule (0.4 to 0.6 s each on the tiny model, 13 searches in one unit).
 SLOW = [
     "--span-tokens",
     "12",
@@ -40,6 +40,13 @@ SLOW = [
 ]
 
 
+# Seconds budgets near 3 s, tried in turn until the deadline falls inside a search: one that falls between
+# two searches (one ended, the next not yet at its first GCG step) cuts none mid-search, which is right but not
+# the case under test. The gaps take about a third of the time here, so four tries missed on a CI machine;
+# twelve miss with odds under 1e-4 if the tries are independent.
+BUDGETS = (3, 2.6, 3.4, 2.2, 3.8, 1.8, 2.9, 3.3, 2.45, 4.2, 1.6, 3.05)
+
+
 def search_spent(out) -> float:
     return sum(json.loads(p.read_text())["search_s"] for p in (out / "search" / "stats").glob("*.json"))
 
@@ -50,7 +57,7 @@ def test_a_seconds_budget_stops_within_a_step_and_a_larger_one_resumes_the_cut_u
     pq.write_table(
         pa.table({"id": [f"d{i}" for i in range(4)], "text": [salad(rng, 14) for _ in range(4)]}), corpus
     )
-    for seconds in (3, 2.6, 3.4, 2.2):  # a deadline between two searches cuts none mid-search (test below)
+    for seconds in BUDGETS:
         out = tmp_path / f"run-{seconds}"
         done = cli(
             "scan",
@@ -95,9 +102,7 @@ def test_a_relaunch_goes_on_with_the_search_the_budget_cut_where_it_stood(tiny_d
     rng = random.Random(5)
     corpus = tmp_path / "slow.parquet"
     pq.write_table(pa.table({"id": ["d0", "d1"], "text": [salad(rng, 14) for _ in range(2)]}), corpus)
-    # The deadline can fall between two searches (one just ended, the next not started): then nothing is
-    # cut mid-search, which is right but not the case under test; a slightly other budget moves it.
-    for budget in ("3s", "2.6s", "3.4s", "2.2s"):
+    for budget in (f"{seconds}s" for seconds in BUDGETS):
         out = tmp_path / f"run-{budget}"
         done = cli(
             "scan", str(corpus), "--model", str(tiny_dir), "--out", str(out), *SLOW, "--search-budget", budget

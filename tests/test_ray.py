@@ -203,7 +203,7 @@ def test_a_seconds_budget_reaches_the_actors_and_a_relaunch_goes_on_from_the_cut
     # A search takes about 1.2 s here and the deadline (3 s over 2 actors) comes 1.5 s in, near where an
     # actor's first search ends: one that falls between two searches cuts none mid-search, which is right
     # but not the case under test; a slightly other budget moves it.
-    for seconds in (3, 2.2, 4):
+    for seconds in (3, 2.2, 4, 2.6, 3.5, 1.8):
         out = tmp_path / f"run-{seconds}"
         stats = scan(out, f"{seconds}s")
         overshoot = sum(s["search_s"] for s in stats) - seconds
