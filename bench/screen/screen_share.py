@@ -9,8 +9,12 @@ can rank by, on SmolLM2 and on the fine-tuned model of bench/validity/plants.py.
 
 Kinds: "unseen" (prose and never-trained passages written for the project), "plant" (spans at least half
 inside a trained passage that completes: the recall side), "seen" (licence texts installed with Python
-packages, the Zen of Python: text every model has read often), "wikipedia" and "famous" (the paper's
-targets, ../shared/data/acr-paper/). The scan runs the screen and the certificates, no search.
+packages, the Zen of Python: text every model has read often), "docstring" (the docstrings of Python
+builtins and standard-library functions, as `help()` prints them: copied into code and tutorials
+everywhere), "wikipedia" and "famous" (the paper's targets, ../shared/data/acr-paper/). The scan runs the
+screen and the certificates (self-calibrated), no search. Beside the screen's statistics, two rows come
+from later: "discoverable" (the span's first half greedily writes the rest) and "certificate, calibrated
+memorized" (a certificate that self-calibration did not find predictable, read from the results table).
 """
 
 from __future__ import annotations
@@ -29,10 +33,26 @@ from smollm2 import licence_texts, zen  # noqa: E402
 STATISTICS = {"greedy_match_rate": ("greedy_match_rate", True, (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)),
               "mean_nll": ("mean_nll", False, (0.5, 1.0, 1.5, 2.0, 3.0)),
               "pz_topk": ("pz_topk", True, (1e-6, 1e-4, 1e-2, 0.1)),
-              "certificate": ("certificate_tokens", None, ())}
+              "certificate": ("certificate_tokens", None, ()),
+              "discoverable": ("discoverable", None, ())}
+
+# Builtins and standard-library callables whose docstrings are printed by help() and quoted in code and
+# tutorials: text a model trained on code has seen many times. Their wording depends on the Python version
+# (3.11 here), so the kinds corpus is rebuilt, not copied, on another one.
+DOCSTRINGS = ("print", "open", "range", "sorted", "enumerate", "zip", "isinstance", "max", "str.split",
+              "str.join", "str.format", "list.sort", "json.dumps", "json.loads", "os.path.join",
+              "os.makedirs", "re.sub", "subprocess.run", "collections.Counter", "functools.lru_cache",
+              "itertools.groupby", "shutil.copyfile")
 
 
 CAP = 2000
+
+
+def docstrings() -> dict[str, str]:
+    import inspect
+    import pydoc
+
+    return {name: inspect.getdoc(pydoc.locate(name)) for name in DOCSTRINGS}
 
 
 def corpus(work: Path, data: Path) -> Path:
@@ -43,6 +63,7 @@ def corpus(work: Path, data: Path) -> Path:
     seen = {**licence_texts(), "zen-of-python": zen()}
     # The first CAP characters of each seen text: the share is per span, and a CPU screens ~10 tokens/s.
     rows = [*base, *({"id": f"seen-{k}", "text": v[:CAP]} for k, v in sorted(seen.items()))]
+    rows += [{"id": f"docstring-{k}", "text": v[:CAP]} for k, v in docstrings().items()]
     quotes = list(dict.fromkeys(json.loads((data / "famous_quotes.json").read_text())))
     rows.append({"id": "famous-quotes", "text": "\n".join(quotes[:40])})
     chunks = [c for c in json.loads((data / "wikipedia.json").read_text()) if c.isascii()][:20]
@@ -54,7 +75,7 @@ def corpus(work: Path, data: Path) -> Path:
 
 def kind(row: dict, plants: dict, truth: dict) -> str:
     doc = row["doc_id"]
-    for prefix in ("seen", "famous", "wikipedia"):
+    for prefix in ("seen", "docstring", "famous", "wikipedia"):
         if doc.startswith(prefix):
             return prefix
     plant = plants.get(doc)
@@ -68,6 +89,8 @@ def kind(row: dict, plants: dict, truth: dict) -> str:
 
 def passes(row: dict, column: str, higher: bool | None, threshold) -> bool:
     value = row.get(column)
+    if column == "discoverable":
+        return bool(value)
     if higher is None:  # a certificate: a natural prefix shorter than the span elicits it
         return value is not None and 0 < value < row["target_tokens"]
     if value is None:
@@ -80,8 +103,8 @@ def shares(work: Path, run: Path) -> dict:
 
     truth = json.loads((work / "truth.json").read_text())
     plants = {d["id"]: d["plant"] for d in truth["documents"] if d["plant"]}
-    columns = ["doc_id", "char_start", "char_end", "status", "target_tokens", "certificate_tokens",
-               *(c for c, _, _ in STATISTICS.values() if c != "certificate_tokens")]
+    columns = ["span_id", "doc_id", "char_start", "char_end", "status", "target_tokens",
+               *(c for c, _, _ in STATISTICS.values())]
     # The screen's own rows: the share is the screen's, before certificates or searches change a status.
     parts = sorted((run / "screen").glob("part-*.parquet"))
     rows = [r for p in parts for r in pq.read_table(p, columns=columns).to_pylist() if r["status"] != "skipped"]
@@ -94,7 +117,19 @@ def shares(work: Path, run: Path) -> dict:
         for t in thresholds or (None,):
             key = name if t is None else f"{name} {'>=' if higher else '<='} {t:g}"
             sweep[key] = {k: _share(rs, lambda r, c=column, h=higher, x=t: passes(r, c, h, x)) for k, rs in by_kind.items()}
+    calibrated = _calibrated_certificates(run)
+    sweep["certificate, calibrated memorized"] = {
+        k: _share(rs, lambda r: passes(r, "certificate_tokens", None, None) and r["span_id"] in calibrated)
+        for k, rs in by_kind.items()}
     return {"run": run.name, "spans": {k: len(v) for k, v in by_kind.items()}, "default_screen": default, "sweep": sweep}
+
+
+def _calibrated_certificates(run: Path) -> set[str]:
+    """Spans the results table settles by a certificate that self-calibration kept (not predictable)."""
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(run / "results", columns=["span_id", "acr_kind", "calibrated_memorized"]).to_pylist()
+    return {r["span_id"] for r in rows if r["acr_kind"] == "certificate_bound" and r["calibrated_memorized"]}
 
 
 def _share(rows: list[dict], keep) -> str:

@@ -164,22 +164,35 @@ def table(out: Path) -> list[dict]:
                       "completes_from_half": sum(bool((r.get("completion") or {}).get("completes")) for r in rs),
                       "completion_known": sum("completion" in r for r in rs), "calibrated_interval95": clopper_pearson(calibrated, len(rs)),
                       "prompts_found": sum(r["prompt_tokens"] is not None for r in rs),
+                      "acr_all_quartiles": quartiles([r["acr"] for r in rs]),
                       **({"acr_mean": round(statistics.fmean(acrs), 3), "acr_median": round(statistics.median(acrs), 3),
                           "acr_max": round(acrs[-1], 3)} if acrs[0] is not None else {"acr_of_found": None}), "s_per_target": round(statistics.fmean(r["wall_s"] for r in rs), 1),
                       "budget": rs[0]["budget"]})
     return lines
 
 
+def quartiles(values: list[float]) -> list[float]:
+    """Min, lower quartile, median, upper quartile, max: the ACR over every target, those whose search
+    found no prompt at the record's |y|/cap (a convention below 1, not a measured compression)."""
+    values = sorted(values)
+    if len(values) < 2:
+        return [round(v, 3) for v in values * 5]
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return [round(v, 3) for v in (values[0], q1, q2, q3, values[-1])]
+
+
 def markdown(lines: list[dict]) -> str:
     """The table per category as Markdown rows (bench/validity/RESULTS.md)."""
     out = ["| model | category | n | memorized (95 % CI) | calibrated memorized (95 % CI) | prompts found | "
-           "ACR of found (median, max) | completes from its first half | s per target |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "ACR of found (median, max) | ACR of all (min, q1, median, q3, max) | completes from its first half | "
+           "s per target |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in lines:
         acr = f"{r['acr_median']}, {r['acr_max']}" if "acr_median" in r else "-"
         out.append(f"| {r['model']} | {r['category']} | {r['n']} | {r['memorized']} ({r['interval95'][0]}-"
                    f"{r['interval95'][1]}) | {r['calibrated_memorized']} ({r['calibrated_interval95'][0]}-"
-                   f"{r['calibrated_interval95'][1]}) | {r['prompts_found']} | {acr} | {r['completes_from_half']} of "
+                   f"{r['calibrated_interval95'][1]}) | {r['prompts_found']} | {acr} | "
+                   f"{', '.join(map(str, r['acr_all_quartiles']))} | {r['completes_from_half']} of "
                    f"{r['completion_known']} | {r['s_per_target']} |")
     return "\n".join(out)
 
