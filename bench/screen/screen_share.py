@@ -6,6 +6,7 @@ can rank by, on SmolLM2 and on the fine-tuned model of bench/validity/plants.py.
     python bench/screen/screen_share.py corpus --work W              # W/kinds.parquet: W's corpus + seen texts
     acr-scan scan W/kinds.parquet --model M --out R --max-candidates 0 --audit-sample 0
     python bench/screen/screen_share.py shares --work W --run R      # JSON: shares per kind and statistic
+    python bench/screen/screen_share.py markdown --work W --run R    # the same as a Markdown table
 
 Kinds: "unseen" (prose and never-trained passages written for the project), "plant" (spans at least half
 inside a trained passage that completes: the recall side), "seen" (licence texts installed with Python
@@ -124,6 +125,21 @@ def shares(work: Path, run: Path) -> dict:
     return {"run": run.name, "spans": {k: len(v) for k, v in by_kind.items()}, "default_screen": default, "sweep": sweep}
 
 
+KINDS = ("unseen", "unseen-beside-plant", "salad", "seen", "docstring", "wikipedia", "famous", "plant",
+         "plant-partial")
+
+
+def markdown(found: dict) -> str:
+    """The shares as bench/screen/RESULTS.md's table: a row per statistic, a column per kind."""
+    kinds = [k for k in KINDS if k in found["spans"]]
+    cell = lambda share: share.split(" ")[0]  # noqa: E731  "3/17 (18%)" -> "3/17"
+    out = ["| statistic | " + " | ".join(kinds) + " |", "|---" * (len(kinds) + 1) + "|",
+           "| spans | " + " | ".join(str(found["spans"][k]) for k in kinds) + " |",
+           "| **the default screen** | " + " | ".join(cell(found["default_screen"][k]) for k in kinds) + " |"]
+    out += [f"| {name} | " + " | ".join(cell(row[k]) for k in kinds) + " |" for name, row in found["sweep"].items()]
+    return "\n".join(out)
+
+
 def _calibrated_certificates(run: Path) -> set[str]:
     """Spans the results table settles by a certificate that self-calibration kept (not predictable)."""
     import pyarrow.parquet as pq
@@ -139,15 +155,17 @@ def _share(rows: list[dict], keep) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=("corpus", "shares"))
+    parser.add_argument("what", choices=("corpus", "shares", "markdown"))
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--run", type=Path)
     parser.add_argument("--data", type=Path, default=DATA)
     args = parser.parse_args()
     if args.what == "corpus":
         print(corpus(args.work, args.data))
-    else:
+    elif args.what == "shares":
         print(json.dumps(shares(args.work, args.run), indent=1))
+    else:
+        print(markdown(shares(args.work, args.run)))
 
 
 if __name__ == "__main__":
