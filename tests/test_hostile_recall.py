@@ -11,41 +11,12 @@ deleted or edited, is rebuilt by a relaunch."""
 import json
 import shutil
 
-import pyarrow.parquet as pq
 import pytest
 from clirun import cli
-from test_audit import audit_corpus
+from test_audit import CARDS, audit_corpus, rows_of
 
-CARDS = [
-    "--span-tokens",
-    "12",
-    "--stride",
-    "6",
-    "--context-tokens",
-    "16",
-    "--min-match-rate",
-    "0.8",
-    "--steps",
-    "10",
-    "--candidates",
-    "64",
-    "--top-k",
-    "64",
-    "--restarts",
-    "0",
-    "--calibration-prompts",
-    "0",
-    "--extend-tokens",
-    "0",
-    "--unit-size",
-    "2",
-]
 # No search: every candidate the certificates leave is the audit's to draw, the memorized canary windows among them.
 AUDITED = [*CARDS, "--max-candidates", "0", "--audit-sample", "6"]
-
-
-def rows_of(out):
-    return {r["span_id"]: r for r in pq.read_table(out / "results").to_pylist()}
 
 
 def scan(corpus, tiny_dir, out, *args):

@@ -9,35 +9,14 @@ import re
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from cliopts import salad_search
 from clirun import cli
 
 from scanner.studies.tiny import CANARIES, salad
 
 # Slow candidates: word salad the model never saw, every span a candidate, no early rejection, so each
 # search runs its whole schedule (0.4 to 0.6 s each on the tiny model, 13 searches in one unit).
-SLOW = [
-    "--span-tokens",
-    "12",
-    "--stride",
-    "12",
-    "--context-tokens",
-    "16",
-    "--min-match-rate",
-    "0",
-    "--steps",
-    "10",
-    "--candidates",
-    "96",
-    "--top-k",
-    "64",
-    "--restarts",
-    "0",
-    "--no-early-reject",
-    "--calibration-prompts",
-    "0",
-    "--unit-size",
-    "64",
-]
+SLOW = salad_search(10, 64)
 
 
 # Seconds budgets near 3 s, tried in turn until the deadline falls inside a search: one that falls between

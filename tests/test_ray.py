@@ -156,6 +156,7 @@ def test_a_seconds_budget_reaches_the_actors_and_a_relaunch_goes_on_from_the_cut
     import random
 
     import pyarrow as pa
+    from cliopts import salad_search
 
     from scanner.cli.main import scan_command, scan_config
     from scanner.studies.tiny import salad
@@ -163,33 +164,7 @@ def test_a_seconds_budget_reaches_the_actors_and_a_relaunch_goes_on_from_the_cut
     rng = random.Random(5)
     corpus = tmp_path / "slow.parquet"
     pq.write_table(pa.table({"id": ["d0", "d1"], "text": [salad(rng, 14) for _ in range(2)]}), corpus)
-    slow = [
-        "--span-tokens",
-        "12",
-        "--stride",
-        "12",
-        "--context-tokens",
-        "16",
-        "--min-match-rate",
-        "0",
-        "--steps",
-        "10",
-        "--candidates",
-        "96",
-        "--top-k",
-        "64",
-        "--restarts",
-        "0",
-        "--no-early-reject",
-        "--calibration-prompts",
-        "0",
-        "--unit-size",
-        "2",
-        "--device",
-        "cpu",
-        "--threads",
-        "1",
-    ]
+    slow = salad_search(10, 2, "--device", "cpu", "--threads", "1")
 
     def scan(out, budget: str) -> list[dict]:
         args = [str(corpus), "--model", str(tiny_dir), "--out", str(out), *slow, "--search-budget", budget]

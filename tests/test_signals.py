@@ -18,37 +18,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from cliopts import salad_search
 from clirun import cli
 
 from scanner.schema import WALL_CLOCK
 from scanner.studies.tiny import salad
 
 # Two candidates in one unit; each search runs its whole schedule (about a second on an idle core).
-SLOW = [
-    "--span-tokens",
-    "12",
-    "--stride",
-    "12",
-    "--context-tokens",
-    "16",
-    "--min-match-rate",
-    "0",
-    "--steps",
-    "5",
-    "--candidates",
-    "96",
-    "--top-k",
-    "64",
-    "--restarts",
-    "0",
-    "--no-early-reject",
-    "--calibration-prompts",
-    "0",
-    "--unit-size",
-    "2",
-    "--docs-per-shard",
-    "1",
-]
+SLOW = salad_search(5, 2, "--docs-per-shard", "1")
 
 
 def comparable(run: Path) -> list[dict]:
