@@ -24,6 +24,7 @@ import pytest
 from clirun import cli
 from filelock import FileLock
 
+from scanner.config import SearchConfig
 from scanner.studies.families import CHAT_FAMILIES, FAMILIES, build_families, control_text
 
 # Minutes of CPU for the whole matrix (about 8 s a CLI call, most of it process start and model load):
@@ -196,3 +197,24 @@ def test_vllm_on_the_cpu_refuses_a_soft_capped_attention(family_dirs):
     done = cli("acr", "--model", model, control_text(), "--verify-engine", "vllm", "--device", "cpu", *SEARCH)
     assert done.returncode == 2, done.stderr[-3000:]
     assert "attn_logit_softcapping" in done.stderr and "--verify-engine hf" in done.stderr
+
+
+def test_a_bfloat16_build_holds_what_the_scan_generates_in_bfloat16(tmp_path):
+    """Continuations written in bfloat16 are the ones a bfloat16 scan generates: the builder loads the saved
+    weights as the scan does. Generating with `model.to(bfloat16)` instead (which also casts RoPE's
+    inv_freq) gave Llama a continuation the scan's model parts from after 21 of 40 tokens, so `acr` found
+    its own text not memorized, on an H200 and on this CPU alike (2026-12-04)."""
+    from scanner.api import measure
+    from scanner.config import ModelConfig
+
+    model = build_families(tmp_path, ("llama",), device="cpu", dtype="bfloat16")["llama"]
+    conts = info(model)["continuations"]
+    assert len(conts) == 2 and min(len(c["ids"]) for c in conts) >= 32, [len(c["ids"]) for c in conts]
+    records = measure(
+        [{"text": c["text"], "natural_prefix": c["seed"]} for c in conts],
+        ModelConfig(model=str(model), device="cpu", dtype="bfloat16"),
+        search=SearchConfig(decide_steps=1, shrink_steps=1, restarts=0),
+    )
+    for c, record in zip(conts, records, strict=True):
+        assert record["target_ids"] == c["ids"] and record["verify_dtype"] == "bfloat16"
+        assert record["verified_generation"] and record["certificate_tokens"], record
