@@ -5,16 +5,17 @@
 # skipped with the missing package named. A summary table ends the output; $OUT/summary.json holds it.
 #   machine      the GPU, driver, python packages (and which of the dev ones are absent);
 #   families     bench/gpu/families.py: the family matrix (issue 26) in bf16: each family's tiny random-weight
-#                model (Llama, GPT-NeoX, GPT-2, Qwen2, Gemma 2, Mistral, Phi-3, OLMo 2) through `acr` and a
-#                small `scan`, and `acr --verify-engine vllm` on two families where vLLM is installed; first
-#                after machine, as a default that fails for one family is the first thing to know;
+#                model through `acr` and a small `scan` (on the GPU Llama, Phi-3 and Gemma 2, which fit its
+#                limit; all eight in the rehearsal), and `acr --verify-engine vllm` on Llama where vLLM is
+#                installed; first after machine, as a default that fails for one family is the first thing
+#                to know;
 #   library      bench/gpu/library_gpu.py: the scan's screen of a 30k-token slice on the 1B shape against one
 #                raw teacher-forced pass over the same tokens (tokens/s, side by side), and GCG steps of
 #                the library's search loop (s/step);
 #   gpu_tests    the gpu-marked tests (canaries on CUDA in bf16, GPU vs CPU scores), without the
 #                project's addopts (no pytest-xdist on the GPU image);
 #   gcg_step     bench/search/gcg_step.py: 1B and 8B shapes, ours vs plain HF vs the matmul floor, then 1, 2, 4, 8
-#                targets per forward on the 135M and 360M shapes;
+#                targets per forward on the 135M shape;
 #   miniprompt   bench/search/miniprompt.py --size gpu: fast (margin) at 1 and 4 targets per forward vs paper;
 #   screen_8b    bench/screen/screen_tokens.py: screening seconds per 20k-token book slice on the 8B shape, exact
 #                and streamed windows (two-phase) and the bare screen, against one teacher-forced pass.
@@ -29,13 +30,9 @@
 #                teacher-forced pass; last, as the step that may be cut.
 # The limits sum to 545 s (+5 s grace to kill a step that overruns), inside GPU_CHECK_BUDGET_S (560), which
 # caps the total anyway (a step gets at most what is left), so every step gets its turn and the call ends
-# within 9.5 minutes, as one device command must (10 min). miniprompt (100 s: its 2026-11-30 H200 run took
-# 33 s to train, 39 s fast, 32 s paper), library, gpu_tests and the families (90 s: 42 s for all eight on
-# the CPU in float32) were cut to fit. smollm2's 35 s (a 135M model: two processes' start, 16 GCG steps of
-# each path, five passes over 20k tokens; seconds each, an estimate until a GPU times it) came from steps
-# with slack: gcg_step 120 -> 100 (its 1B and 8B rows, 16 steps of each path at the 2026-11-30 H200
-# speeds, are ~30 s of it), screen_8b 55 -> 45 (~140k tokens forwarded on random weights, a few seconds
-# at the 8B step's speed) and machine 20 -> 15.
+# within 9.5 minutes, as one device command must (10 min). They come from the step times of the 2026-12-04
+# H200 run (the GPU limits below, and bench/gpu/RESULTS.md), where the families (all eight: ~160 s), the
+# 360m widths, smollm2's screen and replay overran the limits set before any GPU had timed them.
 # GPU_CHECK_REHEARSAL=1: the same steps on the CPU with tiny shapes and short limits, to check the script's
 # plumbing in a bare environment (the gpu tests then fail for want of CUDA, and the summary says so).
 # Usage (device tool): bash bench/gpu_check.sh (which runs this file) -> $OUT (or ./bench_out). PYTHON picks
@@ -55,14 +52,19 @@ if [[ "${GPU_CHECK_REHEARSAL:-0}" == 1 ]]; then
   cands=64
   declare -A limit=([machine]=20 [families]=400 [library]=60 [gpu_tests]=120 [gcg_step]=90 [miniprompt]=30
                     [screen_8b]=30 [smollm2]=90 [probe]=30 [replay]=60)
-  fam_vllm=none
+  fam_names=all fam_vllm=none
   tiny_args=(${ACR_TINY_DIR:+--workdir "$ACR_TINY_DIR"})  # a tiny model built before: no retraining
 else
-  mode=gpu device=cuda dtype=bfloat16 small=1b large=8b both=1b,8b wide=135m,360m smol=135m size=gpu book=30000
+  mode=gpu device=cuda dtype=bfloat16 small=1b large=8b both=1b,8b wide=135m smol=135m size=gpu book=30000
   cands=512
-  declare -A limit=([machine]=15 [families]=90 [library]=50 [gpu_tests]=50 [gcg_step]=100 [miniprompt]=100
-                    [screen_8b]=45 [smollm2]=35 [probe]=30 [replay]=30)
-  fam_vllm=llama,qwen2
+  # From the 2026-12-04 H200 run's step times (bench/gpu/RESULTS.md): families 35 s to build all eight
+  # and ~20 s a family, so three families (RoPE, RoPE with LongRoPE's config, soft-capping: the ones
+  # bfloat16 broke); gcg_step's 1B, 8B and 135m rows fit 100 s, the 360m widths did not; smollm2's GCG row
+  # took ~30 s and its screen ~15 s; miniprompt 92 s; screen_8b 23 s; probe 26 s; library 29 s.
+  declare -A limit=([machine]=10 [families]=90 [library]=35 [gpu_tests]=55 [gcg_step]=95 [miniprompt]=100
+                    [screen_8b]=30 [smollm2]=55 [probe]=30 [replay]=45)
+  fam_names=llama,phi3,gemma2
+  fam_vllm=llama
   tiny_args=()
 fi
 names=() statuses=() rcs=() took=() limits=() notes=()
@@ -142,8 +144,10 @@ for name in ("transformers", "tokenizers", "safetensors", "pyarrow", "click", "p
 step machine "" bash -c 'date -u +%FT%TZ; echo "mode $1"
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   "$2" -c "$3"' machine "$mode" "$py" "$machine_py"
+# Its models and runs stay out of $OUT: the device tool brings back a bounded count of files, and the
+# families' hundreds crowded out the other steps' logs and summary.json (2026-12-04).
 step families "torch transformers tokenizers pyarrow" "$py" bench/gpu/families.py --device "$device" --dtype "$dtype" \
-  --vllm "$fam_vllm" --out "$out/families"
+  --families "$fam_names" --vllm "$fam_vllm" --out "${TMPDIR:-/tmp}/acr-families"
 step library "torch transformers" "$py" bench/gpu/library_gpu.py --shapes "$small" --device "$device" --dtype "$dtype" \
   --book-tokens "$book"
 step gpu_tests "pytest torch transformers filelock tokenizers" "$py" -m pytest -o addopts="" -m gpu \
