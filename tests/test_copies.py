@@ -10,6 +10,7 @@ from collections import defaultdict
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from cliopts import FINE_SPANS
 from clirun import cli
 
 from scanner.cli.demo import demo_corpus
@@ -18,28 +19,7 @@ from scanner.results.rows import copied_row
 from scanner.schema import default_row
 from scanner.studies.tiny import salad
 
-SCAN = [
-    "--span-tokens",
-    "12",
-    "--stride",
-    "2",
-    "--context-tokens",
-    "16",
-    "--min-match-rate",
-    "0.8",
-    "--steps",
-    "10",
-    "--candidates",
-    "64",
-    "--top-k",
-    "64",
-    "--restarts",
-    "0",
-    "--calibration-prompts",
-    "0",
-    "--unit-size",
-    "1",
-]
+SCAN = FINE_SPANS
 VERDICT = (
     "status",
     "memorized",

@@ -12,6 +12,7 @@ from collections import Counter
 
 import pyarrow.parquet as pq
 import pytest
+from cliopts import FINE_SPANS
 from clirun import cli
 
 from scanner.cli.demo import demo_corpus
@@ -19,28 +20,7 @@ from scanner.measures import budget as bm
 from scanner.run.write import WAITED
 from scanner.schema import WALL_CLOCK
 
-SCAN = [
-    "--span-tokens",
-    "12",
-    "--stride",
-    "2",
-    "--context-tokens",
-    "16",
-    "--min-match-rate",
-    "0.8",
-    "--steps",
-    "10",
-    "--candidates",
-    "64",
-    "--top-k",
-    "64",
-    "--restarts",
-    "0",
-    "--calibration-prompts",
-    "0",
-    "--unit-size",
-    "1",
-]
+SCAN = FINE_SPANS
 BUDGET = ["--search-budget", "1steps"]  # the first unit starts (nothing spent yet), no other
 
 

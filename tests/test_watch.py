@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from cliopts import FINE_SPANS
 
 from scanner.cli.demo import demo_corpus
 from scanner.config import Budget, ScreenConfig
@@ -34,30 +35,7 @@ from scanner.storage.status import _left_by_budget
 from scanner.storage.store import Store
 from scanner.studies.tiny import salad
 
-SCAN = [
-    "--span-tokens",
-    "12",
-    "--stride",
-    "2",
-    "--context-tokens",
-    "16",
-    "--min-match-rate",
-    "0.8",
-    "--steps",
-    "10",
-    "--candidates",
-    "64",
-    "--top-k",
-    "64",
-    "--restarts",
-    "0",
-    "--calibration-prompts",
-    "0",
-    "--unit-size",
-    "1",
-    "--docs-per-shard",
-    "1",
-]
+SCAN = [*FINE_SPANS, "--docs-per-shard", "1"]
 SALAD_DOCS = 9  # 10 shards: the screen takes long enough to be caught in the middle
 OLD_KEYS = {
     "shards_done",

@@ -31,7 +31,7 @@
 # The limits sum to 545 s (+5 s grace to kill a step that overruns), inside GPU_CHECK_BUDGET_S (560), which
 # caps the total anyway (a step gets at most what is left), so every step gets its turn and the call ends
 # within 9.5 minutes, as one device command must (10 min). They come from the step times of the 2026-12-04
-# H200 run (the GPU limits below, and bench/gpu/RESULTS.md), where the families (all eight: ~160 s), the
+# H200 run (the GPU limits below, and bench/gpu/RESULTS.md), where the families (all eight: ~180 s), the
 # 360m widths, smollm2's screen and replay overran the limits set before any GPU had timed them.
 # GPU_CHECK_REHEARSAL=1: the same steps on the CPU with tiny shapes and short limits, to check the script's
 # plumbing in a bare environment (the gpu tests then fail for want of CUDA, and the summary says so).
