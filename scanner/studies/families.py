@@ -485,14 +485,14 @@ def build_family(
 
 
 def as_loaded(where: Path, device: str, dtype: str):
-    """The saved model loaded as a scan loads it (from_pretrained in `dtype`). Not `model.to(dtype)`: that
-    also casts float buffers such as RoPE's inv_freq, which from_pretrained keeps in float32, and in
-    bfloat16 the two paths' greedy continuations part within a few dozen tokens (Llama, Phi-3, Mistral and
-    Gemma 2's on an H200 and on the CPU, 2026-12-04)."""
-    import torch
-    from transformers import AutoModelForCausalLM
+    """The saved model loaded by the scan's own loader (engine/loading.py, from_pretrained in `dtype`). Not
+    `model.to(dtype)`: that also casts float buffers such as RoPE's inv_freq, which from_pretrained keeps
+    in float32, and in bfloat16 the two paths' greedy continuations part within a few dozen tokens
+    (Llama, Phi-3, Mistral and Gemma 2's on an H200 and on the CPU, 2026-12-04)."""
+    from scanner.config import ModelConfig
+    from scanner.engine.loading import load_model
 
-    return AutoModelForCausalLM.from_pretrained(where, dtype=getattr(torch, dtype)).to(device).eval()
+    return load_model(ModelConfig(model=str(where), device=device, dtype=dtype)).model
 
 
 def build_families(
